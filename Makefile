@@ -1,0 +1,82 @@
+# Entry points. Names, paths and ports come from k8s/settings.env (the single source).
+include k8s/settings.env
+
+PYTHON_FOR_VENV ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# Which TensorFlow wheel the venv gets: tf (any OS), cpu (Linux only, smaller) or gpu.
+TF_FLAVOUR ?= tf
+
+DATASET ?= $(TRAINER_DATASET)
+EPOCHS  ?= 3
+ARGS    ?=
+# The image tag is the git revision, so a re-submitted job never runs a stale image.
+IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
+IMAGE     := $(IMAGE_NAME):$(IMAGE_TAG)
+# docker, podman or buildah; the first one found when unset.
+CONTAINER_TOOL ?= $(shell command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && echo docker || (command -v podman >/dev/null 2>&1 && echo podman) || (command -v buildah >/dev/null 2>&1 && echo buildah) || echo docker)
+
+export IMAGE IMAGE_TAG CONTAINER_TOOL
+
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON_FOR_VENV) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip==25.3"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[$(TF_FLAVOUR),dev]"
+	touch $@
+
+install: $(VENV)/.installed ## create .venv with the trainer, its tests and tools
+
+lock: ## re-pin every transitive version into constraints.txt
+	$(PY) -m pip freeze --exclude-editable | sed '1i # Every transitive version, pinned; regenerate with make lock. Used as pip -c.' > constraints.txt
+
+train: install ## train in one process (no TF_CONFIG)
+	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --data-dir runs/data --model-dir runs/train/model $(ARGS)
+
+run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=)
+	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
+
+test: install ## the quick suite (under 10 minutes on 2 cores)
+	$(PY) -m pytest -m "not slow and not image"
+
+test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these)
+	$(PY) -m pytest -m "slow or image"
+
+test-all: test test-slow ## everything CI runs
+
+lint: ## shellcheck every shell script
+	shellcheck scripts/*.sh .ci/run
+
+image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
+	scripts/build-image.sh
+
+k3d-up: ## create the k3d cluster and install the Kubeflow training operator
+	scripts/k3d-up.sh
+
+k3d-down: ## delete the k3d cluster
+	scripts/k3d-down.sh
+
+submit: install image ## import the image, prepare data, submit the TFJob and follow it
+	$(PY) scripts/submit.py --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
+
+status: install ## the job's conditions and the chief's live status
+	$(PY) scripts/submit.py --status
+
+logs: ## follow the chief's logs
+	kubectl logs -f -n $(NAMESPACE) -l training.kubeflow.org/job-name=$(JOB_NAME),training.kubeflow.org/job-role=master
+
+delete: install ## delete the TFJob (the volume and its model stay)
+	$(PY) scripts/submit.py --delete
+
+fetch-model: ## copy the model and metrics from the volume to ./artifacts/
+	scripts/fetch-model.sh
+
+bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/
+	$(PY) scripts/bench.py $(ARGS)
+
+clean: ## remove local runs and caches (keeps .venv)
+	rm -rf runs artifacts .pytest_cache

@@ -1,0 +1,148 @@
+"""Every knob of the trainer, with its default, in one place.
+
+Each field is a command-line flag (`--per-worker-batch-size`) and an environment
+variable (`TRAINER_PER_WORKER_BATCH_SIZE`), so a pod spec can set it without
+editing args. Precedence: flag, then environment, then the default below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any, Sequence
+
+ENV_PREFIX = "TRAINER_"
+DATASETS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
+COLLECTIVES = ("auto", "ring", "nccl")
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message names the flag and the fix."""
+
+
+def _field(default: Any, help: str, choices: Sequence[str] | None = None):
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # Data
+    dataset: str = _field("fashion_mnist", "dataset to train on; synthetic needs no download", DATASETS)
+    data_dir: str = _field("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")
+    download: bool = _field(False, "download and prepare the dataset if missing; leave off on workers")
+    train_examples: int = _field(0, "use only the first N training examples (0 = all)")
+    test_examples: int = _field(0, "use only the first N test examples (0 = all)")
+    # Model and optimisation
+    model: str = _field("cnn", "model name from trainer/model.py's MODELS registry")
+    epochs: int = _field(3, "passes over the training data")
+    per_worker_batch_size: int = _field(64, "examples per worker per step; global batch = this x workers")
+    learning_rate: float = _field(1e-3, "Adam learning rate for one worker")
+    scale_learning_rate: bool = _field(False, "multiply the learning rate by the number of workers (linear scaling)")
+    seed: int = _field(42, "seed for weights, synthetic data and shuffling; same seed, same run")
+    # Loop
+    steps_per_loop: int = _field(16, "training steps per tf.function call (fewer Python round trips)")
+    log_every: int = _field(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
+    # Distribution
+    collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
+    startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
+    verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
+    # Artifacts, checkpoints and status
+    model_dir: str = _field("runs/model", "where the chief writes the model, checkpoints, logs, metrics.json and status.json")
+    checkpoint_every: int = _field(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
+    keep_checkpoints: int = _field(3, "how many recent checkpoints to keep")
+    status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
+    status_host: str = _field("0.0.0.0", "interface the status server binds (127.0.0.1 in tests)")
+
+    @property
+    def effective_log_every(self) -> int:
+        """Log interval in steps, a whole number of tf.function calls."""
+        calls = max(1, -(-self.log_every // self.steps_per_loop))
+        return calls * self.steps_per_loop
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> "Config":
+        positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
+        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{_flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
+        if self.status_port > 65535:
+            raise ConfigError(f"--status-port must be a TCP port (0-65535), got {self.status_port}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"--learning-rate must be positive, got {self.learning_rate}")
+        if not self.startup_timeout > 0:
+            raise ConfigError(f"--startup-timeout must be positive seconds, got {self.startup_timeout}")
+        for field in dataclasses.fields(self):
+            choices = field.metadata["choices"]
+            if choices and getattr(self, field.name) not in choices:
+                raise ConfigError(
+                    f"--{_flag(field.name)}: unknown value {getattr(self, field.name)!r}; choose one of {', '.join(choices)}"
+                )
+        return self
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _parse_bool(text: str, source: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{source}: expected true/false (or 1/0), got {text!r}")
+
+
+def _from_env(field: dataclasses.Field, environ: dict[str, str]) -> Any:
+    env = _env_name(field.name)
+    if env not in environ:
+        return field.default
+    text = environ[env]
+    if field.type == "bool":
+        return _parse_bool(text, env)
+    try:
+        return {"int": int, "float": float}.get(field.type, str)(text)
+    except ValueError:
+        raise ConfigError(f"{env}: expected a {field.type}, got {text!r}") from None
+
+
+def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    environ = dict(os.environ if environ is None else environ)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train a CNN with MultiWorkerMirroredStrategy. Runs as one process without "
+        "TF_CONFIG, or as one worker of a group described by TF_CONFIG (as the Kubeflow TFJob sets it).",
+        epilog=f"Every flag can also be set as an environment variable: {ENV_PREFIX}<FLAG_IN_CAPITALS>, "
+        f"e.g. {ENV_PREFIX}PER_WORKER_BATCH_SIZE=128. A flag on the command line wins over the variable.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for field in dataclasses.fields(Config):
+        default = _from_env(field, environ)
+        help_text = f"{field.metadata['help']} [env {_env_name(field.name)}]"
+        if field.type == "bool":
+            parser.add_argument(f"--{_flag(field.name)}", action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
+        else:
+            kind = {"int": int, "float": float}.get(field.type, str)
+            parser.add_argument(f"--{_flag(field.name)}", type=kind, default=default,
+                                choices=field.metadata["choices"], help=help_text)
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Flags over environment over defaults, validated. Raises ConfigError."""
+    args = build_parser(environ).parse_args(sys.argv[1:] if argv is None else argv)
+    return Config(**vars(args)).validate()
