@@ -1,0 +1,96 @@
+"""The cluster-side steps before a TFJob starts: image import, apply, data preparation.
+
+They shell out to the tools the user already has (kubectl, k3d, the container tool that
+built the image), so what runs is what the README tells the user to run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import yaml
+
+Manifest = dict[str, Any]
+
+
+class StepError(RuntimeError):
+    """A step failed; the message says which and what to try."""
+
+
+def run(command: list[str], stdin: str | None = None, check: bool = True,
+        quiet: bool = False) -> subprocess.CompletedProcess:
+    """Runs a command (echoed with its output unless quiet); StepError with its stderr if it fails."""
+    if shutil.which(command[0]) is None:
+        raise StepError(f"{command[0]} is not installed or not on PATH (see README, 'Cluster walk-through')")
+    if not quiet:
+        print("+ " + " ".join(command), flush=True)
+    result = subprocess.run(command, input=stdin, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise StepError(f"`{' '.join(command)}` failed (exit {result.returncode}):\n{result.stderr.strip()}")
+    if not quiet and result.stdout.strip():
+        print(result.stdout.rstrip(), flush=True)
+    return result
+
+
+def current_context() -> str:
+    result = run(["kubectl", "config", "current-context"], check=False, quiet=True)
+    if result.returncode != 0:
+        raise StepError("kubectl has no current context: run `make k3d-up` (or point kubectl at your cluster)")
+    return result.stdout.strip()
+
+
+def import_image(image: str, cluster: str, container_tool: str) -> None:
+    """Copies the locally built image into the k3d cluster's nodes (no registry involved).
+
+    k3d reads images from the Docker daemon; images built with podman or buildah go
+    through a docker-archive tarball named like Docker would name them.
+    """
+    if container_tool in ("", "docker"):
+        run(["k3d", "image", "import", image, "--cluster", cluster])
+        return
+    if container_tool not in ("podman", "buildah"):
+        raise StepError(f"CONTAINER_TOOL={container_tool!r} is not one of docker, podman, buildah")
+    docker_name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
+    with tempfile.TemporaryDirectory(prefix="image-import-") as scratch:
+        archive = os.path.join(scratch, "image.tar")
+        run([container_tool, "push", image, f"docker-archive:{archive}:{docker_name}"])
+        run(["k3d", "image", "import", archive, "--cluster", cluster])
+
+
+def apply(objects: list[Manifest], namespace: str) -> None:
+    """Server-side apply: creates or updates, and re-running changes nothing."""
+    if objects:
+        run(["kubectl", "apply", "--server-side", "--field-manager=submit-py", "-n", namespace, "-f", "-"],
+            stdin=yaml.safe_dump_all(objects, sort_keys=False))
+
+
+def recreate_job(job: Manifest, namespace: str) -> None:
+    """A Job's pod template is immutable, so a new image means delete, then create."""
+    name = job["metadata"]["name"]
+    run(["kubectl", "delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true"])
+    run(["kubectl", "create", "-n", namespace, "-f", "-"], stdin=yaml.safe_dump(job, sort_keys=False))
+
+
+def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:
+    """Waits until a batch Job is Complete or Failed; returns which ("Timeout" if neither)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = run(["kubectl", "get", "job", name, "-n", namespace, "-o",
+                      "jsonpath={range .status.conditions[?(@.status==\"True\")]}{.type}{\"\\n\"}{end}"],
+                     check=False, quiet=True)
+        states = set(result.stdout.split())
+        for state in ("Complete", "Failed"):
+            if state in states:
+                return state
+        time.sleep(poll_s)
+    return "Timeout"
+
+
+def job_logs(name: str, namespace: str, tail: int = 40) -> str:
+    result = run(["kubectl", "logs", f"job/{name}", "-n", namespace, f"--tail={tail}"], check=False, quiet=True)
+    return result.stdout or result.stderr
