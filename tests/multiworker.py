@@ -1,0 +1,75 @@
+"""Launches real trainer processes as a local training group, with TF_CONFIG on 127.0.0.1 ports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass
+class Finished:
+    name: str
+    returncode: int
+    output: str
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}, "environment": "cloud"})
+
+
+def worker_cluster(workers: int) -> dict[str, list[str]]:
+    return {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
+
+
+def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] | None = None,
+          module: str = "trainer") -> subprocess.Popen:
+    environ = {**os.environ, **(env or {})}
+    environ.pop("TF_CONFIG", None)
+    if tf_config_text is not None:
+        environ["TF_CONFIG"] = tf_config_text
+    environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_all(processes: dict[str, subprocess.Popen], timeout: float) -> dict[str, Finished]:
+    """Waits for every process; on timeout kills them all (their process groups) and fails loudly."""
+    finished = {}
+    try:
+        for name, process in processes.items():
+            output, _ = process.communicate(timeout=timeout)
+            finished[name] = Finished(name, process.returncode, output)
+    except subprocess.TimeoutExpired:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        outputs = {name: process.communicate()[0][-3000:] for name, process in processes.items()}
+        raise AssertionError(f"group did not finish within {timeout} s; last output: {outputs}") from None
+    return finished
+
+
+def run_group(workers: int, args: Sequence[str], timeout: float = 240,
+              env: dict[str, str] | None = None, module: str = "trainer") -> dict[str, Finished]:
+    """Runs `workers` processes of `python -m module args` as worker-0..N-1 and waits for all."""
+    cluster = worker_cluster(workers)
+    processes = {f"worker-{i}": start(args, tf_config(cluster, "worker", i), env, module) for i in range(workers)}
+    return wait_all(processes, timeout)

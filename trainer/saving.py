@@ -1,0 +1,107 @@
+"""Saving the trained model: every worker takes part, only the chief's copy is kept.
+
+Saving reads distributed variables, which can need every worker, so all workers
+save; the chief writes into --model-dir and the others into a temporary
+directory outside it that they delete. Each artifact is written beside its final
+name and renamed into place, so a reader never sees a half-written model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+import keras
+import tensorflow as tf
+
+KERAS_MODEL = "model.keras"
+SAVED_MODEL = "saved_model"
+METRICS = "metrics.json"
+
+
+class ModelDirError(RuntimeError):
+    """--model-dir cannot be written; the message says what to fix."""
+
+
+def check_model_dir(model_dir: str) -> None:
+    """Fails early, before training, if the chief could not write its artifacts."""
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=model_dir, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise ModelDirError(f"--model-dir {model_dir} is not writable ({error.strerror}); "
+                            f"point it at a writable directory (on the cluster: the mounted volume)") from None
+
+
+@contextlib.contextmanager
+def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
+    """The directory this worker saves into: model_dir on the chief, a throw-away one elsewhere."""
+    if is_chief:
+        os.makedirs(model_dir, exist_ok=True)
+        yield model_dir
+        return
+    scratch = tempfile.mkdtemp(prefix="trainer-worker-save-")
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_model(model: keras.Model, model_dir: str, is_chief: bool) -> None:
+    """Writes model.keras and saved_model/ (signature `serve`: raw uint8 images in, probabilities out)."""
+    with save_target(model_dir, is_chief) as target:
+        _write_keras(model, os.path.join(target, KERAS_MODEL))
+        _write_saved_model(model, os.path.join(target, SAVED_MODEL))
+
+
+def _write_keras(model: keras.Model, path: str) -> None:
+    partial = f"{path}.partial-{os.getpid()}.keras"
+    try:
+        model.save(partial)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+def _write_saved_model(model: keras.Model, path: str) -> None:
+    image_spec = model.inputs[0]
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+
+    def serve(images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = tf.nn.softmax(model(images, training=False))
+        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+
+    archive.add_endpoint(
+        name="serve",
+        fn=serve,
+        input_signature=[tf.TensorSpec((None, *image_spec.shape[1:]), tf.uint8, name="images")],
+    )
+    partial, retired = f"{path}.partial-{os.getpid()}", f"{path}.old-{os.getpid()}"
+    try:
+        archive.write_out(partial, verbose=False)
+        # A directory cannot be replaced in one rename: move the old one aside, the new one in, then delete.
+        if os.path.exists(path):
+            os.replace(path, retired)
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    """Writes JSON atomically: a reader sees the old file or the new one, never a partial one."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{os.path.basename(path)}.",
+                                     delete=False) as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it owner-only; others fetch and read these
+    os.replace(handle.name, path)

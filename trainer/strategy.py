@@ -1,0 +1,103 @@
+"""Joining the training group: the distribution strategy, built before any other TF op.
+
+MultiWorkerMirroredStrategy blocks in C++ (holding the GIL) until every worker
+has registered with the coordination leader, rank 0. Python threads and signal
+handlers cannot bound that wait, so a small watchdog process does: if the group
+has not formed in time it prints why and kills the trainer, which exits with a
+retryable code (137) that the TFJob restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+from trainer import exit_codes
+from trainer.cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+_COLLECTIVES = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+# Runs in its own interpreter: waits for the parent to close stdin (group formed, or parent gone).
+_WATCHDOG = """
+import os, select, signal, sys
+timeout, parent, message = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ready, _, _ = select.select([sys.stdin], [], [], timeout)
+if not ready:
+    sys.stderr.write(message + "\\n")
+    sys.stderr.flush()
+    os.kill(parent, signal.SIGKILL)
+"""
+
+
+def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy for a group of two or more, the default strategy for one process."""
+    if not cluster.is_distributed:
+        return tf.distribute.get_strategy()
+    deadline = time.monotonic() + startup_timeout
+    _wait_for_dns(cluster, deadline)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        # Only the training tasks form the collective; an evaluator or ps entry must not be waited for.
+        tf.train.ClusterSpec({k: list(v) for k, v in cluster.members.items() if k in ("chief", "worker")}),
+        task_type=cluster.task_type,
+        task_id=cluster.task_index,
+        rpc_layer="grpc",
+    )
+    remaining = max(1.0, deadline - time.monotonic())
+    log.info("%s (rank %d of %d) joining the group led by %s; waiting up to %.0f s for every worker to register",
+             cluster.name, cluster.rank, cluster.num_workers, cluster.chief_address, remaining)
+    message = (
+        f"{cluster.name}: the training group did not form within {startup_timeout:.0f} s "
+        f"(--startup-timeout). Members: {', '.join(cluster.training_addresses)}. Check that every replica "
+        f"is running and can reach {cluster.chief_address}; exiting with code {exit_codes.STARTUP_TIMEOUT} so the job restarts."
+    )
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(remaining), str(os.getpid()), message],
+                                stdin=subprocess.PIPE)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver,
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=_COLLECTIVES[collective]),
+        )
+    finally:
+        watchdog.stdin.close()
+        watchdog.wait()
+    log.info("%s joined: %d workers in sync", cluster.name, strategy.num_replicas_in_sync)
+    return strategy
+
+
+def _wait_for_dns(cluster: Cluster, deadline: float) -> None:
+    """Waits until every member's host name resolves: pods' DNS records appear a little after they start."""
+    hosts = sorted({address.rsplit(":", 1)[0] for address in cluster.training_addresses})
+    pending = list(hosts)
+    announced = False
+    while pending:
+        pending = [host for host in pending if not _resolves(host)]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            log.error("%s: these peers' host names never resolved: %s", cluster.name, ", ".join(pending))
+            sys.exit(exit_codes.STARTUP_TIMEOUT)
+        if not announced:
+            log.info("%s: waiting for DNS names of %s", cluster.name, ", ".join(pending))
+            announced = True
+        time.sleep(1.0)
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+        return True
+    except socket.gaierror:
+        return False
