@@ -1,0 +1,207 @@
+"""The k8s/ kustomization, rendered by the real renderer and checked against the real schemas,
+the Kubeflow SDK's TFJob model, the training operator's webhook rules, the settings and the
+trainer's exit codes. No cluster is involved: these are the checks that can run offline."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import re
+import subprocess
+import sys
+
+import kubernetes_validate
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))
+
+import project_settings  # noqa: E402
+import tfjob_manifest  # noqa: E402
+
+SETTINGS = project_settings.load()
+# Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE=rancher/k3s:v1.31.5-k3s1).
+K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict]:
+    return tfjob_manifest.render()
+
+
+@pytest.fixture(scope="module")
+def tfjob(rendered) -> dict:
+    return tfjob_manifest.the_one(rendered, "TFJob")
+
+
+def component(objects: list[dict], kind: str, name: str) -> dict:
+    return tfjob_manifest.the_one(objects, kind, component=name)
+
+
+def env_of(container: dict) -> dict[str, str]:
+    return {entry["name"]: entry["value"] for entry in container.get("env", [])}
+
+
+def validate_core_object(obj: dict) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def as_pod_template(template: dict) -> dict:
+    """A PodTemplateSpec wrapped in the core PodTemplate kind, so the schema validator can find it."""
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "tfjob-worker"}, "template": template}
+
+
+def test_renders_every_object_and_no_settings_configmap(rendered):
+    kinds = sorted(obj["kind"] for obj in rendered)
+    assert kinds == ["Deployment", "Job", "PersistentVolumeClaim", "Service", "Service", "TFJob"]
+
+
+def test_every_core_object_is_valid_against_the_kubernetes_schemas_strictly(rendered):
+    core = [obj for obj in rendered if obj["kind"] != "TFJob"]
+    assert len(core) == 5
+    for obj in core:
+        validate_core_object(obj)
+
+
+def test_the_tfjob_pod_template_is_a_valid_pod_template_strictly(tfjob):
+    for replica in tfjob["spec"]["tfReplicaSpecs"].values():
+        validate_core_object(as_pod_template(replica["template"]))
+
+
+def test_strict_validation_rejects_a_misspelt_field(tfjob):
+    template = copy.deepcopy(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"])
+    template["spec"]["containers"][0]["volumeMounts"][0]["mountPth"] = "/typo"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_core_object(as_pod_template(template))
+
+
+def test_tfjob_deserializes_into_the_sdk_model_without_losing_a_field(tfjob):
+    model = tfjob_manifest.to_tfjob(tfjob)
+    assert type(model).__name__ == "KubeflowOrgV1TFJob"
+    assert tfjob_manifest.request_body(model) == tfjob
+
+
+def test_tfjob_passes_the_operator_webhook_rules(tfjob):
+    assert tfjob_manifest.webhook_problems(tfjob) == []
+
+
+@pytest.mark.parametrize("breakage, complaint", [
+    (lambda job: job["metadata"].update(name="Multi_Worker"), "DNS-1035"),
+    (lambda job: job["metadata"].update(name="9lives"), "DNS-1035"),
+    (lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="tf"),
+     "container named 'tensorflow'"),
+    (lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(image=""),
+     "image is required"),
+    (lambda job: job["spec"]["tfReplicaSpecs"].update(
+        Chief=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"]),
+        Master=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"])), "more than 1 Chief or Master"),
+])
+def test_webhook_rules_reject_what_the_operator_rejects(tfjob, breakage, complaint):
+    broken = copy.deepcopy(tfjob)
+    breakage(broken)
+    problems = tfjob_manifest.webhook_problems(broken)
+    assert any(complaint in problem for problem in problems), problems
+
+
+def test_tfjob_takes_its_names_ports_and_counts_from_settings(tfjob):
+    assert tfjob["apiVersion"] == "kubeflow.org/v1"
+    assert tfjob["metadata"]["name"] == SETTINGS["JOB_NAME"]
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    assert list(tfjob["spec"]["tfReplicaSpecs"]) == ["Worker"]
+    assert worker["replicas"] == int(SETTINGS["WORKERS"])
+    container = tfjob_manifest.trainer_container(tfjob)
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"tfjob-port": int(SETTINGS["TFJOB_PORT"]), "status": int(SETTINGS["TRAINER_STATUS_PORT"])}
+    assert container["image"] == SETTINGS["IMAGE_NAME"]
+    assert container["command"] == ["python", "-m", "trainer"]
+    assert env_of(container) == {key: SETTINGS[key] for key in
+                                 ("TRAINER_DATASET", "TRAINER_DATA_DIR", "TRAINER_MODEL_DIR", "TRAINER_STATUS_PORT")}
+    for claim in worker["template"]["spec"]["volumes"]:
+        assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS["VOLUME_CLAIM"]
+
+
+def test_every_pod_mounts_the_claim_where_the_trainer_paths_point(rendered):
+    mount = SETTINGS["MOUNT_PATH"].rstrip("/") + "/"
+    assert SETTINGS["TRAINER_DATA_DIR"].startswith(mount) and SETTINGS["TRAINER_MODEL_DIR"].startswith(mount)
+    pods = [t for obj in rendered for t in tfjob_manifest.pod_templates(obj)]
+    assert len(pods) == 3
+    for template in pods:
+        volumes = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"]}
+        for container in template["spec"]["containers"]:
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            assert mounts == {"training-volume": SETTINGS["MOUNT_PATH"]}
+            assert volumes == {"training-volume": SETTINGS["VOLUME_CLAIM"]}
+            for key, value in env_of(container).items():
+                if key.endswith("_DIR"):
+                    assert value.startswith(mount), (key, value)
+
+
+def test_volume_claim_has_the_configured_name_and_size(rendered):
+    claim = tfjob_manifest.the_one(rendered, "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == SETTINGS["VOLUME_CLAIM"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == SETTINGS["VOLUME_SIZE"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, tfjob):
+    job = component(rendered, "Job", "prepare-data")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "trainer.data"]
+    assert container["args"] == ["--dataset=$(TRAINER_DATASET)", "--data-dir=$(TRAINER_DATA_DIR)"]
+    trainer_env = env_of(tfjob_manifest.trainer_container(tfjob))
+    for key, value in env_of(container).items():
+        assert trainer_env[key] == value
+
+
+def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):
+    service = component(rendered, "Service", "training")
+    assert service["spec"]["selector"] == {"training.kubeflow.org/job-name": SETTINGS["JOB_NAME"],
+                                           "training.kubeflow.org/job-role": "master"}
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == int(SETTINGS["TRAINER_STATUS_PORT"])
+    names = {p["name"] for p in tfjob_manifest.trainer_container(tfjob)["ports"]}
+    assert port["targetPort"] in names
+
+
+def test_tensorboard_reads_the_model_directory_on_the_volume(rendered):
+    deployment = component(rendered, "Deployment", "tensorboard")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert f"--logdir={SETTINGS['TRAINER_MODEL_DIR']}" in container["command"]
+    assert container["volumeMounts"][0]["readOnly"] is True
+    service = component(rendered, "Service", "tensorboard")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_run_policy_matches_the_trainer_exit_codes(tfjob):
+    from trainer import exit_codes
+
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "ExitCode"
+    # The operator (v1.9) recreates a pod that exited >= 128 and fails the job on 1-127.
+    codes = {name: value for name, value in vars(exit_codes).items() if name.isupper() and isinstance(value, int)}
+    assert codes.pop("OK") == 0
+    assert 1 <= codes.pop("BAD_CONFIG") <= 127
+    assert codes and all(128 <= value <= 255 for value in codes.values()), codes
+    policy = tfjob["spec"]["runPolicy"]
+    assert policy["cleanPodPolicy"] == "None"
+    assert policy["backoffLimit"] >= 1 and policy["activeDeadlineSeconds"] > 0
+    assert policy["ttlSecondsAfterFinished"] >= 86400
+    assert tfjob["spec"]["successPolicy"] == "AllWorkers"
+
+
+def test_every_container_has_resource_requests_and_a_memory_limit(rendered):
+    for obj in rendered:
+        for template in tfjob_manifest.pod_templates(obj):
+            for container in template["spec"]["containers"]:
+                assert {"cpu", "memory"} <= set(container["resources"]["requests"]), container["name"]
+                assert "memory" in container["resources"]["limits"], container["name"]
+
+
+def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
+    # make -n prints the submit command without running it; the tag is whatever IMAGE_TAG says.
+    plan = subprocess.run(["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    submitted = re.search(r"scripts/submit\.py --image (\S+)", plan).group(1)
+    assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
+    assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]

@@ -1,0 +1,134 @@
+"""scripts/submit.py without a cluster: what --dry-run prints, that it is byte for byte what the
+Kubeflow SDK sends, and that bad input is refused before anything reaches a cluster."""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SUBMIT = ROOT / "scripts" / "submit.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import job_follower  # noqa: E402
+import project_settings  # noqa: E402
+import tfjob_manifest  # noqa: E402
+
+SETTINGS = project_settings.load()
+IMAGE = f"{SETTINGS['IMAGE_NAME']}:rev123"
+
+
+def submit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SUBMIT), *args], capture_output=True, text=True,
+                          cwd="/", env=env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def dry_run() -> dict:
+    result = submit("--dry-run", "--image", IMAGE, "--workers", "3", "--dataset", "mnist", "--epochs", "2",
+                    "--", "--per-worker-batch-size", "32", "--scale-learning-rate")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run):
+    rendered = tfjob_manifest.the_one(tfjob_manifest.render(), "TFJob")
+    expected = copy.deepcopy(rendered)
+    worker = expected["spec"]["tfReplicaSpecs"]["Worker"]
+    worker["replicas"] = 3
+    container = tfjob_manifest.trainer_container(expected)
+    container["image"] = IMAGE
+    container["args"] = ["--epochs=2", "--per-worker-batch-size", "32", "--scale-learning-rate"]
+    next(e for e in container["env"] if e["name"] == "TRAINER_DATASET")["value"] = "mnist"
+    assert dry_run == expected
+
+
+def test_dry_run_object_is_a_valid_sdk_tfjob_the_operator_accepts(dry_run):
+    model = tfjob_manifest.to_tfjob(dry_run)
+    assert model.kind == "TFJob" and model.spec.tf_replica_specs["Worker"].replicas == 3
+    assert tfjob_manifest.webhook_problems(dry_run) == []
+
+
+class RecordingAPI(http.server.BaseHTTPRequestHandler):
+    """Records the one request the SDK makes and answers 201 with its body, as an API server does."""
+
+    requests: list[tuple[str, str, dict]] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        RecordingAPI.requests.append(("POST", self.path, body))
+        payload = json.dumps(body).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_dry_run_output_is_exactly_the_body_training_client_create_job_sends(dry_run):
+    import kubernetes.client
+    from kubeflow.training import TrainingClient
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), RecordingAPI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{server.server_port}")
+        client = TrainingClient(client_configuration=configuration, job_kind="TFJob", namespace=SETTINGS["NAMESPACE"])
+        client.create_job(job=tfjob_manifest.to_tfjob(dry_run), namespace=SETTINGS["NAMESPACE"])
+    finally:
+        server.shutdown()
+    (method, path, body), = RecordingAPI.requests
+    assert (method, path) == ("POST", f"/apis/kubeflow.org/v1/namespaces/{SETTINGS['NAMESPACE']}/tfjobs")
+    assert body == dry_run
+
+
+def test_a_misspelt_trainer_flag_is_refused_before_any_cluster_call():
+    result = submit("--dry-run", "--image", IMAGE, "--", "--per-worker-batch-sise", "32")
+    assert result.returncode == 2
+    assert "--per-worker-batch-sise" in result.stderr and result.stdout == ""
+
+
+def test_a_bad_trainer_value_is_refused_with_the_trainers_message():
+    result = submit("--dry-run", "--image", IMAGE, "--", "--epochs", "0")
+    assert result.returncode == 2
+    assert "--epochs must be at least 1" in result.stderr
+
+
+def test_submitting_needs_an_image_and_at_least_one_worker():
+    missing = submit("--dry-run")
+    assert missing.returncode == 2 and "--image is required" in missing.stderr
+    none = submit("--dry-run", "--image", IMAGE, "--workers", "0")
+    assert none.returncode == 2 and "--workers must be at least 1" in none.stderr
+
+
+def test_without_a_cluster_submit_says_how_to_get_one(tmp_path):
+    env = dict(os.environ, KUBECONFIG=str(tmp_path / "no-kubeconfig"))
+    result = submit("--image", IMAGE, env=env)
+    assert result.returncode == 3
+    assert "make k3d-up" in result.stderr
+
+
+def test_status_without_a_cluster_is_an_error_not_a_traceback(tmp_path):
+    env = dict(os.environ, KUBECONFIG=str(tmp_path / "no-kubeconfig"))
+    result = submit("--status", env=env)
+    assert result.returncode == 3
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+
+
+def test_log_timestamps_order_correctly_whatever_their_precision():
+    stamps = ["2025-01-05T22:58:20.1Z", "2025-01-05T22:58:20.12Z", "2025-01-05T22:58:20Z",
+              "2025-01-05T22:58:21.000000001Z"]
+    ordered = sorted(stamps, key=job_follower.sortable_timestamp)
+    assert ordered == ["2025-01-05T22:58:20Z", "2025-01-05T22:58:20.1Z", "2025-01-05T22:58:20.12Z",
+                       "2025-01-05T22:58:21.000000001Z"]
