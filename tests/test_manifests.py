@@ -5,6 +5,7 @@ trainer's exit codes. No cluster is involved: these are the checks that can run 
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 import re
 import subprocess
@@ -50,6 +51,35 @@ def validate_core_object(obj: dict) -> None:
 def as_pod_template(template: dict) -> dict:
     """A PodTemplateSpec wrapped in the core PodTemplate kind, so the schema validator can find it."""
     return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "tfjob-worker"}, "template": template}
+
+
+def image_entrypoint() -> list[str]:
+    """The Dockerfile's ENTRYPOINT (exec form)."""
+    match = re.search(r"^ENTRYPOINT (\[.*\])$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    return json.loads(match.group(1))
+
+
+def image_user() -> tuple[int, int]:
+    uid, gid = re.search(r"^USER (\d+):(\d+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE).groups()
+    return int(uid), int(gid)
+
+
+def test_the_tfjob_runs_the_trainer_through_the_images_entrypoint(rendered):
+    entrypoint = image_entrypoint()
+    assert entrypoint[-3:] == ["python", "-m", "trainer"]
+    # The other pods override the command, so they name the same init (tini) the ENTRYPOINT uses.
+    for obj in rendered:
+        if obj["kind"] in ("Job", "Deployment"):
+            command = obj["spec"]["template"]["spec"]["containers"][0]["command"]
+            assert command[:len(entrypoint) - 2] == entrypoint[:-2], command
+
+
+def test_every_pod_runs_as_the_images_user(rendered):
+    uid, gid = image_user()
+    for obj in rendered:
+        for template in tfjob_manifest.pod_templates(obj):
+            context = template["spec"]["securityContext"]
+            assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (uid, gid, True)
 
 
 def test_renders_every_object_and_no_settings_configmap(rendered):
@@ -114,7 +144,7 @@ def test_tfjob_takes_its_names_ports_and_counts_from_settings(tfjob):
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"tfjob-port": int(SETTINGS["TFJOB_PORT"]), "status": int(SETTINGS["TRAINER_STATUS_PORT"])}
     assert container["image"] == SETTINGS["IMAGE_NAME"]
-    assert container["command"] == ["python", "-m", "trainer"]
+    assert "command" not in container, "the image's ENTRYPOINT runs the trainer; see the Dockerfile test"
     assert env_of(container) == {key: SETTINGS[key] for key in
                                  ("TRAINER_DATASET", "TRAINER_DATA_DIR", "TRAINER_MODEL_DIR", "TRAINER_STATUS_PORT")}
     for claim in worker["template"]["spec"]["volumes"]:
@@ -147,7 +177,7 @@ def test_volume_claim_has_the_configured_name_and_size(rendered):
 def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, tfjob):
     job = component(rendered, "Job", "prepare-data")
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python", "-m", "trainer.data"]
+    assert container["command"] == [*image_entrypoint()[:-1], "trainer.data"]
     assert container["args"] == ["--dataset=$(TRAINER_DATASET)", "--data-dir=$(TRAINER_DATA_DIR)"]
     trainer_env = env_of(tfjob_manifest.trainer_container(tfjob))
     for key, value in env_of(container).items():
