@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except cluster_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CLUSTER
+    except KeyboardInterrupt:
+        print("interrupted before the job was followed; `make status` shows what exists", file=sys.stderr)
+        return EXIT_STILL_RUNNING
 
 
 if __name__ == "__main__":

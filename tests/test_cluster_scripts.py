@@ -3,14 +3,17 @@ when docker, k3d, kubectl or git is missing or Docker is not running."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 SCRIPTS = [ROOT / "scripts" / name for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh")]
 # What the scripts need from the system before they look for the cluster tools.
 BASICS = ("bash", "dirname")
@@ -61,3 +64,33 @@ def test_other_scripts_say_which_tool_is_missing(tmp_path, script, missing):
     result = run_script(script, path_with(tmp_path, {}))
     assert result.returncode == 1
     assert f"{missing} is not installed" in result.stderr
+
+
+@pytest.mark.image
+def test_a_buildah_image_reaches_k3d_under_the_name_pods_ask_for(tmp_path):
+    # k3d itself is a recording stub here: the check is the archive it is handed, not a cluster.
+    import cluster_steps
+
+    assert shutil.which("buildah"), "buildah is missing: apt-get install buildah (Debian/Ubuntu)"
+    storage = tmp_path / "storage.conf"
+    storage.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path}/graph"\nrunroot = "{tmp_path}/run"\n')
+    recorded = tmp_path / "k3d-saw.json"
+    stubs = path_with(tmp_path, {"k3d": f'{shutil.which("tar")} -xOf "$3" manifest.json > {recorded}; echo "$@" >> {recorded}.args'})
+    env = {"CONTAINERS_STORAGE_CONF": str(storage), "BUILDAH_ISOLATION": "chroot"}
+    buildah = [shutil.which("buildah")]
+    run_env = dict(os.environ, **env)
+    container = subprocess.run([*buildah, "from", "scratch"], env=run_env, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    subprocess.run([*buildah, "commit", "-q", container, "tf-multiworker-trainer:rev123"], env=run_env, check=True,
+                   capture_output=True)
+    old_path = os.environ["PATH"]
+    os.environ.update(env, PATH=f"{stubs}:{old_path}")
+    try:
+        cluster_steps.import_image("tf-multiworker-trainer:rev123", "distml", "buildah")
+    finally:
+        os.environ["PATH"] = old_path
+        for key in env:
+            os.environ.pop(key)
+    (manifest,) = json.loads(recorded.read_text())
+    assert "docker.io/library/tf-multiworker-trainer:rev123" in manifest["RepoTags"]
+    assert "--cluster distml" in (tmp_path / "k3d-saw.json.args").read_text()
