@@ -46,7 +46,7 @@ def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] |
     environ.pop("TF_CONFIG", None)
     if tf_config_text is not None:
         environ["TF_CONFIG"] = tf_config_text
-    environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), environ.get("PYTHONPATH", "")])
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -1,0 +1,128 @@
+"""Real two-process training groups on 127.0.0.1: what a user of MultiWorkerMirroredStrategy relies on."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from multiworker import run_group, start, tf_config, wait_all, worker_cluster
+from trainer import data, saving
+
+SMALL_RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "2048", "--test-examples", "512",
+             "--seed", "7", "--log-every", "16"]
+
+
+def finished_line(output):
+    return next(line for line in output.splitlines() if " finished: " in line)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_workers")
+    scratch = root / "scratch"
+    scratch.mkdir()
+    results = run_group(2, [*SMALL_RUN, "--per-worker-batch-size", "32", "--model-dir", str(root / "model")],
+                        env={"TMPDIR": str(scratch)})
+    return root, results
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    root = tmp_path_factory.mktemp("one_process")
+    results = wait_all({"single": start([*SMALL_RUN, "--per-worker-batch-size", "64",
+                                         "--model-dir", str(root / "model")], None)}, timeout=240)
+    return root, results["single"]
+
+
+def test_both_workers_succeed_with_identical_weights(two_workers):
+    _, results = two_workers
+    for result in results.values():
+        assert result.returncode == 0, result.output[-3000:]
+    digests = {finished_line(r.output).split("weights sha256 ")[1] for r in results.values()}
+    assert len(digests) == 1
+
+
+def test_only_the_chief_logs_progress(two_workers):
+    _, results = two_workers
+    assert "epoch 2/2 done" in results["worker-0"].output
+    assert "epoch 2/2 done" not in results["worker-1"].output
+
+
+def test_exactly_one_model_and_no_worker_scratch_left(two_workers):
+    root, _ = two_workers
+    assert sorted(os.listdir(root / "model")) == sorted([saving.KERAS_MODEL, saving.SAVED_MODEL, saving.METRICS])
+    assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-save-")]
+    assert sorted(os.listdir(root)) == ["model", "scratch"]
+
+
+def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):
+    root, _ = two_workers
+    images = np.stack([x.numpy() for x, _ in data.synthetic_splits(7, 8, 8).test])
+    served = tf.saved_model.load(str(root / "model" / saving.SAVED_MODEL)).signatures["serve"](
+        images=tf.constant(images))
+    probabilities = served["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    import keras
+
+    logits = keras.models.load_model(root / "model" / saving.KERAS_MODEL).predict(images, verbose=0)
+    np.testing.assert_array_equal(served["class_id"].numpy(), logits.argmax(axis=1))
+
+
+def test_metrics_describe_the_run(two_workers):
+    root, _ = two_workers
+    metrics = json.loads((root / "model" / saving.METRICS).read_text())
+    assert metrics["workers"] == 2 and metrics["global_batch_size"] == 64
+    assert metrics["steps"] == 2 * (2048 // 64)
+    assert metrics["test_accuracy"] > 0.5 and metrics["examples_per_second"] > 0
+    assert metrics["config"]["per_worker_batch_size"] == 32
+    assert {"tensorflow", "keras", "python"} <= set(metrics["versions"])
+
+
+def test_one_process_and_two_workers_learn_the_same(two_workers, one_process):
+    two_root, _ = two_workers
+    one_root, single = one_process
+    assert single.returncode == 0, single.output[-3000:]
+    two = json.loads((two_root / "model" / saving.METRICS).read_text())
+    one = json.loads((one_root / "model" / saving.METRICS).read_text())
+    # Same seed, same global batch, same example order: the same training up to float summation order.
+    assert one["global_batch_size"] == two["global_batch_size"] == 64
+    assert abs(one["test_accuracy"] - two["test_accuracy"]) <= 0.02
+    assert two["train_loss"] == pytest.approx(one["train_loss"], rel=0.05)
+
+
+def test_shards_of_an_epoch_are_disjoint_and_cover_the_data(tmp_path):
+    size, per_worker_batch, epochs = 96, 8, 2
+    outputs = [tmp_path / f"rank{i}.json" for i in range(2)]
+    cluster = worker_cluster(2)
+    processes = {f"worker-{i}": start([str(outputs[i]), str(size), str(per_worker_batch), str(epochs)],
+                                      tf_config(cluster, "worker", i), module="shard_probe") for i in range(2)}
+    for result in wait_all(processes, timeout=180).values():
+        assert result.returncode == 0, result.output[-3000:]
+    steps = [json.loads(path.read_text())["steps"] for path in outputs]
+    steps_per_epoch = size // (2 * per_worker_batch)
+    for epoch in range(epochs):
+        seen = [sum(worker[epoch * steps_per_epoch:(epoch + 1) * steps_per_epoch], []) for worker in steps]
+        assert all(len(s) == len(set(s)) == size // 2 for s in seen)
+        assert not set(seen[0]) & set(seen[1])
+        assert sorted(seen[0] + seen[1]) == list(range(size))
+
+
+@pytest.mark.parametrize("present", ["worker-0", "worker-1"])
+def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present):
+    cluster = worker_cluster(2)
+    index = int(present[-1])
+    alone = start(["--dataset", "synthetic", "--startup-timeout", "5", "--model-dir", "/tmp/never-written"],
+                  tf_config(cluster, "worker", index))
+    result = wait_all({present: alone}, timeout=90)[present]
+    assert result.returncode == -9  # SIGKILL from the start-up watchdog: 137 in a pod, retryable
+    assert "the training group did not form within 5 s" in result.output
+    assert cluster["worker"][0] in result.output
+
+
+def test_an_evaluator_task_exits_without_joining_the_group():
+    cluster = {**worker_cluster(2), "evaluator": ["127.0.0.1:1"]}
+    result = wait_all({"evaluator": start(["--dataset", "synthetic"], tf_config(cluster, "evaluator", 0))},
+                      timeout=60)["evaluator"]
+    assert result.returncode == 0 and "exits 0" in result.output

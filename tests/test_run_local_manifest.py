@@ -1,0 +1,176 @@
+"""How run-local reads a pod template: env and its references, volumes, commands, ports and overrides."""
+
+import base64
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from localjob import manifests
+from localjob.envvars import EnvResolver, PodIdentity, Problems, expand
+from localjob.overrides import Overrides, apply
+from localjob.podplan import IMAGE_ENTRYPOINT, Planner, without_init
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+POD = PodIdentity("demo-worker-1", "team", {"training.kubeflow.org/replica-index": "1"}, {})
+
+
+def tfjob(container=None, replicas=2, volumes=True, **spec):
+    container = container or {"name": "tensorflow", "image": "img"}
+    pod = {"containers": [container]}
+    if volumes:
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "vol"}}]
+        container.setdefault("volumeMounts", [{"name": "data", "mountPath": "/mnt/training"}])
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "demo"},
+            "spec": {**spec, "tfReplicaSpecs": {"Worker": {"replicas": replicas, "restartPolicy": "ExitCode",
+                                                           "template": {"spec": pod}}}}}
+
+
+def parsed(*docs):
+    return manifests.parse(yaml.safe_dump_all(docs), "test")
+
+
+def config_map(name, **data):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def test_expansion_follows_kubernetes_rules():
+    assert expand("$(A)/x", {"A": "a"}) == "a/x"
+    assert expand("$(MISSING)", {}) == "$(MISSING)"
+    assert expand("$$(A) costs $5", {"A": "a"}) == "$(A) costs $5"
+
+
+def test_env_from_config_map_then_env_entries_win_and_expand():
+    resolver = EnvResolver({"cm": config_map("cm", A="1", B="2")}, {})
+    container = {"envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "P_"}, {"configMapRef": {"name": "cm"}}],
+                 "env": [{"name": "A", "value": "override"}, {"name": "C", "value": "$(B)-$(P_A)"}]}
+    problems = Problems()
+    env = resolver.resolve(container, POD, "w", problems)
+    assert env == {"P_A": "1", "P_B": "2", "A": "override", "B": "2", "C": "2-1"}
+    assert problems.errors == [] and problems.notes == []
+
+
+def test_value_from_config_map_secret_and_downward_api():
+    secret = {"kind": "Secret", "metadata": {"name": "s"}, "data": {"TOKEN": base64.b64encode(b"t0k").decode()}}
+    resolver = EnvResolver({"cm": config_map("cm", DIR="/mnt/training/data")}, {"s": secret})
+    container = {"env": [
+        {"name": "DIR", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "DIR"}}},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "TOKEN"}}},
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]}
+    env = resolver.resolve(container, POD, "w", Problems())
+    assert env == {"DIR": "/mnt/training/data", "TOKEN": "t0k", "POD": "demo-worker-1", "INDEX": "1", "IP": "127.0.0.1"}
+
+
+def test_unresolvable_references_are_reported_not_dropped():
+    resolver = EnvResolver({"settings-5fk8h2m9tc": config_map("settings-5fk8h2m9tc", A="1"), "cm": config_map("cm")}, {})
+    container = {
+        "envFrom": [{"configMapRef": {"name": "settings"}}],
+        "env": [{"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "B"}}},
+                {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "C", "optional": True}}},
+                {"name": "D", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+    problems = Problems()
+    env = resolver.resolve(container, POD, "TFJob demo Worker 1", problems)
+    assert env == {}
+    assert len(problems.errors) == 2
+    assert "no ConfigMap named 'settings'" in problems.errors[0] and "settings-5fk8h2m9tc" in problems.errors[0]
+    assert "nameReference" in problems.errors[0]
+    assert "has no key 'B'" in problems.errors[1]
+    assert any("'gone'" in note and "optional" in note for note in problems.notes)
+    assert any("resourceFieldRef" in note for note in problems.notes)
+
+
+def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
+    container = {"name": "tensorflow", "image": "img", "command": ["python", "-m", "trainer"],
+                 "args": ["--model-dir=/mnt/training/model", "--data-dir", "$(DATA)", "--other=/mnt/trainingX"],
+                 "env": [{"name": "DATA", "value": "/mnt/training/data"}, {"name": "LIST", "value": "/mnt/training/a:/x"}]}
+    planner = Planner(parsed(tfjob(container)), tmp_path / "job", Problems())
+    (_, plan), _ = planner.replicas()
+    local = str((tmp_path / "job").resolve())
+    assert plan.argv == [sys.executable, "-m", "trainer", f"--model-dir={local}/model", "--data-dir",
+                         f"{local}/data", "--other=/mnt/trainingX"]
+    assert plan.env["DATA"] == f"{local}/data" and plan.env["LIST"] == f"{local}/a:/x"
+    assert plan.env["HOSTNAME"] == "demo-worker-0"
+
+
+def test_without_a_command_the_image_entrypoint_runs_and_tini_is_dropped(tmp_path):
+    container = {"name": "tensorflow", "image": "img", "args": ["--epochs", "1"]}
+    (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
+    assert plan.argv == [sys.executable, "-m", "trainer", "--epochs", "1"]
+    assert without_init(["/usr/bin/tini", "-g", "--", "python", "x.py"]) == ["python", "x.py"]
+
+
+def test_the_image_entrypoint_is_the_dockerfiles():
+    lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENTRYPOINT")]
+    assert yaml.safe_load(lines[-1].removeprefix("ENTRYPOINT").strip()) == list(IMAGE_ENTRYPOINT)
+
+
+def test_named_ports_get_free_loopback_ports_and_only_tensorflow_gets_tf_config(tmp_path):
+    container = {"name": "tensorflow", "image": "img",
+                 "ports": [{"name": "tfjob-port", "containerPort": 2222}, {"name": "status", "containerPort": 8080}],
+                 "env": [{"name": "TRAINER_STATUS_PORT", "value": "8080"}]}
+    job = tfjob(container)
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "x"})
+    problems = Problems()
+    (_, first), (_, second) = Planner(parsed(job), tmp_path, problems).replicas()
+    assert first.ports["status"][0] == 8080 and first.env["TRAINER_STATUS_PORT"] == str(first.ports["status"][1])
+    assert first.ports["status"][1] != second.ports["status"][1]
+    assert first.env["TRAINER_STATUS_HOST"] == "127.0.0.1"
+    assert '"task":{"type":"worker","index":1}' in second.env["TF_CONFIG"]
+    assert any("'sidecar' is not run locally" in note for note in problems.notes)
+
+
+def test_a_single_replica_gets_no_tf_config_even_if_the_shell_has_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"stale": true}')
+    monkeypatch.setenv("TRAINER_EPOCHS", "99")
+    ((_, plan),) = Planner(parsed(tfjob(replicas=1)), tmp_path, Problems()).replicas()
+    assert "TF_CONFIG" not in plan.env and "TRAINER_EPOCHS" not in plan.env
+
+
+def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editing_yaml():
+    container = {"name": "tensorflow", "image": "img", "args": ["--dataset=mnist"],
+                 "env": [{"name": "TRAINER_EPOCHS", "value": "5"}]}
+    prep = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
+            "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
+    result = apply(parsed(tfjob(container), prep), Overrides(workers=3, dataset="synthetic", epochs=1,
+                                                             trainer_flags=["--seed", "7"]))
+    worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    tf_container = worker["template"]["spec"]["containers"][0]
+    assert worker["replicas"] == 3
+    assert tf_container["args"] == ["--dataset=synthetic", "--seed", "7"]
+    assert {"name": "TRAINER_EPOCHS", "value": "1"} in tf_container["env"]
+    assert {"name": "TRAINER_DATASET", "value": "synthetic"} in tf_container["env"]
+    assert result.jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"] == ["--dataset", "synthetic"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda j: j["metadata"].update(name="Demo_1"), "DNS-1035"),
+    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="main"),
+     "no container named 'tensorflow'"),
+    (lambda j: j["spec"]["tfReplicaSpecs"].update(Chief={"replicas": 2}), "at most one Chief"),
+    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"), "restartPolicy"),
+])
+def test_jobs_the_operator_webhook_rejects_are_rejected(change, message):
+    job = tfjob()
+    change(job)
+    with pytest.raises(manifests.ManifestError, match=message):
+        parsed(job)
+
+
+def test_the_projects_kustomization_renders_to_a_runnable_tfjob(tmp_path):
+    rendered = subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s")], capture_output=True, text=True, check=True)
+    project = manifests.parse(rendered.stdout, "k8s")
+    problems = Problems()
+    planner = Planner(project, tmp_path, problems)
+    replicas = planner.replicas()
+    assert problems.errors == []
+    assert [plan.name for _, plan in replicas] == [f"worker-{i}" for i in range(len(replicas))]
+    assert all(plan.argv[:3] == [sys.executable, "-m", "trainer"] for _, plan in replicas)
+    assert all(plan.env["TRAINER_MODEL_DIR"].startswith(str(tmp_path.resolve())) for _, plan in replicas)
+    (prepare,) = planner.preparation_jobs()
+    assert prepare.argv[:3] == [sys.executable, "-m", "trainer.data"]
+    assert prepare.env["TRAINER_DATA_DIR"] == replicas[0][1].env["TRAINER_DATA_DIR"]
