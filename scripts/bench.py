@@ -1,0 +1,393 @@
+"""`make bench`: the trainer against the tutorial-style peer, on this machine, in one session.
+
+Runs, interleaved round by round so machine drift hits every variant alike:
+  trainer_one_process  python -m trainer, no TF_CONFIG, global batch G
+  trainer_two_workers  python -m trainer, two local workers, per-worker batch G/2
+  peer_two_workers     scripts/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
+Each run reports steady-state examples/s (warm-up excluded), seconds from process
+start to the first finished step, and the peak RSS of every worker (from the
+kernel's accounting of the exited process). Writes bench/results.json and
+bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench_chart import draw  # noqa: E402
+from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow import here)
+
+PEER_SCRIPT = ROOT / "scripts" / "tutorial_fit.py"
+VARIANTS = {
+    "trainer_one_process": {"label": "trainer\n1 process", "program": "trainer", "workers": 1},
+    "trainer_two_workers": {"label": "trainer\n2 workers", "program": "trainer", "workers": 2},
+    "peer_two_workers": {"label": "tutorial fit\n2 workers", "program": "peer", "workers": 2},
+}
+TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
+           "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9}
+
+
+class BenchError(RuntimeError):
+    """A run failed or the settings cannot work; the message says which and where its logs are."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2")
+    parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
+    parser.add_argument("--warmup-steps", type=int, default=48,
+                        help="steps left out of examples/s (rounded up to the trainer's steps per loop)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
+    parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
+    parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
+    args = parser.parse_args(argv)
+    if args.global_batch_size < 2 or args.global_batch_size % 2:
+        parser.error(f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
+                     f"got {args.global_batch_size}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.workers and not 1 <= args.workers <= 8:
+        parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
+    warmup = Config(log_every=max(1, args.warmup_steps)).effective_log_every
+    if args.steps < warmup + Config().steps_per_loop:
+        parser.error(f"--steps ({args.steps}) must leave at least {Config().steps_per_loop} steps after the "
+                     f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps")
+    args.warmup_steps = warmup
+    return args
+
+
+# ---- launching one run -------------------------------------------------------------------------
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
+            model_dir: pathlib.Path) -> list[str]:
+    if program == "peer":
+        return [sys.executable, str(PEER_SCRIPT), "--per-worker-batch-size", str(per_worker_batch),
+                "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)]
+    global_batch = per_worker_batch * workers
+    return [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--epochs", "1",
+            "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
+            "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
+            # No periodic checkpoints: the peer writes none either.
+            "--checkpoint-every", "0", "--model-dir", str(model_dir)]
+
+
+def clean_environment() -> dict[str, str]:
+    """This shell's environment minus anything that would change what a run does."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("TRAINER_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def peak_rss_from_rusage(usage: Any) -> int:
+    return usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
+
+
+def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.Namespace,
+             run_dir: pathlib.Path) -> dict[str, Any]:
+    """Starts the workers together, waits for all, and returns the run's measurements."""
+    run_dir.mkdir(parents=True)
+    model_dir = run_dir / "model"
+    argv = command(program, per_worker_batch, workers, args, model_dir)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)] if workers > 1 else []
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    processes = []
+    for index in range(workers):
+        env = clean_environment()
+        if addresses:
+            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses},
+                                           "task": {"type": "worker", "index": index}})
+        log = open(run_dir / f"worker-{index}.log", "w")
+        processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        log.close()
+    usages = wait_for(processes, args.timeout, run_dir)
+    wall_seconds = time.monotonic() - started
+    report = read_report(program, run_dir, model_dir)
+    return {
+        "examples_per_second": report["examples_per_second"],
+        "time_to_first_step_seconds": report["time_to_first_step_seconds"],
+        "peak_rss_bytes": [peak_rss_from_rusage(usage) for usage in usages],
+        "cpu_seconds": [usage.ru_utime + usage.ru_stime for usage in usages],
+        "wall_seconds": wall_seconds,
+        "load_average_before": load_before,
+        "workers": report["workers"],
+        "global_batch_size": report["global_batch_size"],
+    }
+
+
+def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path) -> list[Any]:
+    """Reaps every worker with wait4 (for its rusage); any failure or the timeout kills the rest."""
+    deadline = time.monotonic() + timeout
+    usages: dict[int, Any] = {}
+    try:
+        while len(usages) < len(processes):
+            for index, process in enumerate(processes):
+                if index in usages:
+                    continue
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid == 0:
+                    continue
+                process.returncode = os.waitstatus_to_exitcode(status)
+                usages[index] = usage
+                if process.returncode != 0:
+                    raise BenchError(f"worker {index} exited with code {process.returncode}; its log is "
+                                     f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
+            time.sleep(0.1)
+    finally:
+        for index, process in enumerate(processes):
+            if index not in usages:
+                with_group_killed(process)
+    return [usages[index] for index in range(len(processes))]
+
+
+def with_group_killed(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def log_tail(path: pathlib.Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
+    """The chief's own figures: the trainer's metrics.json, or the peer's last stdout line."""
+    if program == "trainer":
+        source = model_dir / "metrics.json"
+        text = source.read_text() if source.exists() else ""
+    else:
+        source = run_dir / "worker-0.log"
+        lines = [line for line in source.read_text().splitlines() if line.startswith("{")]
+        text = lines[-1] if lines else ""
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError:
+        raise BenchError(f"no machine-readable result in {source}; see the logs in {run_dir}") from None
+    missing = [key for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
+               if report.get(key) is None]
+    if missing:
+        raise BenchError(f"{source} lacks {', '.join(missing)}; the run may have been too short to measure "
+                         f"(raise --steps)")
+    return report
+
+
+# ---- the session: interleaved rounds -----------------------------------------------------------
+
+def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, scratch: pathlib.Path,
+               tag: str) -> dict[str, list[dict[str, Any]]]:
+    """Every entry of the plan once per round, `--repeats` rounds: A B C A B C ..."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in plan}
+    for round_index in range(args.repeats):
+        for name, (program, workers, per_worker_batch) in plan.items():
+            print(f"[{tag} round {round_index + 1}/{args.repeats}] {name} ...", end=" ", flush=True)
+            result = run_once(program, workers, per_worker_batch, args, scratch / f"{tag}-{name}-{round_index}")
+            result["round"] = round_index
+            runs[name].append(result)
+            print(f"{result['examples_per_second']:,.0f} ex/s, first step {result['time_to_first_step_seconds']:.1f} s, "
+                  f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, load {result['load_average_before']:.1f}",
+                  flush=True)
+    return runs
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    median = statistics.median(values)
+    return {"median": median, "min": min(values), "max": max(values),
+            "spread_percent": 100 * (max(values) - min(values)) / median if median else None, "values": values}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "examples_per_second": spread([run["examples_per_second"] for run in runs]),
+        "time_to_first_step_seconds": spread([run["time_to_first_step_seconds"] for run in runs]),
+        # The largest worker in each run: the figure a pod's memory limit has to cover.
+        "peak_rss_bytes_per_worker": spread([max(run["peak_rss_bytes"]) for run in runs]),
+    }
+
+
+def ratio(numerator: list[dict[str, Any]], denominator: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ratio of medians, plus the ratio within each round (both variants ran back to back)."""
+    top = [run["examples_per_second"] for run in numerator]
+    bottom = [run["examples_per_second"] for run in denominator]
+    per_round = [a / b for a, b in zip(top, bottom)]
+    return {"of_medians": statistics.median(top) / statistics.median(bottom), "per_round": per_round}
+
+
+def check_targets(summaries: dict[str, Any], ratios: dict[str, Any]) -> list[dict[str, Any]]:
+    trainer = [name for name in summaries if name.startswith("trainer")]
+    first_step = max(summaries[name]["time_to_first_step_seconds"]["median"] for name in trainer)
+    rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
+    rows = [
+        ("trainer_over_peer", "trainer 2 workers / tutorial fit 2 workers (examples/s)",
+         ratios["trainer_over_peer"]["of_medians"], ">="),
+        ("two_workers_over_one_process", "trainer 2 workers / trainer 1 process (examples/s)",
+         ratios["two_workers_over_one_process"]["of_medians"], ">="),
+        ("time_to_first_step_seconds", "trainer time to first step, s (slowest variant's median)", first_step, "<="),
+        ("peak_rss_bytes", "trainer peak RSS per worker, bytes (largest seen)", rss, "<="),
+    ]
+    return [{"key": key, "name": name, "measured": measured, "target": f"{sign} {TARGETS[key]:g}",
+             "met": measured >= TARGETS[key] if sign == ">=" else measured <= TARGETS[key]}
+            for key, name, measured, sign in rows]
+
+
+def sweep_summary(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    medians = {int(name.split("_")[0]): statistics.median(r["examples_per_second"] for r in rs)
+               for name, rs in runs.items()}
+    one = medians[1]
+    return [{"workers": n, "examples_per_second": spread([r["examples_per_second"] for r in runs[f"{n}_workers"]]),
+             "speedup": medians[n] / one, "scaling_efficiency": medians[n] / (n * one)} for n in sorted(medians)]
+
+
+# ---- machine, versions ------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    model = platform.processor() or platform.machine()
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    return {
+        "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, Any]:
+    found = {}
+    for package in ("tensorflow", "tensorflow-cpu", "keras", "tf-keras", "numpy"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    found["project_revision"] = git.stdout.strip() or "unknown"
+    return found
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+def write_atomically(path: pathlib.Path, write) -> None:
+    partial = path.with_name(path.name + ".tmp")
+    write(partial)
+    os.replace(partial, path)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"\n{'variant':<22}{'examples/s (median, min-max)':>34}{'first step s':>14}{'peak RSS GB':>13}")
+    for name, variant in results["variants"].items():
+        eps, first, rss = (variant["summary"][key] for key in
+                           ("examples_per_second", "time_to_first_step_seconds", "peak_rss_bytes_per_worker"))
+        print(f"{name:<22}{eps['median']:>14,.0f} ({eps['min']:,.0f}-{eps['max']:,.0f}){'':>4}"
+              f"{first['median']:>12.1f}{rss['max'] / 1e9:>13.2f}")
+    for sweep_row in results.get("sweep", []):
+        print(f"sweep {sweep_row['workers']} worker(s): {sweep_row['examples_per_second']['median']:,.0f} ex/s, "
+              f"speedup {sweep_row['speedup']:.2f}x, scaling efficiency {100 * sweep_row['scaling_efficiency']:.0f}%")
+    for target in results["targets"]:
+        print(f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
+              f"(target {target['target']})")
+    if results["warnings"]:
+        print("\n".join(f"warning: {text}" for text in results["warnings"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    half = args.global_batch_size // 2
+    plan = {"trainer_one_process": ("trainer", 1, args.global_batch_size),
+            "trainer_two_workers": ("trainer", 2, half),
+            "peer_two_workers": ("peer", 2, half)}
+    started = datetime.datetime.now(datetime.timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
+        scratch = pathlib.Path(scratch_name)
+        try:
+            runs = run_rounds(plan, args, scratch, "main")
+            sweep_runs = (run_rounds({f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)},
+                                     args, scratch, "sweep") if args.workers else None)
+        except BenchError as error:
+            print(f"\nerror: {error}", file=sys.stderr)
+            return 1
+    summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
+    ratios = {"two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
+              "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"])}
+    busy = max(run["load_average_before"] for variant_runs in runs.values() for run in variant_runs)
+    cpus = os.cpu_count() or 1
+    warnings = []
+    if busy > 0.5 * cpus:
+        warnings.append(f"the 1-minute load average reached {busy:.1f} on {cpus} CPUs before a run: other work "
+                        f"shared the machine, so these figures understate what it can do")
+    results = {
+        "schema_version": 1,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "versions": versions(),
+        "config": {"model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
+                   "data": "synthetic 28x28x1, 10 classes", "global_batch_size": args.global_batch_size,
+                   "per_worker_batch_size_two_workers": half, "steps": args.steps,
+                   "warmup_steps": args.warmup_steps, "repeats": args.repeats, "order": "interleaved by round",
+                   "commands": {name: command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]
+                                for name, (program, workers, batch) in plan.items()}},
+        "variants": {name: {"label": VARIANTS[name]["label"].replace("\n", ", "), "workers": VARIANTS[name]["workers"],
+                            "runs": runs[name], "summary": summaries[name]} for name in plan},
+        "ratios": ratios,
+        "targets": [],
+        "warnings": warnings,
+    }
+    results["targets"] = check_targets(summaries, ratios)
+    if sweep_runs:
+        results["sweep"] = sweep_summary(sweep_runs)
+        results["sweep_runs"] = sweep_runs
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(args.output_dir / "results.json",
+                     lambda path: path.write_text(json.dumps(results, indent=2) + "\n"))
+    write_atomically(args.output_dir / "bench.png", lambda path: draw(results, path))
+    print_table(results)
+    print(f"\nwrote {args.output_dir / 'results.json'} and {args.output_dir / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Draws bench/results.json as one PNG: throughput, start-up, memory (and the worker sweep, if run)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on CI machines or in containers
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLOURS = {"trainer_one_process": "#9ecae1", "trainer_two_workers": "#2171b5", "peer_two_workers": "#fd8d3c"}
+LABELS = {"trainer_one_process": "trainer\n1 process", "trainer_two_workers": "trainer\n2 workers",
+          "peer_two_workers": "tutorial fit\n2 workers"}
+MET, MISSED = "#238b45", "#cb181d"
+
+
+def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, fmt: str) -> None:
+    names = list(results["variants"])
+    for position, name in enumerate(names):
+        summary = results["variants"][name]["summary"][key]
+        height = (summary["max"] if use_max else summary["median"]) / scale
+        low, high = summary["min"] / scale, summary["max"] / scale
+        axis.bar(position, height, color=COLOURS.get(name, "grey"), width=0.6)
+        if not use_max:
+            axis.errorbar(position, height, yerr=[[height - low], [high - height]], color="black", capsize=5)
+        points = summary["values"]
+        axis.scatter([position] * len(points), [p / scale for p in points], color="black", s=10, zorder=3)
+        axis.annotate(fmt.format(height), (position, high), textcoords="offset points", xytext=(0, 6),
+                      ha="center", fontsize=10, fontweight="bold")
+    axis.set_xticks(range(len(names)), [LABELS.get(name, name) for name in names])
+    axis.grid(axis="y", alpha=0.3)
+
+
+def _target_line(axis, value: float, text: str, met: bool) -> None:
+    """A dashed line at the target, green when met, red when missed; the axis grows to show it."""
+    colour = MET if met else MISSED
+    axis.set_ylim(0, max(axis.get_ylim()[1], value) * 1.12)
+    axis.axhline(value, color=colour, linestyle="--", linewidth=1.2)
+    axis.annotate(text, (1.0, value), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                  textcoords="offset points", ha="right", fontsize=8, color=colour)
+
+
+def _sweep(axis, sweep: list[dict[str, Any]]) -> None:
+    workers = [row["workers"] for row in sweep]
+    measured = [row["examples_per_second"]["median"] for row in sweep]
+    ideal = [measured[0] * n for n in workers]
+    axis.plot(workers, ideal, linestyle="--", color="grey", label="linear scaling")
+    axis.plot(workers, measured, marker="o", color=COLOURS["trainer_two_workers"], label="trainer (median)")
+    for row, value in zip(sweep, measured):
+        axis.annotate(f"{100 * row['scaling_efficiency']:.0f}%", (row["workers"], value), textcoords="offset points",
+                      xytext=(0, 8), ha="center", fontsize=9)
+    axis.set_xticks(workers)
+    axis.set_xlabel("workers (same per-worker batch); % = scaling efficiency")
+    axis.set_title("Scaling sweep (examples/s)")
+    axis.set_xlim(min(workers) - 0.3, max(workers) + 0.3)
+    axis.set_ylim(0, max(ideal + measured) * 1.15)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left")
+
+
+def draw(results: dict[str, Any], path: pathlib.Path) -> None:
+    """Writes the chart as PNG to `path` (whatever its suffix)."""
+    sweep = results.get("sweep")
+    rows = 2 if sweep else 1
+    figure, grid = plt.subplots(rows, 2 if sweep else 3, figsize=(13, 5.6 * rows), squeeze=False)
+    axes = grid.flatten()
+    met = {row["key"]: row["met"] for row in results["targets"]}
+    peer = results["variants"]["peer_two_workers"]["summary"]["examples_per_second"]["median"]
+    one = results["variants"]["trainer_one_process"]["summary"]["examples_per_second"]["median"]
+
+    _bars(axes[0], results, "examples_per_second", 1, False, "{:,.0f}")
+    axes[0].set_title("Throughput (examples/s, higher is better)")
+    _target_line(axes[0], 1.8 * peer, "target: 1.8x tutorial fit", met["trainer_over_peer"])
+    _target_line(axes[0], 0.9 * one, "target: 0.9x 1 process", met["two_workers_over_one_process"])
+
+    _bars(axes[1], results, "time_to_first_step_seconds", 1, False, "{:.1f} s")
+    axes[1].set_title("Process start to first step (s, lower is better)")
+    _target_line(axes[1], 15, "target: 15 s", met["time_to_first_step_seconds"])
+
+    _bars(axes[2], results, "peak_rss_bytes_per_worker", 1e9, True, "{:.2f} GB")
+    axes[2].set_title("Peak RSS per worker (GB, lower is better)")
+    _target_line(axes[2], 1.5, "target: 1.5 GB", met["peak_rss_bytes"])
+
+    if sweep:
+        _sweep(axes[3], sweep)
+
+    ratios = results["ratios"]
+    config, machine = results["config"], results["machine"]
+    tensorflow = results["versions"].get("tensorflow") or results["versions"].get("tensorflow-cpu")
+    figure.suptitle(
+        f"trainer 2 workers / tutorial fit: {ratios['trainer_over_peer']['of_medians']:.2f}x   |   "
+        f"trainer 2 workers / 1 process: {ratios['two_workers_over_one_process']['of_medians']:.2f}x\n"
+        f"book CNN, synthetic 28x28x1, global batch {config['global_batch_size']}, {config['steps']} steps, "
+        f"{config['repeats']} interleaved runs each (bar: median, whiskers: min-max, dots: runs)\n"
+        f"{machine['cpu_model']}, {machine['logical_cpus']} CPUs, TensorFlow {tensorflow}, "
+        f"{results['started_utc'][:10]}, revision {results['versions']['project_revision']}",
+        fontsize=10)
+    if results["warnings"]:
+        figure.text(0.5, 0.005, "\n".join(results["warnings"]), ha="center", va="bottom", fontsize=8, color=MISSED,
+                    wrap=True)
+    figure.tight_layout(rect=(0, 0.04 if results["warnings"] else 0, 1, 1))
+    figure.savefig(path, format="png", dpi=110)
+    plt.close(figure)

@@ -1,0 +1,72 @@
+"""`make bench` end to end at toy size: real trainer and peer processes, then results.json and the chart.
+
+No timing assertions: throughput on a shared CI machine proves nothing; the
+structure and the chart are what a user reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "scripts", "bench.py")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
+
+
+def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_an_odd_global_batch_is_refused_with_the_fix():
+    result = run_bench("--global-batch-size", "3", timeout=60)
+    assert result.returncode == 2
+    assert "--global-batch-size must be an even number" in result.stderr
+
+
+def test_too_few_steps_for_the_warm_up_is_refused_with_the_fix():
+    result = run_bench("--steps", "20", "--warmup-steps", "16", timeout=60)
+    assert result.returncode == 2
+    assert "raise --steps or lower --warmup-steps" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
+    result = run_bench("--repeats", "2", "--steps", "32", "--warmup-steps", "16", "--global-batch-size", "16",
+                       "--workers", "2", "--output-dir", str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["config"]["global_batch_size"] == 16
+    assert results["config"]["per_worker_batch_size_two_workers"] == 8
+    assert results["machine"]["logical_cpus"] >= 1 and results["machine"]["cpu_model"]
+    assert results["versions"]["keras"] and results["versions"]["tf-keras"]
+    for name in VARIANTS:
+        variant = results["variants"][name]
+        assert [run["round"] for run in variant["runs"]] == [0, 1]
+        for run in variant["runs"]:
+            assert run["workers"] == variant["workers"]
+            assert run["global_batch_size"] == 16
+            assert len(run["peak_rss_bytes"]) == variant["workers"]
+            assert all(rss > 0 for rss in run["peak_rss_bytes"])
+            assert run["examples_per_second"] > 0 and run["time_to_first_step_seconds"] > 0
+        summary = variant["summary"]["examples_per_second"]
+        assert summary["min"] <= summary["median"] <= summary["max"]
+        assert len(summary["values"]) == 2
+    for ratio in ("two_workers_over_one_process", "trainer_over_peer"):
+        assert results["ratios"][ratio]["of_medians"] > 0
+        assert len(results["ratios"][ratio]["per_round"]) == 2
+    assert {target["key"] for target in results["targets"]} == {
+        "trainer_over_peer", "two_workers_over_one_process", "time_to_first_step_seconds", "peak_rss_bytes"}
+    assert all(isinstance(target["met"], bool) for target in results["targets"])
+    assert [row["workers"] for row in results["sweep"]] == [1, 2]
+    assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
+
+    chart = (tmp_path / "bench.png").read_bytes()
+    assert chart.startswith(PNG_SIGNATURE) and len(chart) > 10_000
+    assert not list(tmp_path.glob("*.tmp"))
