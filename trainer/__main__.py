@@ -31,11 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ClusterConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
-    logging.basicConfig(
-        level=logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING,
-        format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s",
-        stream=sys.stdout,
-    )
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s",
+                        stream=sys.stdout)
+    # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
+    log.setLevel(logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING)
     if cluster.is_evaluator:
         # The evaluator is not part of the all-reduce group; test-split evaluation runs inside the loop.
         log.warning("%s: this trainer evaluates on the test split inside the training loop; an evaluator "
@@ -43,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.OK
 
     from trainer import saving
+    from trainer.status import StatusReporter
 
     if cluster.is_chief:
         try:
@@ -50,25 +50,42 @@ def main(argv: list[str] | None = None) -> int:
         except saving.ModelDirError as error:
             print(f"error: {error}", file=sys.stderr)
             return exit_codes.BAD_CONFIG
+    status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
+    status.update(state="starting", workers=cluster.num_workers)
 
     import tensorflow as tf
 
+    if config.threads:
+        # Must precede every TF op; more threads than cores makes co-located workers fight over them.
+        tf.config.threading.set_intra_op_parallelism_threads(config.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(config.threads)
+
     from trainer.data import DataError
+    from trainer.preemption import Preempted
     from trainer.strategy import create_strategy
     from trainer.train import train_and_evaluate
 
     strategy = create_strategy(cluster, config.collective, config.startup_timeout)
+    status.serve(config.status_host, config.status_port)
     try:
-        train_and_evaluate(config, cluster, strategy, STARTED_AT)
+        train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
+    except Preempted as stopped:
+        log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
+                    cluster.name, stopped, exit_codes.PREEMPTED)
+        return exit_codes.PREEMPTED
     except (ConfigError, DataError) as error:
+        status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
     except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
             tf.errors.DeadlineExceededError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        status.update(state="failed", error=f"lost a peer, restarting: {first_line}")
         print(f"error: {cluster.name} lost contact with the training group ({first_line}). Every worker must "
               f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.", file=sys.stderr)
         return exit_codes.GROUP_FAILED
+    finally:
+        status.close()
     return exit_codes.OK
 
 

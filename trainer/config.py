@@ -46,6 +46,8 @@ class Config:
     log_every: int = _field(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
     # Distribution
     collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
+    threads: int = _field(0, "TensorFlow intra- and inter-op threads (0 = one per visible core); set it to the "
+                          "cores this worker really has, e.g. the pod's CPU limit, or cores / workers on one machine")
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
     # Artifacts, checkpoints and status
@@ -69,7 +71,7 @@ class Config:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port"):
+        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:

@@ -21,17 +21,22 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import data, saving
+from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
 from trainer.model import build_model, build_optimizer
+from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress
+from trainer.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
 
 def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute.Strategy,
-                       started_at: float) -> dict[str, Any]:
-    """Trains and evaluates; the chief saves the model and metrics.json. Returns the metrics."""
+                       started_at: float, status: StatusReporter | None = None) -> dict[str, Any]:
+    """Trains (resuming from the newest checkpoint) and evaluates; the chief saves the model and
+    metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
+    status = status or StatusReporter(config.model_dir, enabled=False)
     workers = cluster.num_workers
     global_batch_size = config.per_worker_batch_size * workers
     learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
@@ -46,12 +51,21 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     with strategy.scope():
         model = build_model(config.model, splits.image_shape, splits.num_classes)
         optimizer = build_optimizer(learning_rate)
+        # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
+        optimizer.build(model.trainable_variables)
         train_loss, train_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
         test_loss, test_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
+        checkpointer = Checkpointer(config.model_dir, cluster.is_chief, config.keep_checkpoints,
+                                    model=model, optimizer=optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
+    checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
+    start_step = checkpointer.restore_latest()
+    _check_same_step_everywhere(strategy, start_step)
+    restarts = int(checkpointer.restarts.numpy())
     train_batches = strategy.experimental_distribute_dataset(
-        data.train_pipeline(splits.train, splits.train_size, global_batch_size, config.seed, config.epochs))
+        data.train_pipeline(splits.train, splits.train_size, global_batch_size, config.seed, config.epochs,
+                            start_step=min(start_step, total_steps)))
     test_batches = strategy.experimental_distribute_dataset(
         data.test_pipeline(splits.test, global_batch_size))
     iterator = iter(train_batches)
@@ -70,9 +84,11 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         train_accuracy.update_state(labels, logits)
 
     @tf.function
-    def train_steps(iterator: Any, steps: tf.Tensor) -> None:
+    def train_steps(iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor) -> tf.Tensor:
         for _ in tf.range(steps):
             strategy.run(train_step, args=next(iterator))
+        # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
+        return strategy.reduce("SUM", strategy.run(lambda: tf.identity(stop_requested)), axis=None)
 
     def eval_step(images: tf.Tensor, labels: tf.Tensor) -> None:
         logits = model(images, training=False)
@@ -88,9 +104,14 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                         enabled=cluster.is_chief or config.verbose_workers)
     progress.line(f"training {config.model} on {config.dataset}: {splits.train_size} examples, "
                   f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
-                  f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}")
+                  f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
+                  + (f", resuming at step {start_step} (restart {restarts})" if start_step else ""))
+    train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
+    stop = StopSignal()
+    status.update(state="running", workers=workers, restarts=restarts, global_step=start_step,
+                  total_steps=total_steps, epochs=config.epochs, epoch=min(config.epochs, start_step // steps_per_epoch + 1))
 
-    step = 0
+    step = start_step
     time_to_first_step = None
     steady_seconds, steady_steps = 0.0, 0  # training time after the first log interval (warm-up)
     interval_seconds, interval_steps = 0.0, 0
@@ -100,24 +121,37 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
         next_log = (step // log_every + 1) * log_every
         # The first call runs one step, so the time to the first finished step is measured exactly.
-        steps = 1 if step == 0 else min(config.steps_per_loop, epoch_end - step, next_log - step)
+        next_checkpoint = (step // config.checkpoint_every + 1) * config.checkpoint_every if config.checkpoint_every else epoch_end
+        # The first call runs one step, so the time to the first finished step is measured exactly.
+        steps = 1 if time_to_first_step is None else min(config.steps_per_loop, epoch_end - step,
+                                                         next_log - step, next_checkpoint - step)
         call_started = time.perf_counter()
-        train_steps(iterator, tf.constant(steps))
+        stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
         seconds = time.perf_counter() - call_started
         step += steps
         if time_to_first_step is None:
             time_to_first_step = time.time() - started_at
-        elif step > log_every or total_steps <= log_every:
+        elif step > start_step + log_every or total_steps - start_step <= log_every:
             steady_seconds += seconds
             steady_steps += steps
         interval_seconds += seconds
         interval_steps += steps
 
+        if stopping:
+            checkpointer.save(step)
+            status.update(state="preempted", global_step=step)
+            raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
+
         if step % log_every == 0 or step == epoch_end:
             # Reading a metric all-reduces it across workers: every worker reads at the same steps.
             loss, accuracy = float(train_loss.result()), float(train_accuracy.result())
-            speed = interval_steps * global_batch_size / interval_seconds if step > log_every else None
+            speed = interval_steps * global_batch_size / interval_seconds if step > start_step + log_every else None
             progress.step(step, loss, accuracy, speed)
+            _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
+                           learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+            status.update(global_step=step, epoch=min(config.epochs, (step - 1) // steps_per_epoch + 1),
+                          loss=loss, accuracy=accuracy, examples_per_second=speed,
+                          eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
             interval_seconds, interval_steps = 0.0, 0
 
         if step == epoch_end:
@@ -129,10 +163,19 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                           f"train loss {epoch_train_metrics['train_loss']:.4f} "
                           f"accuracy {epoch_train_metrics['train_accuracy']:.4f} | "
                           f"test loss {test_metrics['test_loss']:.4f} accuracy {test_metrics['test_accuracy']:.4f}")
+            _write_scalars(test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
+            status.update(**test_metrics)
             for metric in (train_loss, train_accuracy, test_loss, test_accuracy):
                 metric.reset_state()
+        if step == epoch_end or step == next_checkpoint:
+            checkpointer.save(step)
+
+    if not test_metrics:  # resumed after the last step: evaluate the restored model
+        evaluate()
+        test_metrics = {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result())}
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
+    checkpointer.close()
     metrics = {
         **epoch_train_metrics,
         **test_metrics,
@@ -143,6 +186,8 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         "global_batch_size": global_batch_size,
         "learning_rate": learning_rate,
         "steps": step,
+        "resumed_from_step": start_step,
+        "restarts": restarts,
         "steps_per_epoch": steps_per_epoch,
         "train_examples": splits.train_size,
         "test_examples": splits.test_size,
@@ -153,10 +198,37 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     }
     if cluster.is_chief:
         saving.write_json(f"{config.model_dir}/{saving.METRICS}", metrics)
+    status.update(state="succeeded", global_step=step, **test_metrics)
     # Every worker prints this one line, so a reader can compare the replicas' weights.
     print(f"{cluster.name} finished: test accuracy {metrics.get('test_accuracy', float('nan')):.4f}, "
           f"weights sha256 {metrics['weights_sha256']}", flush=True)
     return metrics
+
+
+def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
+    """A worker that restored a different checkpoint than its peers would silently diverge."""
+    local = tf.constant(step, tf.int64)
+    total = int(strategy.reduce("SUM", strategy.run(lambda: tf.identity(local)), axis=None))
+    if total != step * strategy.num_replicas_in_sync:
+        raise RuntimeError(f"workers restored different checkpoints (this one step {step}); restart the group")
+
+
+def _summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
+    """TensorBoard writers under <model-dir>/logs on the chief; None elsewhere (others write nothing)."""
+    if not is_chief:
+        return None, None
+    return (tf.summary.create_file_writer(f"{model_dir}/logs/train"),
+            tf.summary.create_file_writer(f"{model_dir}/logs/test"))
+
+
+def _write_scalars(writer: Any, step: int, **values: float | None) -> None:
+    if writer is None:
+        return
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            if value is not None:
+                tf.summary.scalar(name, value)
+    writer.flush()
 
 
 def weights_digest(model: keras.Model) -> str:

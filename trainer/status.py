@@ -1,0 +1,177 @@
+"""Live status from the chief: status.json on the volume, /status and /metrics over HTTP.
+
+The chief is the group's reporting authority: it writes `<model-dir>/status.json`
+atomically at every log interval and state change, and serves the same JSON at
+GET /status and Prometheus metrics at GET /metrics. Other workers report nothing.
+
+`python -m trainer.status <model-dir or http://host:port>` prints a one-screen view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.server
+import json
+import os
+import sys
+import threading
+import urllib.request
+from typing import Any
+
+import prometheus_client
+
+STATUS_FILE = "status.json"
+STATES = ("starting", "running", "preempted", "succeeded", "failed")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class StatusReporter:
+    """Keeps the chief's status; a disabled reporter (non-chief workers) does nothing."""
+
+    def __init__(self, model_dir: str, enabled: bool) -> None:
+        self.path = os.path.join(model_dir, STATUS_FILE)
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] = {"state": "starting", "started_at": _now(), "updated_at": _now()}
+        self._registry = prometheus_client.CollectorRegistry()
+        gauge = lambda name, doc: prometheus_client.Gauge(f"trainer_{name}", doc, registry=self._registry)  # noqa: E731
+        self._gauges = {
+            "global_step": gauge("global_step", "Training steps finished by the group"),
+            "total_steps": gauge("total_steps", "Steps the run will take in all"),
+            "epoch": gauge("epoch", "Current epoch, 1-based"),
+            "loss": gauge("loss", "Running training loss of the current epoch"),
+            "accuracy": gauge("accuracy", "Running training accuracy of the current epoch"),
+            "test_loss": gauge("test_loss", "Test loss after the last finished epoch"),
+            "test_accuracy": gauge("test_accuracy", "Test accuracy after the last finished epoch"),
+            "examples_per_second": gauge("examples_per_second", "Training throughput of the whole group"),
+            "eta_seconds": gauge("eta_seconds", "Estimated seconds until training ends"),
+            "workers": gauge("workers", "Workers training together"),
+            "restarts": gauge("restarts", "Times this run resumed from a checkpoint"),
+        }
+        self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES),
+                                             registry=self._registry)
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def serve(self, host: str, port: int) -> None:
+        """Starts answering /status and /metrics; call it after the group formed (the wait holds the GIL)."""
+        if self.enabled and port:
+            self._server = _serve(self, host, port)
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_address[1] if self._server else None
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._status)
+
+    def metrics_text(self) -> bytes:
+        return prometheus_client.generate_latest(self._registry)
+
+    def update(self, **fields: Any) -> None:
+        """Merges fields into the status, then writes status.json atomically."""
+        if not self.enabled:
+            return
+        if "state" in fields and fields["state"] not in STATES:
+            raise ValueError(f"unknown state {fields['state']!r}")
+        with self._lock:
+            self._status.update(fields, updated_at=_now())
+            status = dict(self._status)
+        for name, gauge in self._gauges.items():
+            if isinstance(status.get(name), (int, float)):
+                gauge.set(status[name])
+        self._state.state(status["state"])
+        from trainer.saving import write_json
+
+        write_json(self.path, status)
+
+    def close(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            if self.path.split("?")[0] == "/status":
+                body, kind = json.dumps(reporter.snapshot(), indent=2).encode(), "application/json"
+            elif self.path.split("?")[0] == "/metrics":
+                body, kind = reporter.metrics_text(), prometheus_client.CONTENT_TYPE_LATEST
+            else:
+                self.send_error(404, "try /status or /metrics")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass  # a scrape every few seconds would drown the training log
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="status-server", daemon=True).start()
+    return server
+
+
+def read_status(source: str) -> dict[str, Any]:
+    """Reads the status from a model directory, a status.json path or a http(s):// URL."""
+    if source.startswith(("http://", "https://")):
+        url = source.rstrip("/")
+        url = url if url.endswith("/status") else url + "/status"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)
+    path = os.path.join(source, STATUS_FILE) if os.path.isdir(source) else source
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def render(status: dict[str, Any]) -> str:
+    """A one-screen human view of a status."""
+    def number(key: str, fmt: str) -> str:
+        value = status.get(key)
+        return format(value, fmt) if isinstance(value, (int, float)) else "-"
+
+    step, total = status.get("global_step"), status.get("total_steps")
+    done = f"{100 * step / total:.1f}%" if isinstance(step, int) and total else "-"
+    eta = status.get("eta_seconds")
+    eta_text = str(datetime.timedelta(seconds=round(eta))) if isinstance(eta, (int, float)) else "-"
+    lines = [
+        f"state        {status.get('state', '-')}" + (f" ({status['error']})" if status.get("error") else ""),
+        f"progress     epoch {status.get('epoch', '-')}/{status.get('epochs', '-')}, "
+        f"step {step if step is not None else '-'}/{total or '-'} ({done}), ETA {eta_text}",
+        f"training     loss {number('loss', '.4f')}  accuracy {number('accuracy', '.4f')}",
+        f"test         loss {number('test_loss', '.4f')}  accuracy {number('test_accuracy', '.4f')}",
+        f"throughput   {number('examples_per_second', ',.0f')} examples/s",
+        f"group        {status.get('workers', '-')} worker(s), {status.get('restarts', 0)} restart(s)",
+        f"times        started {status.get('started_at', '-')}, updated {status.get('updated_at', '-')}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.status",
+                                     description="Show a training run's live status, as the chief reports it.")
+    parser.add_argument("source", help="the run's --model-dir, its status.json, or the chief's http://host:port")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON instead")
+    args = parser.parse_args(argv)
+    try:
+        status = read_status(args.source)
+    except FileNotFoundError:
+        print(f"error: no {STATUS_FILE} at {args.source}: has the chief started with this --model-dir?",
+              file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"error: cannot read the status from {args.source}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if args.json else render(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
