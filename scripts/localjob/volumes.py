@@ -1,0 +1,107 @@
+"""Maps a pod's volume mounts to local directories and rewrites paths under a mount to the local ones.
+
+Every PersistentVolumeClaim is one directory of the job (the job directory itself when the job uses
+a single claim), so /mnt/training/model in the manifest becomes runs/<job>/model here and every
+replica, restart and data-preparation run sees the same files, as pods see the same volume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from .envvars import Problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Mount:
+    mount_path: str
+    local_path: pathlib.Path
+
+
+def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    """One claim: the job directory is its root. Several: one sub-directory per claim name."""
+    names = sorted(set(claims))
+    if len(names) == 1:
+        return {names[0]: job_dir}
+    return {name: job_dir / name for name in names}
+
+
+def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
+    return [v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or []
+            if "persistentVolumeClaim" in v]
+
+
+def _write_items(directory: pathlib.Path, data: Mapping[str, str], items: Sequence[Mapping[str, Any]] | None) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    selected = [(item["key"], item.get("path", item["key"])) for item in items] if items else [(k, k) for k in data]
+    for key, rel in selected:
+        if key in data:
+            target = directory / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(data[key])
+
+
+def container_mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any], claims: Mapping[str, pathlib.Path],
+                     scratch: pathlib.Path, objects: Mapping[str, Mapping[str, Mapping[str, str]]],
+                     where: str, problems: Problems) -> list[Mount]:
+    """Local directories for the container's volumeMounts; scratch holds emptyDir and ConfigMap/Secret files."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    mounts: list[Mount] = []
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"])
+        label = f"{where}: volumeMount {mount['name']!r} at {mount['mountPath']}"
+        if volume is None:
+            problems.errors.append(f"{label}: the pod has no volume named {mount['name']!r}")
+            continue
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            if claim not in claims:
+                problems.notes.append(f"{label}: claim {claim!r} is not one of the TFJob's; the path is left as written")
+                continue
+            root = claims[claim]
+        elif "emptyDir" in volume:
+            root = scratch / "emptyDir" / mount["name"]
+        elif "configMap" in volume or "secret" in volume:
+            kind, field, name_key = (("ConfigMap", "configMap", "name") if "configMap" in volume
+                                     else ("Secret", "secret", "secretName"))
+            source = volume[field]
+            data = objects[kind].get(source.get(name_key, ""))
+            if data is None:
+                (problems.notes if source.get("optional") else problems.errors).append(
+                    f"{label}: no {kind} named {source.get(name_key)!r} in the rendered manifests")
+                continue
+            root = scratch / field / mount["name"]
+            _write_items(root, data, source.get("items"))
+        else:
+            kinds = ", ".join(k for k in volume if k != "name")
+            problems.notes.append(f"{label}: {kinds} volumes have no local equivalent; the path is left as written")
+            continue
+        if mount.get("subPathExpr"):
+            problems.notes.append(f"{label}: subPathExpr is not expanded locally; the volume root is used")
+        local = root / mount["subPath"] if mount.get("subPath") else root
+        local.mkdir(parents=True, exist_ok=True)
+        mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", local.resolve()))
+    return mounts
+
+
+class PathMapper:
+    """Rewrites mount paths inside strings: whole values, --flag=VALUE forms and PATH-like lists."""
+
+    def __init__(self, mounts: Sequence[Mount]):
+        # Longest mount path first, so a nested mount wins over its parent.
+        self._mounts = sorted(mounts, key=lambda m: len(m.mount_path), reverse=True)
+        self._local = {m.mount_path: str(m.local_path) for m in self._mounts}
+        alternatives = "|".join(re.escape(m.mount_path) for m in self._mounts)
+        self._pattern = re.compile(r"(?:^|(?<=[=:,\s]))(" + alternatives + r")(?=$|[/:,\s])") if self._mounts else None
+
+    @property
+    def mounts(self) -> Sequence[Mount]:
+        return self._mounts
+
+    def rewrite(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda match: self._local[match.group(1)], text)

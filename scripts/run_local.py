@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Runs the project's TFJob manifest on this machine: every replica a local process, with the TF_CONFIG,
+restarts, failure and success rules of the Kubeflow training operator v1.9.
+
+    scripts/run_local.py --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
+
+Reads `kubectl kustomize k8s` (or --manifest FILE), picks the TFJob, maps its volume to
+runs/<job-name>/, runs the data-preparation Job first for a dataset that needs one, then the
+replicas. Exit code: 0 Succeeded, 1 Failed, 2 the manifests cannot run, 128+n stopped by signal n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
+
+from localjob import manifests as manifest_io  # noqa: E402
+from localjob.console import Console  # noqa: E402
+from localjob.envvars import Problems  # noqa: E402
+from localjob.operator_rules import JobRules, Replica  # noqa: E402
+from localjob.overrides import Overrides, apply  # noqa: E402
+from localjob.podplan import ProcessPlan, Planner, chief_plan, flag_value  # noqa: E402
+from localjob.processes import Watchdog  # noqa: E402
+from localjob.report import shown, summarize  # noqa: E402
+from localjob.supervisor import Supervisor  # noqa: E402
+from trainer.config import Config  # noqa: E402
+
+SYNTHETIC = "synthetic"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(
+        prog="scripts/run_local.py", description=__doc__.split("\n\n")[0],
+        epilog="Everything after -- is appended to the trainer's arguments in every replica.")
+    parser.add_argument("--workers", type=int, help="Worker replicas (default: the manifest's)")
+    parser.add_argument("--dataset", help="dataset for the trainer and the data preparation (default: the manifest's)")
+    parser.add_argument("--epochs", type=int, help="epochs (default: the manifest's)")
+    parser.add_argument("--kustomize", type=pathlib.Path, default=ROOT / "k8s",
+                        help="kustomization to render with `kubectl kustomize` (default: %(default)s)")
+    parser.add_argument("--manifest", type=pathlib.Path, help="rendered YAML to run instead of rendering --kustomize")
+    parser.add_argument("--job-dir", type=pathlib.Path,
+                        help="local directory that stands in for the job's volume (default: runs/<job-name>)")
+    parser.add_argument("--clean", action="store_true", help="delete the job directory first (a fresh volume)")
+    parser.add_argument("--skip-prepare", action="store_true", help="do not run the data-preparation Job")
+    args = parser.parse_args(ours)
+    args.trainer_flags = extra
+    return args
+
+
+def load(args: argparse.Namespace) -> manifest_io.Manifests:
+    if args.manifest is not None:
+        if not args.manifest.exists():
+            raise manifest_io.ManifestError(f"--manifest {args.manifest}: no such file")
+        return manifest_io.parse(args.manifest.read_text(), str(args.manifest))
+    return manifest_io.parse(manifest_io.render(args.kustomize), f"kubectl kustomize {args.kustomize}")
+
+
+def run_job(kind: str, name: str, namespace: str, rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]],
+            console: Console, watchdog: Watchdog, job_dir: pathlib.Path, model_dir: pathlib.Path | None) -> int:
+    result = Supervisor(name, namespace, rules, processes, console, watchdog).run()
+    return summarize(kind, namespace, name, result, {n: r for n, (r, _) in processes.items()}, console, model_dir,
+                     job_dir / "run-local" / f"{name}.status.json")
+
+
+def preparation_needed(chief: ProcessPlan, args: argparse.Namespace, console: Console) -> bool:
+    dataset = flag_value(chief, "dataset", Config().dataset)
+    if dataset == SYNTHETIC:
+        return False
+    if args.skip_prepare:
+        console.say(f"--skip-prepare: not preparing {dataset}; the trainer reads what is on the volume")
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    problems = Problems()
+    try:
+        manifests = apply(load(args), Overrides(args.workers, args.dataset, args.epochs, args.trainer_flags))
+        job_dir = (args.job_dir or ROOT / "runs" / manifests.name).resolve()
+        if args.clean and job_dir.exists():
+            shutil.rmtree(job_dir)
+        planner = Planner(manifests, job_dir, problems)
+        replicas = planner.replicas()
+        preparations = planner.preparation_jobs()
+    except manifest_io.ManifestError as error:
+        print(f"run-local: {error}", file=sys.stderr)
+        return 2
+    for note in dict.fromkeys(problems.notes):
+        print(f"run-local: note: {note}", file=sys.stderr)
+    if problems.errors:
+        for error in dict.fromkeys(problems.errors):
+            print(f"run-local: error: {error}", file=sys.stderr)
+        return 2
+
+    spec = manifests.tfjob["spec"]
+    run_policy = spec.get("runPolicy") or {}
+    if run_policy.get("suspend"):
+        print(f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod", file=sys.stderr)
+        return 2
+    names = [p.name for _, p in replicas] + [p.name for p in preparations]
+    console = Console(names, job_dir / "run-local" / "logs")
+    grace = max(p.grace_s for _, p in replicas)
+    watchdog = Watchdog(grace)
+    chief = chief_plan(replicas)
+    try:
+        console.say(f"TFJob {manifests.namespace}/{manifests.name}: {len(replicas)} replica(s); "
+                    f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)}")
+        console.say(f"logs: {shown(console.log_dir)}/<replica>.log")
+        for replica, plan in replicas:
+            for port_name, (container_port, local) in plan.ports.items():
+                console.say(f"{plan.name}: container port {port_name} ({container_port}) is 127.0.0.1:{local} here")
+            if replica.restart_policy == "Always":
+                console.say(f"{plan.name}: restartPolicy Always restarts the replica even after exit 0, so the job "
+                            f"can only end by backoffLimit or activeDeadlineSeconds, as on a cluster")
+        if preparations and preparation_needed(chief, args, console):
+            for plan in preparations:
+                rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
+                code = run_job("Job", plan.name, manifests.namespace, rules, {plan.name: (rules.replicas[0], plan)},
+                               console, watchdog, job_dir, None)
+                if code != 0:
+                    console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
+                    return code
+        rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
+                         run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""))
+        model_dir = pathlib.Path(chief.cwd) / flag_value(chief, "model-dir", Config().model_dir)
+        return run_job("TFJob", manifests.name, manifests.namespace, rules, {p.name: (r, p) for r, p in replicas},
+                       console, watchdog, job_dir, model_dir)
+    finally:
+        console.close()
+        watchdog.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
