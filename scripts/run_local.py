@@ -68,14 +68,13 @@ def run_job(kind: str, name: str, namespace: str, rules: JobRules, processes: di
                      job_dir / "run-local" / f"{name}.status.json")
 
 
-def preparation_needed(chief: ProcessPlan, args: argparse.Namespace, console: Console) -> bool:
+def preparations_to_run(preparations: list[ProcessPlan], chief: ProcessPlan, args: argparse.Namespace) -> list[ProcessPlan]:
+    """Like `make submit`: the data-preparation Job runs for every dataset but synthetic (it is a no-op when
+    the data is already on the volume), unless --skip-prepare."""
     dataset = flag_value(chief, "dataset", Config().dataset)
-    if dataset == SYNTHETIC:
-        return False
-    if args.skip_prepare:
-        console.say(f"--skip-prepare: not preparing {dataset}; the trainer reads what is on the volume")
-        return False
-    return True
+    if dataset == SYNTHETIC or args.skip_prepare:
+        return []
+    return preparations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,14 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     if run_policy.get("suspend"):
         print(f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod", file=sys.stderr)
         return 2
-    names = [p.name for _, p in replicas] + [p.name for p in preparations]
-    console = Console(names, job_dir / "run-local" / "logs")
-    grace = max(p.grace_s for _, p in replicas)
-    watchdog = Watchdog(grace)
     chief = chief_plan(replicas)
+    preparations = preparations_to_run(preparations, chief, args)
+    console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
+    watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
         console.say(f"TFJob {manifests.namespace}/{manifests.name}: {len(replicas)} replica(s); "
-                    f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)}")
+                    f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)} "
+                    f"(kept between runs like the claim; --clean starts afresh)")
         console.say(f"logs: {shown(console.log_dir)}/<replica>.log")
         for replica, plan in replicas:
             for port_name, (container_port, local) in plan.ports.items():
@@ -119,14 +118,15 @@ def main(argv: list[str] | None = None) -> int:
             if replica.restart_policy == "Always":
                 console.say(f"{plan.name}: restartPolicy Always restarts the replica even after exit 0, so the job "
                             f"can only end by backoffLimit or activeDeadlineSeconds, as on a cluster")
-        if preparations and preparation_needed(chief, args, console):
-            for plan in preparations:
-                rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
-                code = run_job("Job", plan.name, manifests.namespace, rules, {plan.name: (rules.replicas[0], plan)},
-                               console, watchdog, job_dir, None)
-                if code != 0:
-                    console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
-                    return code
+        if args.skip_prepare:
+            console.say("--skip-prepare: the data-preparation Job does not run; the trainer reads what is on the volume")
+        for plan in preparations:
+            rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
+            code = run_job("Job", plan.name, manifests.namespace, rules, {plan.name: (rules.replicas[0], plan)},
+                           console, watchdog, job_dir, None)
+            if code != 0:
+                console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
+                return code
         rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
                          run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""))
         model_dir = pathlib.Path(chief.cwd) / flag_value(chief, "model-dir", Config().model_dir)

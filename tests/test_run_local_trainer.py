@@ -1,0 +1,79 @@
+"""run-local end to end: the project's own manifest (`kubectl kustomize k8s`) and the real trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "scripts" / "run_local.py"
+SMALL = ["--train-examples", "2048", "--test-examples", "512"]
+
+
+def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
+    with console.open("w") as out:
+        return subprocess.Popen([sys.executable, str(RUNNER), "--job-dir", str(job_dir), *args],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def finish(proc: subprocess.Popen, console: pathlib.Path, timeout: float) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        raise AssertionError(f"run-local did not finish in {timeout} s:\n{console.read_text()[-5000:]}") from None
+
+
+def status(job_dir: pathlib.Path) -> dict:
+    return json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())
+
+
+def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_directory(tmp_path):
+    job_dir, console = tmp_path / "job", tmp_path / "console.txt"
+    proc = start(job_dir, console, "--workers", "2", "--dataset", "synthetic", "--epochs", "1", "--", *SMALL)
+    assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
+    result = status(job_dir)
+    assert result["state"] == "Succeeded"
+    assert result["condition"]["message"] == "TFJob default/multi-worker successfully completed."
+    assert {name: r["exit_codes"] for name, r in result["replicas"].items()} == {"worker-0": [0], "worker-1": [0]}
+    # The manifest's /mnt/training/model is the job directory's model/, and only the chief wrote there.
+    model_dir = job_dir / "model"
+    assert result["model_dir"] == str(model_dir.resolve())
+    assert sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("model.keras")) == ["model/model.keras"]
+    assert [p.parent.relative_to(job_dir) for p in job_dir.rglob("saved_model.pb")] == [pathlib.Path("model/saved_model")]
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert metrics["workers"] == 2
+    text = console.read_text()
+    assert re.search(r"^worker-0 +\| ", text, re.M) and re.search(r"^worker-1 +\| ", text, re.M)
+    assert "Succeeded: TFJob default/multi-worker successfully completed." in text
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_path):
+    job_dir, console = tmp_path / "job", tmp_path / "console.txt"
+    proc = start(job_dir, console, "--workers", "2", "--dataset", "synthetic", "--epochs", "2", "--",
+                 "--train-examples", "16384", "--test-examples", "512", "--checkpoint-every", "16", "--log-every", "16")
+    chief_log = job_dir / "run-local" / "logs" / "worker-0.log"
+    deadline = time.monotonic() + 180
+    while not (chief_log.exists() and "step 32/" in chief_log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, console.read_text()[-5000:]
+        time.sleep(0.2)
+    worker_1 = next(p for p in psutil.Process(proc.pid).children()
+                    if json.loads(p.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1)
+    os.kill(worker_1.pid, signal.SIGKILL)
+    assert finish(proc, console, timeout=300) == 0, console.read_text()[-5000:]
+    result = status(job_dir)
+    assert result["state"] == "Succeeded"
+    assert result["replicas"]["worker-1"]["exit_codes"][0] == 137
+    assert result["replicas"]["worker-1"]["recreations"] >= 1
+    assert "resumed from" in chief_log.read_text()
