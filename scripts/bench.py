@@ -334,6 +334,8 @@ def print_table(results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the workers (in their own sessions) are killed, not orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     half = args.global_batch_size // 2
     plan = {"trainer_one_process": ("trainer", 1, args.global_batch_size),
             "trainer_two_workers": ("trainer", 2, half),
