@@ -52,9 +52,19 @@ def test_only_the_chief_logs_progress(two_workers):
 
 def test_exactly_one_model_and_no_worker_scratch_left(two_workers):
     root, _ = two_workers
-    assert sorted(os.listdir(root / "model")) == sorted([saving.KERAS_MODEL, saving.SAVED_MODEL, saving.METRICS])
+    assert sorted(os.listdir(root / "model")) == sorted([saving.KERAS_MODEL, saving.SAVED_MODEL, saving.METRICS,
+                                                         "checkpoints", "logs", "status.json"])
     assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-save-")]
     assert sorted(os.listdir(root)) == ["model", "scratch"]
+
+
+def test_only_the_chief_writes_checkpoints_and_tensorboard_logs(two_workers):
+    root, _ = two_workers
+    for split in ("train", "test"):
+        assert len(os.listdir(root / "model" / "logs" / split)) == 1  # one writer: the chief's
+    checkpoints = os.listdir(root / "model" / "checkpoints")
+    assert "checkpoint" in checkpoints and "run-setup.json" in checkpoints
+    assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-ckpt-")]
 
 
 def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):

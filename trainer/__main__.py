@@ -12,6 +12,7 @@ STARTED_AT = time.time()  # before the heavy imports: time to first step counts 
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import warnings  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     status.update(state="starting", workers=cluster.num_workers)
 
     import tensorflow as tf
+
+    # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
     if config.threads:
         # Must precede every TF op; more threads than cores makes co-located workers fight over them.

@@ -88,7 +88,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         for _ in tf.range(steps):
             strategy.run(train_step, args=next(iterator))
         # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
-        return strategy.reduce("SUM", strategy.run(lambda: tf.identity(stop_requested)), axis=None)
+        return strategy.reduce("SUM", strategy.run(tf.identity, args=(stop_requested,)), axis=None)
 
     def eval_step(images: tf.Tensor, labels: tf.Tensor) -> None:
         logits = model(images, training=False)
@@ -207,9 +207,11 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
 def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
     """A worker that restored a different checkpoint than its peers would silently diverge."""
-    local = tf.constant(step, tf.int64)
-    total = int(strategy.reduce("SUM", strategy.run(lambda: tf.identity(local)), axis=None))
-    if total != step * strategy.num_replicas_in_sync:
+    @tf.function(autograph=False)
+    def sum_over_replicas(local: tf.Tensor) -> tf.Tensor:
+        return strategy.reduce("SUM", strategy.run(tf.identity, args=(local,)), axis=None)
+
+    if int(sum_over_replicas(tf.constant(step, tf.int64))) != step * strategy.num_replicas_in_sync:
         raise RuntimeError(f"workers restored different checkpoints (this one step {step}); restart the group")
 
 

@@ -1,0 +1,180 @@
+"""The chief as the group's persistence and reporting authority: resume after failures, live status.
+
+Group failures run the project's TFJob manifest through the local runner (scripts/run_local.py), which
+restarts replicas as the Kubeflow operator does under restartPolicy ExitCode.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from multiworker import ROOT, free_ports, start, wait_all
+from trainer import checkpoint, saving, status
+
+CHECKPOINT_EVERY = 20
+# 6400 examples / global batch 64 = 100 steps per epoch, 3 epochs: long enough to strike mid-run.
+RUN = ["--train-examples", "6400", "--test-examples", "500", "--per-worker-batch-size", "32",
+       "--checkpoint-every", str(CHECKPOINT_EVERY), "--log-every", "16", "--steps-per-loop", "4"]
+TOTAL_STEPS = 300
+
+
+def start_runner(job_dir):
+    command = [sys.executable, "scripts/run_local.py", "--workers", "2", "--dataset", "synthetic", "--epochs", "3",
+               "--job-dir", str(job_dir), "--", *RUN, "--status-port", str(free_ports(1)[0]),
+               "--status-host", "127.0.0.1"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def replica(runner, name):
+    """The live process of replica `name` (e.g. worker-1), found by the TF_CONFIG the runner gave it."""
+    kind, index = name.rsplit("-", 1)
+    for child in psutil.Process(runner.pid).children(recursive=True):
+        try:
+            config = json.loads(child.environ().get("TF_CONFIG", "null") or "null")
+        except (psutil.Error, json.JSONDecodeError):
+            continue
+        if config and config["task"] == {"type": kind, "index": int(index)}:
+            return child
+    raise AssertionError(f"no live process for {name}")
+
+
+def wait_for_step(model_dir, at_least, runner, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert runner.poll() is None, runner.communicate()[0][-3000:]
+        try:
+            step = status.read_status(str(model_dir)).get("global_step") or 0
+        except (OSError, ValueError):
+            step = 0
+        if step >= at_least:
+            return step
+        time.sleep(0.05)
+    raise AssertionError(f"step {at_least} not reached in {timeout} s")
+
+
+def finish(runner):
+    output, _ = runner.communicate(timeout=300)
+    assert runner.returncode == 0, output[-4000:]
+    assert "Succeeded" in output
+    return output
+
+
+def digests(output):
+    """The weights fingerprint each replica printed last."""
+    found = dict(re.findall(r"(worker-\d) finished: .*weights sha256 (\w+)", output))
+    assert set(found) == {"worker-0", "worker-1"}, output[-3000:]
+    return set(found.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["worker-1", "worker-0"])
+def test_a_killed_worker_costs_at_most_one_checkpoint_interval(tmp_path, victim):
+    runner = start_runner(tmp_path / "job")
+    model_dir = tmp_path / "job" / "model"
+    seen = wait_for_step(model_dir, 60, runner)
+    replica(runner, victim).kill()
+    output = finish(runner)
+    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    assert metrics["steps"] == TOTAL_STEPS
+    assert metrics["restarts"] == 1
+    assert seen - CHECKPOINT_EVERY < metrics["resumed_from_step"] <= seen + 100
+    assert len(digests(output)) == 1  # both workers end with identical weights
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
+    runner = start_runner(tmp_path / "job")
+    model_dir = tmp_path / "job" / "model"
+    wait_for_step(model_dir, 40, runner)
+    replica(runner, "worker-1").send_signal(signal.SIGTERM)
+    output = finish(runner)
+    stopped = [int(s) for s in re.findall(r"stopped at step (\d+) of", output)]
+    assert stopped and len(set(stopped)) == 1, output[-3000:]
+    assert "exit code 143" in output  # retryable under restartPolicy ExitCode
+    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    assert metrics["resumed_from_step"] == stopped[0]  # nothing redone, nothing skipped
+    assert (metrics["steps"], metrics["restarts"]) == (TOTAL_STEPS, 1)
+    assert len(digests(output)) == 1
+
+
+def train_once(model_dir, *extra, timeout=240):
+    args = ["--dataset", "synthetic", "--train-examples", "2048", "--test-examples", "256", "--log-every", "16",
+            "--checkpoint-every", "16", "--model-dir", str(model_dir), *extra]
+    return wait_all({"single": start(args, None)}, timeout)["single"]
+
+
+def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    model_dir = tmp_path / "model"
+    first = train_once(model_dir, "--epochs", "1")
+    assert first.returncode == 0, first.output[-3000:]
+    directory = model_dir / checkpoint.CHECKPOINTS
+    latest = directory / "ckpt-32.data-00000-of-00001"
+    latest.write_bytes(latest.read_bytes()[:100])
+    second = train_once(model_dir, "--epochs", "2")
+    assert second.returncode == 0, second.output[-3000:]
+    assert "ckpt-32 is unreadable" in second.output and "trying the one before it" in second.output
+    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    assert (metrics["resumed_from_step"], metrics["steps"], metrics["restarts"]) == (16, 64, 1)
+
+
+def test_no_readable_checkpoint_starts_fresh_with_a_log_line(tmp_path):
+    model_dir = tmp_path / "model"
+    directory = model_dir / checkpoint.CHECKPOINTS
+    directory.mkdir(parents=True)
+    (directory / "ckpt-16.index").write_bytes(b"garbage")
+    result = train_once(model_dir, "--epochs", "1")
+    assert result.returncode == 0, result.output[-3000:]
+    assert "no readable checkpoint" in result.output and "starting from step 0" in result.output
+    assert json.loads((model_dir / saving.METRICS).read_text())["resumed_from_step"] == 0
+
+
+def test_a_checkpoint_from_another_setup_is_refused_naming_the_mismatch(tmp_path):
+    model_dir = tmp_path / "model"
+    assert train_once(model_dir, "--epochs", "1").returncode == 0
+    result = train_once(model_dir, "--epochs", "1", "--model", "dropout", "--per-worker-batch-size", "32")
+    assert result.returncode == 2
+    assert "model: checkpoint has 'cnn', this run has 'dropout'" in result.output
+    assert "global_batch_size: checkpoint has 64, this run has 32" in result.output
+    assert "new --model-dir" in result.output
+
+
+def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
+    port = free_ports(1)[0]
+    process = start(["--dataset", "synthetic", "--train-examples", "6400", "--test-examples", "256", "--epochs", "2",
+                     "--log-every", "16", "--model-dir", str(tmp_path / "model"), "--status-port", str(port),
+                     "--status-host", "127.0.0.1"], None)
+    steps, states, scraped_states = [], set(), set()
+    try:
+        while process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
+                    answer = json.load(response)
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    scraped_states |= set(re.findall(r'trainer_state\{trainer_state="(\w+)"\} 1\.0',
+                                                     response.read().decode()))
+            except OSError:
+                time.sleep(0.1)
+                continue
+            states.add(answer["state"])
+            steps.append(answer.get("global_step") or 0)
+            time.sleep(0.05)
+    finally:
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output[-3000:]
+    assert "running" in states and len(set(steps)) >= 3
+    assert steps == sorted(steps)
+    assert "running" in scraped_states  # the Prometheus view follows the same state
+    final = status.read_status(str(tmp_path / "model"))
+    assert final["state"] == "succeeded" and final["global_step"] == final["total_steps"] == 200
+    view = subprocess.run([sys.executable, "-m", "trainer.status", str(tmp_path / "model")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert view.returncode == 0 and "succeeded" in view.stdout and "200/200 (100.0%)" in view.stdout

@@ -1,0 +1,234 @@
+"""The container image builds, stays small, and trains two workers inside itself.
+
+The image tests build with scripts/build-image.sh and run the image with
+`buildah run --isolation chroot`, which needs no Docker engine and shares the
+host's network, so two workers meet on 127.0.0.1 as two pods meet in a TFJob.
+The base is the Dockerfile's registry image where a registry answers, else a
+Debian bookworm base made by scripts/make-base-image.sh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import project_settings
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SETTINGS = project_settings.load()
+# Its own repository name, so running the tests never retags the user's `latest`.
+TEST_REPOSITORY = f"localhost/{SETTINGS['IMAGE_NAME']}-image-test"
+NON_ROOT_UID = 1000
+SIZE_LIMIT_BYTES = 2.5e9
+UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+BUILD_TIMEOUT_S = 1800
+TRAIN_TIMEOUT_S = 600
+TRAIN_FLAGS = ["--dataset", "synthetic", "--epochs", "1", "--train-examples", "512",
+               "--test-examples", "256", "--startup-timeout", "180"]
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image_requirements.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_the_cpu_image_installs_tensorflow_cpu_and_no_other_tensorflow():
+    result = run_script("cpu")
+    assert result.returncode == 0, result.stderr
+    names = {re.split(r"[=<>\[ ;]", line, maxsplit=1)[0] for line in result.stdout.split()}
+    assert {name for name in names if name.startswith("tensorflow") and name != "tensorflow-datasets"} \
+        == {"tensorflow-cpu"}
+    assert "keras" in names
+
+
+def test_an_unknown_tensorflow_flavour_is_refused_naming_the_choices():
+    result = run_script("cuda")
+    assert result.returncode == 2
+    assert "cuda" in result.stderr and "cpu, gpu, tf" in result.stderr
+
+
+# --- the image itself --------------------------------------------------------------------------
+
+def buildah(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["buildah", *args], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"buildah {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def default_base_image() -> str:
+    match = re.search(r"^ARG BASE_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert match, "Dockerfile has no 'ARG BASE_IMAGE=<default>' line"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def base_image() -> str | None:
+    """None where the Dockerfile's default base can be pulled; else a debootstrap base's name."""
+    if shutil.which("buildah") is None:
+        pytest.skip("buildah not found: the image tests build and run the image with it (Debian: apt-get install buildah)")
+    if os.geteuid() != 0:
+        pytest.skip("the image tests run buildah as root (chroot isolation, a bind-mounted volume owned by uid 1000)")
+    if buildah("pull", "--quiet", default_base_image(), timeout=600, check=False).returncode == 0:
+        return None
+    if shutil.which("debootstrap") is None:
+        pytest.skip(f"no registry serves {default_base_image()} and debootstrap is not found to make a local base "
+                    "(Debian: apt-get install debootstrap)")
+    made = subprocess.run([str(ROOT / "scripts" / "make-base-image.sh")], capture_output=True, text=True,
+                          env={**os.environ, "CONTAINER_TOOL": "buildah"}, timeout=BUILD_TIMEOUT_S)
+    assert made.returncode == 0, f"make-base-image.sh failed:\n{made.stderr[-4000:]}"
+    return made.stdout.strip()
+
+
+def build(root: pathlib.Path, image: str, base: str | None) -> subprocess.CompletedProcess:
+    """Runs root's build-image.sh the way `make image` does, with buildah."""
+    env = {**os.environ, "CONTAINER_TOOL": "buildah", "BUILDAH_ISOLATION": "chroot", "IMAGE": image}
+    env.pop("BASE_IMAGE", None)
+    env.pop("IMAGE_TF_FLAVOUR", None)
+    if base:
+        env["BASE_IMAGE"] = base
+    # RUN steps reach the package index through the host's CA bundle (an intercepting proxy may sign it).
+    if pathlib.Path("/etc/ssl/certs").is_dir():
+        env["EXTRA_BUILD_FLAGS"] = "-v /etc/ssl/certs:/etc/ssl/certs:ro"
+    result = subprocess.run([str(root / "scripts" / "build-image.sh")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 0, f"build-image.sh failed:\n{result.stdout[-5000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def built(base_image: str | None) -> tuple[str, str]:
+    """The image built from this checkout, and build-image.sh's output."""
+    image = f"{TEST_REPOSITORY}:proof"
+    return image, build(ROOT, image, base_image)
+
+
+def image_config(image: str) -> dict:
+    return json.loads(buildah("inspect", "--type", "image", image).stdout)["OCIv1"]["config"]
+
+
+def size_in_bytes(build_output: str) -> float:
+    match = re.search(r"size ([\d.]+) ?([kKMGT]?B) \(uncompressed\)", build_output)
+    assert match, f"build-image.sh did not print the image size:\n{build_output[-2000:]}"
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+@pytest.mark.image
+def test_the_image_is_tagged_labelled_non_root_and_under_the_size_limit(built):
+    image, output = built
+    config = image_config(image)
+    assert image_config(f"{TEST_REPOSITORY}:latest") == config, "the latest tag is not the image just built"
+    assert size_in_bytes(output) < SIZE_LIMIT_BYTES, f"the image is over 2.5 GB: {output[-300:]}"
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert config["Labels"]["org.opencontainers.image.revision"] == head.stdout.strip()
+    assert config["Labels"]["org.opencontainers.image.version"] != "unknown"
+    assert config["User"] == f"{NON_ROOT_UID}:{NON_ROOT_UID}"
+    assert config["Entrypoint"][0].endswith("tini"), "PID 1 must be tini so SIGTERM reaches the trainer"
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Kills a worker still running (its whole session: buildah and the trainer under it)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@contextlib.contextmanager
+def working_container(image: str):
+    """A buildah working container of the image: one per worker, as a pod is."""
+    container = buildah("from", "--pull=never", image).stdout.strip()
+    try:
+        yield container
+    finally:
+        buildah("rm", container, check=False)
+
+
+@pytest.mark.image
+def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_model(built, tmp_path):
+    image, _ = built
+    mount_path, model_dir = SETTINGS["MOUNT_PATH"], SETTINGS["TRAINER_MODEL_DIR"]
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    # What a pod's fsGroup does to its volume: group 1000 owns it, group-writable, new files inherit the group.
+    os.chown(volume, 0, NON_ROOT_UID)
+    volume.chmod(0o2775)
+    entrypoint = image_config(image)["Entrypoint"]
+    ports = free_ports(2)
+    with contextlib.ExitStack() as stack:
+        workers = []
+        for index in range(2):
+            tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+                         "task": {"type": "worker", "index": index}}
+            command = ["buildah", "run", "--isolation", "chroot", "--env", f"TF_CONFIG={json.dumps(tf_config)}",
+                       "--volume", f"{volume}:{mount_path}", stack.enter_context(working_container(image)), "--",
+                       *entrypoint, *TRAIN_FLAGS, "--model-dir", model_dir]
+            log = tmp_path / f"worker-{index}.log"
+            with log.open("w") as out:
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stack.callback(stop, process)
+            workers.append((process, log))
+        codes = [process.wait(timeout=TRAIN_TIMEOUT_S) for process, _ in workers]
+    logs = [log.read_text() for _, log in workers]
+    assert codes == [0, 0], "\n".join(f"--- worker {i} exited {code}:\n{text[-3000:]}"
+                                      for i, (code, text) in enumerate(zip(codes, logs)))
+
+    host_model_dir = volume / pathlib.PurePosixPath(model_dir).relative_to(mount_path)
+    assert (host_model_dir / "model.keras").is_file()
+    assert (host_model_dir / "saved_model" / "saved_model.pb").is_file()
+    metrics = json.loads((host_model_dir / "metrics.json").read_text())
+    assert metrics["workers"] == 2
+    digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]
+    assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], \
+        f"the workers did not finish with the same weights: {digests}"
+    written = list(volume.rglob("*"))
+    assert written and all(path.stat().st_uid == NON_ROOT_UID for path in written), \
+        [f"{path} uid {path.stat().st_uid}" for path in written if path.stat().st_uid != NON_ROOT_UID]
+
+
+@pytest.mark.image
+def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built, base_image, tmp_path):
+    copy = tmp_path / "checkout"
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt", "k8s/settings.env"):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, copy / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("trainer", "scripts"):
+        shutil.copytree(ROOT / name, copy / name, ignore=ignore)
+    marker = f"# code change {tmp_path.name}"
+    with (copy / "trainer" / "__init__.py").open("a") as init:
+        init.write(f"\n{marker}\n")
+    # Another repository, so this build's `latest` does not move the proof image's.
+    repository = f"{TEST_REPOSITORY}-code-change"
+    try:
+        output = build(copy, f"{repository}:test", base_image)
+        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image_requirements\.py.*\n(.*)", output)
+        assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
+        assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
+        with working_container(f"{repository}:test") as container:
+            shipped = buildah("run", "--isolation", "chroot", container, "--", "python", "-c",
+                              "import inspect, trainer; print(inspect.getsource(trainer))").stdout
+        assert marker in shipped, "the image runs the old trainer code"
+    finally:
+        buildah("rmi", f"{repository}:test", f"{repository}:latest", check=False)
