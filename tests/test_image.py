@@ -106,11 +106,16 @@ def build(root: pathlib.Path, image: str, base: str | None) -> subprocess.Comple
     return result.stdout
 
 
+def git_head() -> str | None:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip() if head.returncode == 0 else None
+
+
 @pytest.fixture(scope="module")
-def built(base_image: str | None) -> tuple[str, str]:
-    """The image built from this checkout, and build-image.sh's output."""
-    image = f"{TEST_REPOSITORY}:proof"
-    return image, build(ROOT, image, base_image)
+def built(base_image: str | None) -> tuple[str, str, str | None]:
+    """The image built from this checkout, build-image.sh's output, and the commit it was built at."""
+    image, head = f"{TEST_REPOSITORY}:proof", git_head()
+    return image, build(ROOT, image, base_image), head
 
 
 def image_config(image: str) -> dict:
@@ -125,13 +130,12 @@ def size_in_bytes(build_output: str) -> float:
 
 @pytest.mark.image
 def test_the_image_is_tagged_labelled_non_root_and_under_the_size_limit(built):
-    image, output = built
+    image, output, head = built
     config = image_config(image)
     assert image_config(f"{TEST_REPOSITORY}:latest") == config, "the latest tag is not the image just built"
     assert size_in_bytes(output) < SIZE_LIMIT_BYTES, f"the image is over 2.5 GB: {output[-300:]}"
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0:
-        assert config["Labels"]["org.opencontainers.image.revision"] == head.stdout.strip()
+    if head:
+        assert config["Labels"]["org.opencontainers.image.revision"] == head
     assert config["Labels"]["org.opencontainers.image.version"] != "unknown"
     assert config["User"] == f"{NON_ROOT_UID}:{NON_ROOT_UID}"
     assert config["Entrypoint"][0].endswith("tini"), "PID 1 must be tini so SIGTERM reaches the trainer"
@@ -167,7 +171,7 @@ def working_container(image: str):
 
 @pytest.mark.image
 def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_model(built, tmp_path):
-    image, _ = built
+    image = built[0]
     mount_path, model_dir = SETTINGS["MOUNT_PATH"], SETTINGS["TRAINER_MODEL_DIR"]
     volume = tmp_path / "volume"
     volume.mkdir()

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
+# Env (`make image` exports the first three):
+#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : short git revision)
+#   IMAGE_TAG          the tag part of IMAGE, used when IMAGE is unset
+#   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
+#   IMAGE_TF_FLAVOUR   cpu (default) or gpu; gpu images get tags ending in -gpu
+#   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
+#                      where no registry is reachable: BASE_IMAGE=$(scripts/make-base-image.sh)
+#   EXTRA_BUILD_FLAGS  more words for the build command, e.g. "-v /etc/ssl/certs:/etc/ssl/certs:ro"
+#                      where the package index sits behind a proxy whose CA only the host trusts
+# buildah and podman read BUILDAH_ISOLATION; set it to chroot where runc cannot run.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=/dev/null
+source "$root/k8s/settings.env"
+
+die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
+
+default_tool() {
+  if command -v docker >/dev/null && docker info >/dev/null 2>&1; then echo docker
+  elif command -v podman >/dev/null; then echo podman
+  elif command -v buildah >/dev/null; then echo buildah
+  else echo docker
+  fi
+}
+
+tool=${CONTAINER_TOOL:-$(default_tool)}
+case "$tool" in
+  docker | podman | buildah) ;;
+  *) die "CONTAINER_TOOL must be docker, podman or buildah, got '$tool'" ;;
+esac
+command -v "$tool" >/dev/null || die "$tool is not installed; install it or set CONTAINER_TOOL to docker, podman or buildah"
+
+flavour=${IMAGE_TF_FLAVOUR:-cpu}
+case "$flavour" in
+  cpu) suffix= ;;
+  gpu) suffix=-gpu ;;
+  *) die "IMAGE_TF_FLAVOUR must be cpu or gpu, got '$flavour'" ;;
+esac
+
+revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-${revision:0:12}}}
+[[ $image == *:* ]] || die "IMAGE must be name:tag, got '$image'"
+image=$image$suffix
+latest=${image%:*}:latest$suffix
+
+if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+  echo "build-image: warning: uncommitted changes are built into $image; commit them so the tag names the code" >&2
+fi
+
+version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$root/pyproject.toml")
+source_url=$(git -C "$root" remote get-url origin 2>/dev/null || echo unknown)
+
+# The labels go in twice: as build args for a plain `docker build`, and as --label because
+# buildah 1.28 reuses a cached LABEL step whose build args changed.
+args=(
+  --build-arg "TF_FLAVOUR=$flavour"
+  --build-arg "VERSION=$version"
+  --build-arg "REVISION=$revision"
+  --build-arg "SOURCE=$source_url"
+  --label "org.opencontainers.image.version=$version"
+  --label "org.opencontainers.image.revision=$revision"
+  --label "org.opencontainers.image.source=$source_url"
+  --tag "$image"
+  --tag "$latest"
+)
+[[ -z ${BASE_IMAGE:-} ]] || args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+read -r -a extra <<<"${EXTRA_BUILD_FLAGS:-}"
+args+=("${extra[@]}")
+
+echo "build-image: building $image ($flavour) with $tool" >&2
+case "$tool" in
+  docker | podman) build=("$tool" build) ;;
+  buildah) build=(buildah bud --layers) ;;
+esac
+if ! "${build[@]}" "${args[@]}" --file "$root/Dockerfile" "$root"; then
+  die "the build failed; where no registry is reachable, build FROM a local base: BASE_IMAGE=\$(scripts/make-base-image.sh) make image"
+fi
+
+size=$("$tool" images --format '{{.Size}}' "$image" | head -n 1)
+echo "build-image: built $image and $latest, size $size (uncompressed)"
