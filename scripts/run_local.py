@@ -77,14 +77,24 @@ def preparations_to_run(preparations: list[ProcessPlan], chief: ProcessPlan, arg
     return preparations
 
 
+def clean(job_dir: pathlib.Path) -> None:
+    """Deletes a job directory, but only one that run-local made (it holds run-local/)."""
+    if not job_dir.exists():
+        return
+    if any(job_dir.iterdir()) and not (job_dir / "run-local").is_dir():
+        raise manifest_io.ManifestError(f"--clean: {job_dir} was not made by run-local (it has no run-local/ "
+                                        f"directory); delete it yourself if you mean it")
+    shutil.rmtree(job_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     problems = Problems()
     try:
         manifests = apply(load(args), Overrides(args.workers, args.dataset, args.epochs, args.trainer_flags))
         job_dir = (args.job_dir or ROOT / "runs" / manifests.name).resolve()
-        if args.clean and job_dir.exists():
-            shutil.rmtree(job_dir)
+        if args.clean:
+            clean(job_dir)
         planner = Planner(manifests, job_dir, problems)
         replicas = planner.replicas()
         preparations = planner.preparation_jobs()

@@ -254,3 +254,23 @@ def test_an_unresolvable_reference_stops_the_run_before_anything_starts(tmp_path
     assert run.wait() == 2
     assert "no ConfigMap named 'settings'" in run.console and "CreateContainerConfigError" in run.console
     assert not run.state.exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_replica_dies_with_its_runner_even_without_the_watchdog(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from localjob.processes import spawn; "
+        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)"),
+        str(ROOT / "scripts")], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert alive(child)
+    parent.kill()
+    parent.wait()
+    assert_all_gone([child], within_s=2)
+
+
+def test_clean_refuses_a_directory_run_local_did_not_make(tmp_path):
+    (tmp_path / "job" / "precious").mkdir(parents=True)
+    run = Run(tmp_path, manifest(tmp_path, []), "--clean")
+    assert run.wait() == 2
+    assert "was not made by run-local" in run.console and (tmp_path / "job" / "precious").exists()
