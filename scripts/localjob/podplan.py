@@ -27,7 +27,7 @@ from .operator_rules import Replica
 from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-IMAGE_ENTRYPOINT = ("/usr/bin/tini", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
+IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
 INITS = ("tini", "tini-static", "dumb-init")
 TFJOB_PORT_NAME = "tfjob-port"
 # Listeners of a pod are reached through Services only; local ones stay on loopback unless the manifest says.
