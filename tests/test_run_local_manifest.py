@@ -174,3 +174,11 @@ def test_the_projects_kustomization_renders_to_a_runnable_tfjob(tmp_path):
     (prepare,) = planner.preparation_jobs()
     assert prepare.argv[:3] == [sys.executable, "-m", "trainer.data"]
     assert prepare.env["TRAINER_DATA_DIR"] == replicas[0][1].env["TRAINER_DATA_DIR"]
+
+
+def test_command_expansion_sees_only_the_containers_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("FROM_MY_SHELL", "leak")
+    container = {"name": "tensorflow", "image": "img", "args": ["$(FROM_MY_SHELL)", "$(OWN)"],
+                 "env": [{"name": "OWN", "value": "mine"}]}
+    (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
+    assert plan.argv[-2:] == ["$(FROM_MY_SHELL)", "mine"]

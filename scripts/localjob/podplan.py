@@ -122,9 +122,13 @@ class Planner:
         return env
 
     def _argv(self, container: Mapping[str, Any], env: Mapping[str, str], mapper: PathMapper, where: str) -> list[str]:
+        """env: the container's own variables, the only ones the kubelet expands $(VAR) with."""
         command = [expand(str(c), env) for c in container.get("command") or []]
         args = [expand(str(a), env) for a in container.get("args") or []]
         argv = without_init((command or list(IMAGE_ENTRYPOINT)) + args)
+        if not argv:
+            self.problems.errors.append(f"{where}: the container's command runs nothing")
+            return argv
         if _PYTHON.match(pathlib.PurePosixPath(argv[0]).name):
             argv[0] = sys.executable
         argv = [mapper.rewrite(a) for a in argv]
@@ -151,10 +155,11 @@ class Planner:
                                              self.problems))
         ports = local_ports(container)
         resolved = self.resolver.resolve(container, pod, where, self.problems)
+        container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
         env = self._base_env(pod_name)
         env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
-        env.update({k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()})
-        argv = [_rewrite_port(a, ports) for a in self._argv(container, env, mapper, where)]
+        env.update(container_env)
+        argv = [_rewrite_port(a, ports) for a in self._argv(container, container_env, mapper, where)]
         plan = ProcessPlan(name=name, pod_name=pod_name, argv=argv, env=env, cwd=self._cwd(container, mapper, where),
                            grace_s=float(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
                            ports=ports)
