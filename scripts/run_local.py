@@ -37,7 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(
         prog="scripts/run_local.py", description=__doc__.split("\n\n")[0],
-        epilog="Everything after -- is appended to the trainer's arguments in every replica.")
+        epilog="Everything after -- is appended to the trainer's arguments in every replica. Exit code: 0 the job "
+               "Succeeded, 1 it Failed, 2 the manifests cannot run, 130/143 stopped by SIGINT/SIGTERM.")
     parser.add_argument("--workers", type=int, help="Worker replicas (default: the manifest's)")
     parser.add_argument("--dataset", help="dataset for the trainer and the data preparation (default: the manifest's)")
     parser.add_argument("--epochs", type=int, help="epochs (default: the manifest's)")
