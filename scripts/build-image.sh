@@ -42,7 +42,7 @@ esac
 
 revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-${revision:0:12}}}
-[[ $image == *:* ]] || die "IMAGE must be name:tag, got '$image'"
+[[ ${image##*/} == *:* ]] || die "IMAGE must be name:tag, got '$image'"
 image=$image$suffix
 latest=${image%:*}:latest$suffix
 

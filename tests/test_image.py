@@ -19,15 +19,20 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 import project_settings
+from trainer import exit_codes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SETTINGS = project_settings.load()
 # Its own repository name, so running the tests never retags the user's `latest`.
 TEST_REPOSITORY = f"localhost/{SETTINGS['IMAGE_NAME']}-image-test"
+MOUNT_PATH, MODEL_DIR = SETTINGS["MOUNT_PATH"], SETTINGS["TRAINER_MODEL_DIR"]
+MODEL_DIR_IN_VOLUME = pathlib.PurePosixPath(MODEL_DIR).relative_to(MOUNT_PATH)
 NON_ROOT_UID = 1000
 SIZE_LIMIT_BYTES = 2.5e9
 UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
@@ -141,6 +146,15 @@ def test_the_image_is_tagged_labelled_non_root_and_under_the_size_limit(built):
     assert config["Entrypoint"][0].endswith("tini"), "PID 1 must be tini so SIGTERM reaches the trainer"
 
 
+def fs_group_volume(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A host directory prepared as a pod's fsGroup prepares its volume: group 1000, group-writable, setgid."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    os.chown(volume, 0, NON_ROOT_UID)
+    volume.chmod(0o2775)
+    return volume
+
+
 def stop(process: subprocess.Popen) -> None:
     """Kills a worker still running (its whole session: buildah and the trainer under it)."""
     if process.poll() is None:
@@ -172,12 +186,7 @@ def working_container(image: str):
 @pytest.mark.image
 def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_model(built, tmp_path):
     image = built[0]
-    mount_path, model_dir = SETTINGS["MOUNT_PATH"], SETTINGS["TRAINER_MODEL_DIR"]
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    # What a pod's fsGroup does to its volume: group 1000 owns it, group-writable, new files inherit the group.
-    os.chown(volume, 0, NON_ROOT_UID)
-    volume.chmod(0o2775)
+    volume = fs_group_volume(tmp_path)
     entrypoint = image_config(image)["Entrypoint"]
     ports = free_ports(2)
     with contextlib.ExitStack() as stack:
@@ -186,8 +195,8 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
             tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
                          "task": {"type": "worker", "index": index}}
             command = ["buildah", "run", "--isolation", "chroot", "--env", f"TF_CONFIG={json.dumps(tf_config)}",
-                       "--volume", f"{volume}:{mount_path}", stack.enter_context(working_container(image)), "--",
-                       *entrypoint, *TRAIN_FLAGS, "--model-dir", model_dir]
+                       "--volume", f"{volume}:{MOUNT_PATH}", stack.enter_context(working_container(image)), "--",
+                       *entrypoint, *TRAIN_FLAGS, "--model-dir", MODEL_DIR]
             log = tmp_path / f"worker-{index}.log"
             with log.open("w") as out:
                 process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -198,7 +207,7 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     assert codes == [0, 0], "\n".join(f"--- worker {i} exited {code}:\n{text[-3000:]}"
                                       for i, (code, text) in enumerate(zip(codes, logs)))
 
-    host_model_dir = volume / pathlib.PurePosixPath(model_dir).relative_to(mount_path)
+    host_model_dir = volume / MODEL_DIR_IN_VOLUME
     assert (host_model_dir / "model.keras").is_file()
     assert (host_model_dir / "saved_model" / "saved_model.pb").is_file()
     metrics = json.loads((host_model_dir / "metrics.json").read_text())
@@ -209,6 +218,46 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     written = list(volume.rglob("*"))
     assert written and all(path.stat().st_uid == NON_ROOT_UID for path in written), \
         [f"{path} uid {path.stat().st_uid}" for path in written if path.stat().st_uid != NON_ROOT_UID]
+
+
+def read_status(model_dir: pathlib.Path) -> dict:
+    try:
+        return json.loads((model_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+@pytest.mark.image
+def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exits_retryably(built, tmp_path):
+    """Kubernetes stops a pod with SIGTERM to its first process, tini; the trainer must receive it."""
+    image = built[0]
+    volume = fs_group_volume(tmp_path)
+    host_model_dir = volume / MODEL_DIR_IN_VOLUME
+    entrypoint = image_config(image)["Entrypoint"]
+    log = tmp_path / "trainer.log"
+    # Far more steps than the test waits for: it ends by SIGTERM, not by finishing.
+    flags = ["--dataset", "synthetic", "--epochs", "1000", "--train-examples", "512", "--test-examples", "256",
+             "--steps-per-loop", "4", "--model-dir", MODEL_DIR]
+    with working_container(image) as container, log.open("w") as out:
+        process = subprocess.Popen(["buildah", "run", "--isolation", "chroot", "--volume", f"{volume}:{MOUNT_PATH}",
+                                    container, "--", *entrypoint, *flags],
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + TRAIN_TIMEOUT_S
+            while read_status(host_model_dir).get("global_step", 0) < 1:
+                assert process.poll() is None, f"the trainer exited before training:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no training step in {TRAIN_TIMEOUT_S} s"
+                time.sleep(0.5)
+            tini = [child for child in psutil.Process(process.pid).children(recursive=True)
+                    if child.name() == "tini"]
+            assert len(tini) == 1, f"expected one tini under buildah run, found {tini}"
+            tini[0].send_signal(signal.SIGTERM)
+            code = process.wait(timeout=TRAIN_TIMEOUT_S)
+        finally:
+            stop(process)
+    assert code == exit_codes.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
+    assert read_status(host_model_dir)["state"] == "preempted"
+    assert (host_model_dir / "checkpoints" / "checkpoint").is_file(), "no checkpoint was saved on SIGTERM"
 
 
 @pytest.mark.image
