@@ -95,8 +95,8 @@ def base_image() -> str | None:
     return made.stdout.strip()
 
 
-def build(root: pathlib.Path, image: str, base: str | None) -> subprocess.CompletedProcess:
-    """Runs root's build-image.sh the way `make image` does, with buildah."""
+def build(root: pathlib.Path, image: str, base: str | None) -> str:
+    """Runs root's build-image.sh the way `make image` does, with buildah; returns its output."""
     env = {**os.environ, "CONTAINER_TOOL": "buildah", "BUILDAH_ISOLATION": "chroot", "IMAGE": image}
     env.pop("BASE_IMAGE", None)
     env.pop("IMAGE_TF_FLAVOUR", None)
