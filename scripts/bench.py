@@ -142,6 +142,7 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
         "cpu_seconds": [usage.ru_utime + usage.ru_stime for usage in usages],
         "wall_seconds": wall_seconds,
         "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
         "workers": report["workers"],
         "global_batch_size": report["global_batch_size"],
     }
