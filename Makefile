@@ -37,8 +37,8 @@ lock: ## re-pin every transitive version into constraints.txt
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
-run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=)
-	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
+run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
+	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 test: install ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
