@@ -197,7 +197,7 @@ def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):
 def test_tensorboard_reads_the_model_directory_on_the_volume(rendered):
     deployment = component(rendered, "Deployment", "tensorboard")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert f"--logdir={SETTINGS['TRAINER_MODEL_DIR']}" in container["command"]
+    assert f"--logdir={SETTINGS['TRAINER_MODEL_DIR']}" in container["args"]
     assert container["volumeMounts"][0]["readOnly"] is True
     service = component(rendered, "Service", "tensorboard")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
