@@ -6,10 +6,11 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from typing import Sequence
+
+from loopback import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,15 +22,6 @@ class Finished:
     output: str
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:

@@ -16,7 +16,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import psutil
 import pytest
 
 import project_settings
+from loopback import free_ports
 from trainer import exit_codes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -162,15 +162,6 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @contextlib.contextmanager

@@ -16,9 +16,10 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import sys
 from typing import Any, Mapping
+
+from loopback import free_ports
 
 from . import tfconfig
 from .envvars import EnvResolver, PodIdentity, Problems, expand, object_data
@@ -61,8 +62,9 @@ def without_init(argv: list[str]) -> list[str]:
 
 
 def local_ports(container: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    return {port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), free_port())
-            for port in container.get("ports") or [] if port.get("name") != TFJOB_PORT_NAME}
+    declared = [port for port in container.get("ports") or [] if port.get("name") != TFJOB_PORT_NAME]
+    return {port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), local)
+            for port, local in zip(declared, free_ports(len(declared)))}
 
 
 def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
@@ -81,12 +83,6 @@ def chief_plan(planned: list[tuple[Replica, ProcessPlan]]) -> ProcessPlan:
         counts[replica.rtype] = counts.get(replica.rtype, 0) + 1
     chief = tfconfig.chief_of(counts)
     return next(plan for replica, plan in planned if (replica.rtype, replica.index) == chief)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def flag_value(plan: ProcessPlan, flag: str, default: str) -> str:
@@ -170,7 +166,8 @@ class Planner:
         tfjob, job = self.manifests.tfjob, self.manifests.name
         specs = replica_specs(tfjob)
         counts = {rtype: replica_count(spec) for rtype, spec in specs.items()}
-        ports = {(rtype, i): free_port() for rtype, n in counts.items() for i in range(n)}
+        tasks = [(rtype, i) for rtype, n in counts.items() for i in range(n)]
+        ports = dict(zip(tasks, free_ports(len(tasks))))
         address = lambda rtype, i: f"127.0.0.1:{ports[(rtype, i)]}"  # noqa: E731 (the operator's Service names, made local)
         chief = tfconfig.chief_of(counts)
         planned = []
