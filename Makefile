@@ -12,11 +12,15 @@ EPOCHS  ?= 3
 ARGS    ?=
 # The image tag is the git revision, so a re-submitted job never runs a stale image.
 IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
-IMAGE     := $(IMAGE_NAME):$(IMAGE_TAG)
+# cpu (tensorflow-cpu) or gpu (tensorflow[and-cuda]); gpu images are tagged with a -gpu suffix.
+IMAGE_TF_FLAVOUR ?= cpu
+IMAGE     := $(IMAGE_NAME):$(IMAGE_TAG)$(if $(filter gpu,$(IMAGE_TF_FLAVOUR)),-gpu)
+# TENSORBOARD=1 make submit also deploys TensorBoard reading the volume.
+TENSORBOARD ?=
 # docker, podman or buildah; the first one found when unset.
 CONTAINER_TOOL ?= $(shell command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && echo docker || (command -v podman >/dev/null 2>&1 && echo podman) || (command -v buildah >/dev/null 2>&1 && echo buildah) || echo docker)
 
-export IMAGE IMAGE_TAG CONTAINER_TOOL
+export IMAGE IMAGE_TAG IMAGE_TF_FLAVOUR CONTAINER_TOOL
 
 .PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
 
@@ -61,7 +65,7 @@ k3d-down: ## delete the k3d cluster
 	scripts/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the TFJob and follow it
-	$(PY) scripts/submit.py --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
+	$(PY) scripts/submit.py --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status
 	$(PY) scripts/submit.py --status

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
 # Env (`make image` exports the first three):
-#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : short git revision)
+#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : short git revision,
+#                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
 #   IMAGE_TAG          the tag part of IMAGE, used when IMAGE is unset
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
 #   IMAGE_TF_FLAVOUR   cpu (default) or gpu; gpu images get tags ending in -gpu
@@ -41,9 +42,8 @@ case "$flavour" in
 esac
 
 revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-${revision:0:12}}}
+image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-${revision:0:12}}$suffix}
 [[ ${image##*/} == *:* ]] || die "IMAGE must be name:tag, got '$image'"
-image=$image$suffix
 latest=${image%:*}:latest$suffix
 
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
