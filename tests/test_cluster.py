@@ -33,7 +33,6 @@ def test_operator_worker_only_shape():
     assert (first.rank, first.is_chief, second.rank, second.is_chief) == (0, True, 1, False)
     assert first.num_workers == 2 and first.is_distributed
     assert first.chief_address == "job-worker-0.default.svc:2222"
-    assert second.peer_addresses == ("job-worker-0.default.svc:2222",)
 
 
 def test_operator_chief_and_workers_shape_ranks_chief_first():

@@ -120,15 +120,33 @@ def test_shards_of_an_epoch_are_disjoint_and_cover_the_data(tmp_path):
 
 
 @pytest.mark.parametrize("present", ["worker-0", "worker-1"])
-def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present):
+def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present, tmp_path):
     cluster = worker_cluster(2)
     index = int(present[-1])
-    alone = start(["--dataset", "synthetic", "--startup-timeout", "5", "--model-dir", "/tmp/never-written"],
+    alone = start(["--dataset", "synthetic", "--startup-timeout", "5", "--model-dir", str(tmp_path / "model")],
                   tf_config(cluster, "worker", index))
     result = wait_all({present: alone}, timeout=90)[present]
     assert result.returncode == -9  # SIGKILL from the start-up watchdog: 137 in a pod, retryable
     assert "the training group did not form within 5 s" in result.output
     assert cluster["worker"][0] in result.output
+    assert "joining the group led by" in result.output  # said before the wait, by chief and worker alike
+
+
+def test_download_in_a_group_is_refused_before_tensorflow_starts(tmp_path):
+    cluster = worker_cluster(2)
+    result = wait_all({"w": start(["--dataset", "mnist", "--download", "--model-dir", str(tmp_path)],
+                                  tf_config(cluster, "worker", 1))}, timeout=60)["w"]
+    assert result.returncode == 2 and "python -m trainer.data" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["dropout", "batch_norm"])
+def test_every_model_variant_ends_with_identical_weights_on_both_workers(model, tmp_path):
+    results = run_group(2, [*SMALL_RUN, "--epochs", "1", "--model", model, "--per-worker-batch-size", "32",
+                            "--model-dir", str(tmp_path / "model")])
+    for result in results.values():
+        assert result.returncode == 0, result.output[-3000:]
+    assert len({finished_line(r.output).split("weights sha256 ")[1] for r in results.values()}) == 1
 
 
 def test_an_evaluator_task_exits_without_joining_the_group():

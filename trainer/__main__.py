@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stdout)
     # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
     log.setLevel(logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING)
+    # Every worker says what it waits for while the group forms: that is where a stuck start shows.
+    logging.getLogger("trainer.strategy").setLevel(logging.INFO)
+    if config.download and cluster.is_distributed:
+        print("error: --download in a group of workers would download the same files concurrently. Prepare the "
+              "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
+              "data-preparation Job), then start the workers without --download", file=sys.stderr)
+        return exit_codes.BAD_CONFIG
     if cluster.is_evaluator:
         # The evaluator is not part of the all-reduce group; test-split evaluation runs inside the loop.
         log.warning("%s: this trainer evaluates on the test split inside the training loop; an evaluator "
@@ -43,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.OK
 
     from trainer import saving
-    from trainer.status import StatusReporter
+    from trainer.status import StatusPortError, StatusReporter
 
     if cluster.is_chief:
         try:
@@ -53,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
             return exit_codes.BAD_CONFIG
     status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
     status.update(state="starting", workers=cluster.num_workers)
+    try:
+        # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
+        status.serve(config.status_host, config.status_port)
+    except StatusPortError as error:
+        status.update(state="failed", error=str(error))
+        print(f"error: {error}", file=sys.stderr)
+        return exit_codes.BAD_CONFIG
 
     import tensorflow as tf
 
@@ -69,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.strategy import create_strategy
     from trainer.train import train_and_evaluate
 
-    strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-    status.serve(config.status_host, config.status_port)
     try:
+        strategy = create_strategy(cluster, config.collective, config.startup_timeout)
         train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:
         log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
@@ -88,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {cluster.name} lost contact with the training group ({first_line}). Every worker must "
               f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.", file=sys.stderr)
         return exit_codes.GROUP_FAILED
+    except BaseException as error:
+        status.update(state="failed", error=f"{type(error).__name__}: {error}")
+        raise
     finally:
         status.close()
     return exit_codes.OK

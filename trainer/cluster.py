@@ -67,12 +67,6 @@ class Cluster:
         """A short label for log lines, e.g. 'worker-1'."""
         return f"{self.task_type}-{self.task_index}"
 
-    @property
-    def peer_addresses(self) -> tuple[str, ...]:
-        """Training addresses other than this task's own."""
-        own = self.members[self.task_type][self.task_index]
-        return tuple(address for address in self.training_addresses if address != own)
-
 
 SINGLE_PROCESS = Cluster(task_type="worker", task_index=0, members={})
 

@@ -12,7 +12,6 @@ together cover each batch. `python -m trainer.data` prepares a TFDS dataset once
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -20,7 +19,9 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-TFDS_DATASETS = ("fashion_mnist", "mnist", "cifar10")
+from trainer.config import DATASETS, ConfigError, parse_config
+
+TFDS_DATASETS = tuple(name for name in DATASETS if name != "synthetic")
 SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
 SYNTHETIC_CLASSES = 10
 SYNTHETIC_TRAIN_SIZE = 60_000
@@ -51,7 +52,7 @@ def load_splits(dataset: str, data_dir: str, seed: int, download: bool = False,
     elif dataset in TFDS_DATASETS:
         splits = _tfds_splits(dataset, os.path.expanduser(data_dir), download)
     else:
-        raise DataError(f"unknown dataset {dataset!r}; choose one of {', '.join(TFDS_DATASETS + ('synthetic',))}")
+        raise DataError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
     return _limit(splits, train_examples, test_examples)
 
 
@@ -95,8 +96,7 @@ def _tfds_builder(dataset: str, data_dir: str):
 def prepare(dataset: str, data_dir: str) -> str:
     """Downloads and prepares a TFDS dataset once; a no-op when it is already there."""
     builder = _tfds_builder(dataset, os.path.expanduser(data_dir))
-    if not builder.is_prepared():
-        builder.download_and_prepare()
+    builder.download_and_prepare()
     return builder.data_dir
 
 
@@ -181,19 +181,17 @@ def test_pipeline(examples: tf.data.Dataset, global_batch_size: int) -> tf.data.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainer.data",
-        description="Download and prepare a TFDS dataset once, e.g. onto the cluster's shared volume.")
-    parser.add_argument("--dataset", default=os.environ.get("TRAINER_DATASET", "fashion_mnist"),
-                        choices=TFDS_DATASETS + ("synthetic",), help="TFDS dataset to prepare [env TRAINER_DATASET]")
-    parser.add_argument("--data-dir", default=os.environ.get("TRAINER_DATA_DIR", "~/tensorflow_datasets"),
-                        help="TFDS data directory [env TRAINER_DATA_DIR]")
-    args = parser.parse_args(argv)
-    if args.dataset == "synthetic":
+    """`python -m trainer.data`: prepares --dataset in --data-dir; reads the trainer's flags and TRAINER_* variables."""
+    try:
+        config = parse_config(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if config.dataset == "synthetic":
         print("dataset synthetic is generated in memory; nothing to prepare", flush=True)
         return 0
-    path = prepare(args.dataset, args.data_dir)
-    print(f"dataset {args.dataset} is ready at {path}", flush=True)
+    path = prepare(config.dataset, config.data_dir)
+    print(f"dataset {config.dataset} is ready at {path}", flush=True)
     return 0
 
 

@@ -74,7 +74,8 @@ def cnn_batch_norm(input_shape: tuple[int, ...], num_classes: int) -> keras.Mode
     images, x = _scaled_input(input_shape)
     for filters, pool in ((32, True), (64, True), (64, False)):
         x = layers.Conv2D(filters, 3, use_bias=False)(x)
-        x = layers.BatchNormalization()(x)
+        # Synchronized: statistics over the global batch, so every worker keeps the same moving averages.
+        x = layers.BatchNormalization(synchronized=True)(x)
         x = layers.Activation("relu")(x)
         if pool:
             x = layers.MaxPooling2D()(x)

@@ -9,11 +9,10 @@ name and renamed into place, so a reader never sees a half-written model.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
-from typing import Any, Iterator
+from typing import Iterator
 
 import keras
 import tensorflow as tf
@@ -93,15 +92,3 @@ def _write_saved_model(model: keras.Model, path: str) -> None:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(retired, ignore_errors=True)
-
-
-def write_json(path: str, payload: dict[str, Any]) -> None:
-    """Writes JSON atomically: a reader sees the old file or the new one, never a partial one."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{os.path.basename(path)}.",
-                                     delete=False) as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it owner-only; others fetch and read these
-    os.replace(handle.name, path)

@@ -21,8 +21,26 @@ from typing import Any
 
 import prometheus_client
 
+from trainer.atomic_file import write_json
+
 STATUS_FILE = "status.json"
 STATES = ("starting", "running", "preempted", "succeeded", "failed")
+
+
+class StatusPortError(OSError):
+    """The status server cannot listen where it was asked to."""
+
+
+def _restarts_so_far(path: str) -> int:
+    """A status file left by an unfinished run means this start is a restart of that run."""
+    try:
+        with open(path) as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError):
+        return 0
+    if previous.get("state") == "succeeded":
+        return 0
+    return int(previous.get("restarts") or 0) + 1
 
 
 def _now() -> str:
@@ -35,8 +53,10 @@ class StatusReporter:
     def __init__(self, model_dir: str, enabled: bool) -> None:
         self.path = os.path.join(model_dir, STATUS_FILE)
         self.enabled = enabled
+        self.restarts = _restarts_so_far(self.path) if enabled else 0
         self._lock = threading.Lock()
-        self._status: dict[str, Any] = {"state": "starting", "started_at": _now(), "updated_at": _now()}
+        self._status: dict[str, Any] = {"state": "starting", "started_at": _now(), "updated_at": _now(),
+                                        "restarts": self.restarts}
         self._registry = prometheus_client.CollectorRegistry()
         gauge = lambda name, doc: prometheus_client.Gauge(f"trainer_{name}", doc, registry=self._registry)  # noqa: E731
         self._gauges = {
@@ -50,16 +70,20 @@ class StatusReporter:
             "examples_per_second": gauge("examples_per_second", "Training throughput of the whole group"),
             "eta_seconds": gauge("eta_seconds", "Estimated seconds until training ends"),
             "workers": gauge("workers", "Workers training together"),
-            "restarts": gauge("restarts", "Times this run resumed from a checkpoint"),
+            "restarts": gauge("restarts", "Times the chief started again before the run succeeded"),
         }
         self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES),
                                              registry=self._registry)
         self._server: http.server.ThreadingHTTPServer | None = None
 
     def serve(self, host: str, port: int) -> None:
-        """Starts answering /status and /metrics; call it after the group formed (the wait holds the GIL)."""
+        """Starts answering /status and /metrics (not while the group forms: that wait holds the GIL)."""
         if self.enabled and port:
-            self._server = _serve(self, host, port)
+            try:
+                self._server = _serve(self, host, port)
+            except OSError as error:
+                raise StatusPortError(f"--status-port {port} on --status-host {host} cannot be bound "
+                                      f"({error.strerror}); choose a free port, or 0 to turn the server off") from None
 
     @property
     def port(self) -> int | None:
@@ -85,8 +109,6 @@ class StatusReporter:
             if isinstance(status.get(name), (int, float)):
                 gauge.set(status[name])
         self._state.state(status["state"])
-        from trainer.saving import write_json
-
         write_json(self.path, status)
 
     def close(self) -> None:
@@ -168,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as error:
         print(f"error: cannot read the status from {args.source}: {error}", file=sys.stderr)
+        return 1
+    except ValueError:
+        print(f"error: {args.source} is not a trainer status (expected the JSON of {STATUS_FILE})",
+              file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render(status))
     return 0

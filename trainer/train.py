@@ -21,9 +21,10 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import data, saving
+from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
-from trainer.config import Config
+from trainer.config import Config, ConfigError
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress
@@ -55,14 +56,13 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         optimizer.build(model.trainable_variables)
         train_loss, train_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
         test_loss, test_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
-        checkpointer = Checkpointer(config.model_dir, cluster.is_chief, config.keep_checkpoints,
+        checkpointer = Checkpointer(config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints,
                                     model=model, optimizer=optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
     _check_same_step_everywhere(strategy, start_step)
-    restarts = int(checkpointer.restarts.numpy())
     train_batches = strategy.experimental_distribute_dataset(
         data.train_pipeline(splits.train, splits.train_size, global_batch_size, config.seed, config.epochs,
                             start_step=min(start_step, total_steps)))
@@ -105,70 +105,83 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     progress.line(f"training {config.model} on {config.dataset}: {splits.train_size} examples, "
                   f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
                   f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
-                  + (f", resuming at step {start_step} (restart {restarts})" if start_step else ""))
+                  + (f", resuming at step {start_step}" if start_step else ""))
+    if start_step >= total_steps:
+        progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
-    status.update(state="running", workers=workers, restarts=restarts, global_step=start_step,
-                  total_steps=total_steps, epochs=config.epochs, epoch=min(config.epochs, start_step // steps_per_epoch + 1))
+    status.update(state="running", workers=workers, global_step=start_step, total_steps=total_steps,
+                  epochs=config.epochs, epoch=min(config.epochs, start_step // steps_per_epoch + 1))
 
-    step = start_step
+    step = last_checkpoint = start_step
     time_to_first_step = None
-    steady_seconds, steady_steps = 0.0, 0  # training time after the first log interval (warm-up)
-    interval_seconds, interval_steps = 0.0, 0
+    # Throughput is wall-clock time between log points: checkpoints, metric reads and status writes
+    # count, evaluation does not. The first interval after a (re)start is warm-up (tracing) and is left out.
+    interval_started, interval_steps, intervals = time.perf_counter(), 0, 0
+    steady_seconds, steady_steps = 0.0, 0
     test_metrics: dict[str, float] = {}
     epoch_train_metrics: dict[str, float] = {}
-    while step < total_steps:
-        epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
-        next_log = (step // log_every + 1) * log_every
-        # The first call runs one step, so the time to the first finished step is measured exactly.
-        next_checkpoint = (step // config.checkpoint_every + 1) * config.checkpoint_every if config.checkpoint_every else epoch_end
-        # The first call runs one step, so the time to the first finished step is measured exactly.
-        steps = 1 if time_to_first_step is None else min(config.steps_per_loop, epoch_end - step,
-                                                         next_log - step, next_checkpoint - step)
-        call_started = time.perf_counter()
-        stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
-        seconds = time.perf_counter() - call_started
-        step += steps
-        if time_to_first_step is None:
-            time_to_first_step = time.time() - started_at
-        elif step > start_step + log_every or total_steps - start_step <= log_every:
-            steady_seconds += seconds
-            steady_steps += steps
-        interval_seconds += seconds
-        interval_steps += steps
+    try:
+        while step < total_steps:
+            epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
+            next_log = (step // log_every + 1) * log_every
+            next_checkpoint = ((step // config.checkpoint_every + 1) * config.checkpoint_every
+                               if config.checkpoint_every else epoch_end)
+            # The first call runs one step, so the time to the first finished step is measured exactly.
+            steps = 1 if time_to_first_step is None else min(config.steps_per_loop, epoch_end - step,
+                                                             next_log - step, next_checkpoint - step)
+            stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
+            step += steps
+            interval_steps += steps
+            if time_to_first_step is None:
+                time_to_first_step = time.time() - started_at
 
-        if stopping:
-            checkpointer.save(step)
-            status.update(state="preempted", global_step=step)
-            raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
+            if stopping:
+                checkpointer.save(step)
+                status.update(state="preempted", global_step=step)
+                raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
 
-        if step % log_every == 0 or step == epoch_end:
-            # Reading a metric all-reduces it across workers: every worker reads at the same steps.
-            loss, accuracy = float(train_loss.result()), float(train_accuracy.result())
-            speed = interval_steps * global_batch_size / interval_seconds if step > start_step + log_every else None
-            progress.step(step, loss, accuracy, speed)
-            _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
-                           learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-            status.update(global_step=step, epoch=min(config.epochs, (step - 1) // steps_per_epoch + 1),
-                          loss=loss, accuracy=accuracy, examples_per_second=speed,
-                          eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
-            interval_seconds, interval_steps = 0.0, 0
+            if step % log_every == 0 or step == epoch_end:
+                seconds = time.perf_counter() - interval_started
+                speed = interval_steps * global_batch_size / seconds if intervals else None
+                if intervals:
+                    steady_seconds, steady_steps = steady_seconds + seconds, steady_steps + interval_steps
+                interval_started, interval_steps, intervals = time.perf_counter(), 0, intervals + 1
+                # Reading a metric all-reduces it across workers: every worker reads at the same steps.
+                loss, accuracy = float(train_loss.result()), float(train_accuracy.result())
+                progress.step(step, loss, accuracy, speed)
+                _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
+                               learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+                status.update(global_step=step, epoch=min(config.epochs, (step - 1) // steps_per_epoch + 1),
+                              loss=loss, accuracy=accuracy, examples_per_second=speed,
+                              eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
 
-        if step == epoch_end:
-            evaluate()
-            epoch_train_metrics = {"train_loss": float(train_loss.result()),
-                                   "train_accuracy": float(train_accuracy.result())}
-            test_metrics = {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result())}
-            progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: "
-                          f"train loss {epoch_train_metrics['train_loss']:.4f} "
-                          f"accuracy {epoch_train_metrics['train_accuracy']:.4f} | "
-                          f"test loss {test_metrics['test_loss']:.4f} accuracy {test_metrics['test_accuracy']:.4f}")
-            _write_scalars(test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
-            status.update(**test_metrics)
-            for metric in (train_loss, train_accuracy, test_loss, test_accuracy):
-                metric.reset_state()
-        if step == epoch_end or step == next_checkpoint:
-            checkpointer.save(step)
+            if step == epoch_end:
+                evaluation_started = time.perf_counter()
+                evaluate()
+                epoch_train_metrics = {"train_loss": float(train_loss.result()),
+                                       "train_accuracy": float(train_accuracy.result())}
+                test_metrics = {"test_loss": float(test_loss.result()),
+                                "test_accuracy": float(test_accuracy.result())}
+                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: "
+                              f"train loss {epoch_train_metrics['train_loss']:.4f} "
+                              f"accuracy {epoch_train_metrics['train_accuracy']:.4f} | "
+                              f"test loss {test_metrics['test_loss']:.4f} "
+                              f"accuracy {test_metrics['test_accuracy']:.4f}")
+                _write_scalars(test_log, step, loss=test_metrics["test_loss"],
+                               accuracy=test_metrics["test_accuracy"])
+                status.update(**test_metrics)
+                for metric in (train_loss, train_accuracy, test_loss, test_accuracy):
+                    metric.reset_state()
+                interval_started += time.perf_counter() - evaluation_started
+            if step == epoch_end or step == next_checkpoint:
+                checkpointer.save(step)
+                last_checkpoint = step
+    except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
+            tf.errors.DeadlineExceededError):
+        log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step,
+                    last_checkpoint)
+        raise
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         evaluate()
@@ -179,7 +192,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     metrics = {
         **epoch_train_metrics,
         **test_metrics,
-        "examples_per_second": steady_steps * global_batch_size / steady_seconds if steady_seconds else None,
+        "examples_per_second": steady_steps * global_batch_size / steady_seconds if steady_steps else None,
         "time_to_first_step_seconds": time_to_first_step,
         "duration_seconds": time.time() - started_at,
         "workers": workers,
@@ -187,7 +200,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         "learning_rate": learning_rate,
         "steps": step,
         "resumed_from_step": start_step,
-        "restarts": restarts,
+        "restarts": status.restarts,
         "steps_per_epoch": steps_per_epoch,
         "train_examples": splits.train_size,
         "test_examples": splits.test_size,
@@ -197,7 +210,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                      "keras": keras.__version__},
     }
     if cluster.is_chief:
-        saving.write_json(f"{config.model_dir}/{saving.METRICS}", metrics)
+        write_json(f"{config.model_dir}/{saving.METRICS}", metrics)
     status.update(state="succeeded", global_step=step, **test_metrics)
     # Every worker prints this one line, so a reader can compare the replicas' weights.
     print(f"{cluster.name} finished: test accuracy {metrics.get('test_accuracy', float('nan')):.4f}, "
@@ -212,7 +225,8 @@ def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> 
         return strategy.reduce("SUM", strategy.run(tf.identity, args=(local,)), axis=None)
 
     if int(sum_over_replicas(tf.constant(step, tf.int64))) != step * strategy.num_replicas_in_sync:
-        raise RuntimeError(f"workers restored different checkpoints (this one step {step}); restart the group")
+        raise ConfigError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
+                          f"must see the chief's --model-dir: mount the same shared volume on all of them")
 
 
 def _summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
