@@ -43,6 +43,9 @@ VARIANTS = {
 TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
            "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9}
 
+# Above this share of the CPUs taken by other processes during a run, the figures are flagged as noisy.
+BUSY_SHARE = 0.05
+
 
 class BenchError(RuntimeError):
     """A run failed or the settings cannot work; the message says which and where its logs are."""
@@ -113,6 +116,14 @@ def peak_rss_from_rusage(usage: Any) -> int:
     return usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
 
 
+def busy_cpu_seconds() -> float:
+    """CPU time the whole machine has spent busy since boot (every process, every core)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
 def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.Namespace,
              run_dir: pathlib.Path) -> dict[str, Any]:
     """Starts the workers together, waits for all, and returns the run's measurements."""
@@ -120,7 +131,7 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
     model_dir = run_dir / "model"
     argv = command(program, per_worker_batch, workers, args, model_dir)
     addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)] if workers > 1 else []
-    load_before = os.getloadavg()[0]
+    busy_before = busy_cpu_seconds()
     started = time.monotonic()
     processes = []
     for index in range(workers):
@@ -134,15 +145,17 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
         log.close()
     usages = wait_for(processes, args.timeout, run_dir)
     wall_seconds = time.monotonic() - started
+    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
+    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
+    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
     report = read_report(program, run_dir, model_dir)
     return {
         "examples_per_second": report["examples_per_second"],
         "time_to_first_step_seconds": report["time_to_first_step_seconds"],
         "peak_rss_bytes": [peak_rss_from_rusage(usage) for usage in usages],
-        "cpu_seconds": [usage.ru_utime + usage.ru_stime for usage in usages],
+        "cpu_seconds": own_cpu,
         "wall_seconds": wall_seconds,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg()[0],
+        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
         "workers": report["workers"],
         "global_batch_size": report["global_batch_size"],
     }
@@ -221,8 +234,8 @@ def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, 
             result["round"] = round_index
             runs[name].append(result)
             print(f"{result['examples_per_second']:,.0f} ex/s, first step {result['time_to_first_step_seconds']:.1f} s, "
-                  f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, load {result['load_average_before']:.1f}",
-                  flush=True)
+                  f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, "
+                  f"other processes {100 * result['background_cpu_share']:.0f}% of the CPUs", flush=True)
     return runs
 
 
@@ -238,6 +251,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "time_to_first_step_seconds": spread([run["time_to_first_step_seconds"] for run in runs]),
         # The largest worker in each run: the figure a pod's memory limit has to cover.
         "peak_rss_bytes_per_worker": spread([max(run["peak_rss_bytes"]) for run in runs]),
+        "background_cpu_share": spread([run["background_cpu_share"] for run in runs]),
     }
 
 
@@ -354,12 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
     ratios = {"two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
               "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"])}
-    busy = max(run["load_average_before"] for variant_runs in runs.values() for run in variant_runs)
-    cpus = os.cpu_count() or 1
+    shares = [run["background_cpu_share"] for variant_runs in runs.values() for run in variant_runs]
     warnings = []
-    if busy > 0.5 * cpus:
-        warnings.append(f"the 1-minute load average reached {busy:.1f} on {cpus} CPUs before a run: other work "
-                        f"shared the machine, so these figures understate what it can do")
+    if max(shares) > BUSY_SHARE:
+        warnings.append(f"other processes used up to {100 * max(shares):.0f}% of the CPUs during a run (median "
+                        f"{100 * statistics.median(shares):.0f}%): the figures are noisy; rerun on an idle machine")
     results = {
         "schema_version": 1,
         "started_utc": started.isoformat(timespec="seconds"),
