@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -61,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
     parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
+    parser.add_argument("--trainer-flags", default="",
+                        help="extra flags for every trainer run, e.g. \"--threads 1\" (the peer gets none)")
     parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
     args = parser.parse_args(argv)
     if args.global_batch_size < 2 or args.global_batch_size % 2:
@@ -101,7 +104,7 @@ def command(program: str, per_worker_batch: int, workers: int, args: argparse.Na
             "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
             "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
             # No periodic checkpoints: the peer writes none either.
-            "--checkpoint-every", "0", "--model-dir", str(model_dir)]
+            "--checkpoint-every", "0", "--model-dir", str(model_dir), *shlex.split(args.trainer_flags)]
 
 
 def clean_environment() -> dict[str, str]:
@@ -384,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                    "data": "synthetic 28x28x1, 10 classes", "global_batch_size": args.global_batch_size,
                    "per_worker_batch_size_two_workers": half, "steps": args.steps,
                    "warmup_steps": args.warmup_steps, "repeats": args.repeats, "order": "interleaved by round",
+                   "trainer_flags": args.trainer_flags,
                    "commands": {name: command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]
                                 for name, (program, workers, batch) in plan.items()}},
         "variants": {name: {"label": VARIANTS[name]["label"].replace("\n", ", "), "workers": VARIANTS[name]["workers"],
