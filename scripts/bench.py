@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
     parser.add_argument("--trainer-flags", default="",
-                        help="extra flags for every trainer run, e.g. \"--threads 1\" (the peer gets none)")
+                        help="extra flags for every trainer run, the one-process baseline included, e.g. \"--steps-per-loop 32\" (the peer gets none)")
     parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
     args = parser.parse_args(argv)
     if args.global_batch_size < 2 or args.global_batch_size % 2:
