@@ -37,9 +37,9 @@ from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow imp
 
 PEER_SCRIPT = ROOT / "scripts" / "tutorial_fit.py"
 VARIANTS = {
-    "trainer_one_process": {"label": "trainer\n1 process", "program": "trainer", "workers": 1},
-    "trainer_two_workers": {"label": "trainer\n2 workers", "program": "trainer", "workers": 2},
-    "peer_two_workers": {"label": "tutorial fit\n2 workers", "program": "peer", "workers": 2},
+    "trainer_one_process": {"label": "trainer, 1 process", "program": "trainer", "workers": 1},
+    "trainer_two_workers": {"label": "trainer, 2 workers", "program": "trainer", "workers": 2},
+    "peer_two_workers": {"label": "tutorial fit, 2 workers", "program": "peer", "workers": 2},
 }
 TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
            "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9}
@@ -355,9 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the workers (in their own sessions) are killed, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     half = args.global_batch_size // 2
-    plan = {"trainer_one_process": ("trainer", 1, args.global_batch_size),
-            "trainer_two_workers": ("trainer", 2, half),
-            "peer_two_workers": ("peer", 2, half)}
+    plan = {name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
+            for name, variant in VARIANTS.items()}
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
         scratch = pathlib.Path(scratch_name)
@@ -390,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                    "trainer_flags": args.trainer_flags,
                    "commands": {name: command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]
                                 for name, (program, workers, batch) in plan.items()}},
-        "variants": {name: {"label": VARIANTS[name]["label"].replace("\n", ", "), "workers": VARIANTS[name]["workers"],
+        "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
                             "runs": runs[name], "summary": summaries[name]} for name in plan},
         "ratios": ratios,
         "targets": [],

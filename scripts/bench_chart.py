@@ -11,8 +11,6 @@ matplotlib.use("Agg")  # files only: no display on CI machines or in containers
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLOURS = {"trainer_one_process": "#9ecae1", "trainer_two_workers": "#2171b5", "peer_two_workers": "#fd8d3c"}
-LABELS = {"trainer_one_process": "trainer\n1 process", "trainer_two_workers": "trainer\n2 workers",
-          "peer_two_workers": "tutorial fit\n2 workers"}
 MET, MISSED = "#238b45", "#cb181d"
 
 
@@ -30,7 +28,7 @@ def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, 
         # The median, written inside its bar so it cannot collide with whiskers or target lines.
         axis.text(position, height / 2, fmt.format(height), ha="center", va="center", fontsize=11,
                   fontweight="bold", color="black", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
-    axis.set_xticks(range(len(names)), [LABELS.get(name, name) for name in names])
+    axis.set_xticks(range(len(names)), [results["variants"][name]["label"].replace(", ", "\n") for name in names])
     axis.grid(axis="y", alpha=0.3)
 
 
