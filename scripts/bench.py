@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                    "per_worker_batch_size_two_workers": half, "steps": args.steps,
                    "warmup_steps": args.warmup_steps, "repeats": args.repeats, "order": "interleaved by round",
                    "trainer_flags": args.trainer_flags,
-                   "commands": {name: command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]
+                   "commands": {name: [part.replace(f"{ROOT}{os.sep}", "") for part in
+                                       command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]]
                                 for name, (program, workers, batch) in plan.items()}},
         "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
                             "runs": runs[name], "summary": summaries[name]} for name in plan},
