@@ -21,7 +21,6 @@ import pathlib
 import platform
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_chart import draw  # noqa: E402
+from loopback import free_ports  # noqa: E402
 from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow import here)
 
 PEER_SCRIPT = ROOT / "scripts" / "tutorial_fit.py"
@@ -82,16 +82,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ---- launching one run -------------------------------------------------------------------------
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
