@@ -2,30 +2,15 @@
 
 Started by the runner with the read end of a pipe as stdin; the runner writes "+PGID" when a replica
 starts and "-PGID" when it has ended. End of file means the runner has gone: every group still
-registered gets SIGTERM, then SIGKILL after the grace period. Standard library only, run as a script.
+registered gets SIGTERM, then SIGKILL after the grace period. Run as a script, beside processes.py.
 """
 
-import os
 import signal
 import sys
 import time
 
-
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+# Run as a script, so its own directory is on sys.path: the group helpers are the runner's own.
+from processes import group_alive, signal_group
 
 
 def main() -> int:
@@ -38,18 +23,18 @@ def main() -> int:
             groups.add(int(line[1:]))
         elif line.startswith("-"):
             groups.discard(int(line[1:]))
-    groups = {g for g in groups if _alive(g)}
+    groups = {g for g in groups if group_alive(g)}
     if not groups:
         return 0
     print(f"run-local watchdog: the runner is gone; stopping process groups {sorted(groups)}",
           file=sys.stderr, flush=True)
     for pgid in groups:
-        _signal(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(g) for g in groups):
+    while time.monotonic() < deadline and any(group_alive(g) for g in groups):
         time.sleep(0.1)
     for pgid in groups:
-        _signal(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
     return 0
 
 
