@@ -39,7 +39,7 @@ lock: ## re-pin every transitive version into constraints.txt
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every transitive version, pinned; regenerate with make lock. Used as pip -c.' > constraints.txt
 
 train: install ## train in one process (no TF_CONFIG)
-	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --data-dir runs/data --model-dir runs/train/model $(ARGS)
+	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
 run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
 	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
