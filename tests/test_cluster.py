@@ -1,5 +1,6 @@
 """TF_CONFIG in every shape the Kubeflow operator writes, and every bad one a person writes."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def test_ps_and_evaluator_entries_are_accepted_but_not_counted_as_trainers():
 
 def test_value_is_immutable():
     cluster = parse_tf_config(tf_config(WORKERS, "worker", 0))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cluster.task_index = 1
 
 
