@@ -105,3 +105,14 @@ def test_prepare_command_accepts_synthetic_without_work():
     result = subprocess.run([sys.executable, "-m", "trainer.data", "--dataset", "synthetic"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "nothing to prepare" in result.stdout
+
+
+def test_a_failed_download_says_what_to_check(monkeypatch, capsys, tmp_path):
+    def unreachable(dataset, data_dir):
+        raise ConnectionError("Failed to resolve 'fashion-mnist.example' ([Errno -2] Name or service not known)")
+
+    monkeypatch.setattr(data, "prepare", unreachable)
+    assert data.main(["--dataset", "fashion_mnist", "--data-dir", str(tmp_path)]) == 1
+    message = capsys.readouterr().err
+    assert "preparing fashion_mnist" in message and "ConnectionError" in message
+    assert "Check the network" in message and "--dataset synthetic" in message

@@ -190,7 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     if config.dataset == "synthetic":
         print("dataset synthetic is generated in memory; nothing to prepare", flush=True)
         return 0
-    path = prepare(config.dataset, config.data_dir)
+    try:
+        path = prepare(config.dataset, config.data_dir)
+    except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        print(f"error: preparing {config.dataset} in {config.data_dir} failed ({type(error).__name__}: "
+              f"{first_line[:300]}). Check the network or proxy and that the directory is writable, then run "
+              f"again; --dataset synthetic needs no download.", file=sys.stderr)
+        return 1
     print(f"dataset {config.dataset} is ready at {path}", flush=True)
     return 0
 
