@@ -23,6 +23,10 @@ from trainer.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
+# What a collective raises when a peer died or the group broke up: every worker must restart and resume.
+GROUP_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
+                tf.errors.DeadlineExceededError)
+
 _COLLECTIVES = {
     "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
     "ring": tf.distribute.experimental.CommunicationImplementation.RING,

@@ -29,6 +29,7 @@ from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress
 from trainer.status import StatusReporter
+from trainer.strategy import GROUP_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,14 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         test_accuracy.update_state(labels, logits)
 
     @tf.function
-    def evaluate() -> None:
+    def run_evaluation() -> None:
         for images, labels in test_batches:
             strategy.run(eval_step, args=(images, labels))
+
+    def evaluate() -> dict[str, float]:
+        """Evaluates the test split; reading the metrics all-reduces them across workers."""
+        run_evaluation()
+        return {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result())}
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs,
                         enabled=cluster.is_chief or config.verbose_workers)
@@ -158,11 +164,9 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
             if step == epoch_end:
                 evaluation_started = time.perf_counter()
-                evaluate()
+                test_metrics = evaluate()
                 epoch_train_metrics = {"train_loss": float(train_loss.result()),
                                        "train_accuracy": float(train_accuracy.result())}
-                test_metrics = {"test_loss": float(test_loss.result()),
-                                "test_accuracy": float(test_accuracy.result())}
                 progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: "
                               f"train loss {epoch_train_metrics['train_loss']:.4f} "
                               f"accuracy {epoch_train_metrics['train_accuracy']:.4f} | "
@@ -177,15 +181,13 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step
-    except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
-            tf.errors.DeadlineExceededError):
+    except GROUP_ERRORS:
         log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step,
                     last_checkpoint)
         raise
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
-        evaluate()
-        test_metrics = {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result())}
+        test_metrics = evaluate()
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
