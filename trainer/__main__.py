@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer.data import DataError
     from trainer.preemption import Preempted
-    from trainer.strategy import GROUP_ERRORS, create_strategy
+    from trainer.strategy import create_strategy, is_group_failure
     from trainer.train import train_and_evaluate
 
     try:
@@ -94,15 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
-    except GROUP_ERRORS as error:
+    except BaseException as error:
+        if not is_group_failure(error):
+            status.update(state="failed", error=f"{type(error).__name__}: {error}")
+            raise
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         status.update(state="failed", error=f"lost a peer, restarting: {first_line}")
         print(f"error: {cluster.name} lost contact with the training group ({first_line}). Every worker must "
               f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.", file=sys.stderr)
         return exit_codes.GROUP_FAILED
-    except BaseException as error:
-        status.update(state="failed", error=f"{type(error).__name__}: {error}")
-        raise
     finally:
         status.close()
     return exit_codes.OK

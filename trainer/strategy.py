@@ -26,6 +26,16 @@ log = logging.getLogger(__name__)
 # What a collective raises when a peer died or the group broke up: every worker must restart and resume.
 GROUP_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
                 tf.errors.DeadlineExceededError)
+# The coordination service aborts collectives with whatever status it saw, e.g. InvalidArgument
+# "must be registered before sending heartbeat" when the chief restarted under a live worker.
+_GROUP_ABORT_MARKERS = ("Collective ops is aborted by", "/tensorflow.CoordinationService/")
+
+
+def is_group_failure(error: BaseException) -> bool:
+    """True when `error` means the group broke up (restart and resume), not a bug in this worker."""
+    if isinstance(error, GROUP_ERRORS):
+        return True
+    return isinstance(error, tf.errors.OpError) and any(marker in str(error) for marker in _GROUP_ABORT_MARKERS)
 
 _COLLECTIVES = {
     "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,

@@ -29,7 +29,7 @@ from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress
 from trainer.status import StatusReporter
-from trainer.strategy import GROUP_ERRORS
+from trainer.strategy import is_group_failure
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +181,10 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step
-    except GROUP_ERRORS:
-        log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step,
-                    last_checkpoint)
+    except tf.errors.OpError as error:
+        if is_group_failure(error):
+            log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step,
+                        last_checkpoint)
         raise
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
