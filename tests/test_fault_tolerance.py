@@ -101,6 +101,37 @@ def test_a_killed_worker_costs_at_most_one_checkpoint_interval(tmp_path, victim)
     assert len(digests(output)) == 1  # both workers end with identical weights
 
 
+def wait_for_listener(port, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_worker_that_meets_a_restarted_chief_restarts_too(tmp_path):
+    """The race CI hit: the chief dies and its replacement listens before worker-1 noticed.
+    Worker-1's next heartbeat then gets InvalidArgument "must be registered", which must be retried."""
+    runner = start_runner(tmp_path / "job", tmp_path / "scratch")
+    model_dir = tmp_path / "job" / "model"
+    wait_for_step(model_dir, 40, runner)
+    chief, worker = replica(runner, "worker-0"), replica(runner, "worker-1")
+    chief_port = int(json.loads(chief.environ()["TF_CONFIG"])["cluster"]["worker"][0].rsplit(":", 1)[1])
+    worker.suspend()
+    chief.kill()
+    chief.wait(30)
+    wait_for_listener(chief_port)  # the runner restarted the chief and its coordination service is up
+    worker.resume()
+    output = finish(runner, tmp_path / "scratch")
+    assert "worker-1 ended with exit code 144" in output, output[-3000:]
+    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    assert (metrics["steps"], metrics["restarts"]) == (TOTAL_STEPS, 1)
+    assert len(digests(output)) == 1
+
+
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
     runner = start_runner(tmp_path / "job", tmp_path / "scratch")
