@@ -112,21 +112,24 @@ def wait_for_listener(port, timeout=120):
 
 
 @pytest.mark.slow
-def test_a_worker_that_meets_a_restarted_chief_restarts_too(tmp_path):
-    """The race CI hit: the chief dies and its replacement listens before worker-1 noticed.
-    Worker-1's next heartbeat then gets InvalidArgument "must be registered", which must be retried."""
+@pytest.mark.parametrize("restarted, survivor", [("worker-0", "worker-1"), ("worker-1", "worker-0")])
+def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted, survivor):
+    """The race CI hit: a replica dies and its replacement is up before the survivor noticed. The
+    survivor's next heartbeat or collective then fails with a coordination-service error of any code
+    (InvalidArgument "must be registered", FailedPrecondition, ...), which must be retried like a lost peer."""
     runner = start_runner(tmp_path / "job", tmp_path / "scratch")
     model_dir = tmp_path / "job" / "model"
     wait_for_step(model_dir, 40, runner)
-    chief, worker = replica(runner, "worker-0"), replica(runner, "worker-1")
-    chief_port = int(json.loads(chief.environ()["TF_CONFIG"])["cluster"]["worker"][0].rsplit(":", 1)[1])
-    worker.suspend()
-    chief.kill()
-    chief.wait(30)
-    wait_for_listener(chief_port)  # the runner restarted the chief and its coordination service is up
-    worker.resume()
+    victim, waiting = replica(runner, restarted), replica(runner, survivor)
+    index = int(restarted.rsplit("-", 1)[1])
+    port = int(json.loads(victim.environ()["TF_CONFIG"])["cluster"]["worker"][index].rsplit(":", 1)[1])
+    waiting.suspend()
+    victim.kill()
+    victim.wait(30)
+    wait_for_listener(port)  # the runner restarted the victim and it listens again
+    waiting.resume()
     output = finish(runner, tmp_path / "scratch")
-    assert "worker-1 ended with exit code 144" in output, output[-3000:]
+    assert f"{survivor} ended with exit code 144" in output, output[-3000:]
     metrics = json.loads((model_dir / saving.METRICS).read_text())
     assert (metrics["steps"], metrics["restarts"]) == (TOTAL_STEPS, 1)
     assert len(digests(output)) == 1
