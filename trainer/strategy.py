@@ -19,23 +19,16 @@ import time
 import tensorflow as tf
 
 from trainer import exit_codes
-from trainer.cluster import Cluster
+from trainer.cluster import TRAINING_TYPES, Cluster
 
 log = logging.getLogger(__name__)
 
 # What a collective raises when a peer died or the group broke up: every worker must restart and resume.
-GROUP_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
-                tf.errors.DeadlineExceededError)
+_GROUP_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
+                 tf.errors.DeadlineExceededError)
 # The coordination service aborts collectives with whatever status it saw, e.g. InvalidArgument
 # "must be registered before sending heartbeat" when the chief restarted under a live worker.
 _GROUP_ABORT_MARKERS = ("Collective ops is aborted by", "/tensorflow.CoordinationService/")
-
-
-def is_group_failure(error: BaseException) -> bool:
-    """True when `error` means the group broke up (restart and resume), not a bug in this worker."""
-    if isinstance(error, GROUP_ERRORS):
-        return True
-    return isinstance(error, tf.errors.OpError) and any(marker in str(error) for marker in _GROUP_ABORT_MARKERS)
 
 _COLLECTIVES = {
     "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
@@ -63,7 +56,7 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
     _wait_for_dns(cluster, deadline)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         # Only the training tasks form the collective; an evaluator or ps entry must not be waited for.
-        tf.train.ClusterSpec({k: list(v) for k, v in cluster.members.items() if k in ("chief", "worker")}),
+        tf.train.ClusterSpec({k: list(v) for k, v in cluster.members.items() if k in TRAINING_TYPES}),
         task_type=cluster.task_type,
         task_id=cluster.task_index,
         rpc_layer="grpc",
@@ -89,6 +82,13 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
         watchdog.wait()
     log.info("%s joined: %d workers in sync", cluster.name, strategy.num_replicas_in_sync)
     return strategy
+
+
+def is_group_failure(error: BaseException) -> bool:
+    """True when `error` means the group broke up (restart and resume), not a bug in this worker."""
+    if isinstance(error, _GROUP_ERRORS):
+        return True
+    return isinstance(error, tf.errors.OpError) and any(marker in str(error) for marker in _GROUP_ABORT_MARKERS)
 
 
 def _wait_for_dns(cluster: Cluster, deadline: float) -> None:
