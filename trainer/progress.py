@@ -21,7 +21,7 @@ class Progress:
         """Reports training progress at global step `step` (1-based count of finished steps)."""
         if not self.enabled:
             return
-        epoch = min(self.epochs, (step - 1) // self.steps_per_epoch + 1)
+        epoch = self.epoch_of(step)
         in_epoch = step - (epoch - 1) * self.steps_per_epoch
         speed = f"{examples_per_second:,.0f} ex/s" if examples_per_second else "warming up"
         text = (f"epoch {epoch}/{self.epochs} step {in_epoch}/{self.steps_per_epoch} "
@@ -33,6 +33,10 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+    def epoch_of(self, step: int) -> int:
+        """The 1-based epoch of global step `step` (a count of finished steps)."""
+        return min(self.epochs, (step - 1) // self.steps_per_epoch + 1)
 
     def line(self, text: str) -> None:
         """A line that stays, e.g. an epoch's test results."""

@@ -89,7 +89,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         for _ in tf.range(steps):
             strategy.run(train_step, args=next(iterator))
         # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
-        return strategy.reduce("SUM", strategy.run(tf.identity, args=(stop_requested,)), axis=None)
+        return _sum_over_workers(strategy, stop_requested)
 
     def eval_step(images: tf.Tensor, labels: tf.Tensor) -> None:
         logits = model(images, training=False)
@@ -117,7 +117,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
     status.update(state="running", workers=workers, global_step=start_step, total_steps=total_steps,
-                  epochs=config.epochs, epoch=min(config.epochs, start_step // steps_per_epoch + 1))
+                  epochs=config.epochs, epoch=progress.epoch_of(start_step + 1))
 
     step = last_checkpoint = start_step
     time_to_first_step = None
@@ -158,7 +158,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                 progress.step(step, loss, accuracy, speed)
                 _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
                                learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-                status.update(global_step=step, epoch=min(config.epochs, (step - 1) // steps_per_epoch + 1),
+                status.update(global_step=step, epoch=progress.epoch_of(step),
                               loss=loss, accuracy=accuracy, examples_per_second=speed,
                               eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
 
@@ -223,13 +223,16 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
 def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
     """A worker that restored a different checkpoint than its peers would silently diverge."""
-    @tf.function(autograph=False)
-    def sum_over_replicas(local: tf.Tensor) -> tf.Tensor:
-        return strategy.reduce("SUM", strategy.run(tf.identity, args=(local,)), axis=None)
-
-    if int(sum_over_replicas(tf.constant(step, tf.int64))) != step * strategy.num_replicas_in_sync:
+    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(
+        tf.constant(step, tf.int64))
+    if int(total) != step * strategy.num_replicas_in_sync:
         raise ConfigError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
                           f"must see the chief's --model-dir: mount the same shared volume on all of them")
+
+
+def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
+    """Every worker's `value` added up: a collective, so all workers must call it at the same point."""
+    return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)), axis=None)
 
 
 def _summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
