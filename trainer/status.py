@@ -34,8 +34,7 @@ class StatusPortError(OSError):
 def _restarts_so_far(path: str) -> int:
     """A status file left by an unfinished run means this start is a restart of that run."""
     try:
-        with open(path) as handle:
-            previous = json.load(handle)
+        previous = read_status(path)
     except (OSError, ValueError):
         return 0
     if previous.get("state") == "succeeded":
@@ -120,9 +119,10 @@ class StatusReporter:
 def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-            if self.path.split("?")[0] == "/status":
+            route = self.path.split("?")[0]
+            if route == "/status":
                 body, kind = json.dumps(reporter.snapshot(), indent=2).encode(), "application/json"
-            elif self.path.split("?")[0] == "/metrics":
+            elif route == "/metrics":
                 body, kind = reporter.metrics_text(), prometheus_client.CONTENT_TYPE_LATEST
             else:
                 self.send_error(404, "try /status or /metrics")
