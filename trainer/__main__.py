@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from trainer import exit_codes  # noqa: E402
 from trainer.cluster import ClusterConfigError, from_environment  # noqa: E402
-from trainer.config import ConfigError, parse_config  # noqa: E402
+from trainer.config import ConfigError, first_line, parse_config  # noqa: E402
 
 log = logging.getLogger("trainer")
 
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         if not is_group_failure(error):
             status.update(state="failed", error=f"{type(error).__name__}: {error}")
             raise
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        status.update(state="failed", error=f"lost a peer, restarting: {first_line}")
-        print(f"error: {cluster.name} lost contact with the training group ({first_line}). Every worker must "
+        reason = first_line(error)
+        status.update(state="failed", error=f"lost a peer, restarting: {reason}")
+        print(f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
               f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.", file=sys.stderr)
         return exit_codes.GROUP_FAILED
     finally:

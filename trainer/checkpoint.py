@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from trainer.atomic_file import write_json
-from trainer.config import ConfigError
+from trainer.config import ConfigError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ class Checkpointer:
             try:
                 shapes = _read_in_full(path)
             except Exception as error:  # noqa: BLE001 (truncated files raise IndexError, others OpError)
-                reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                log.warning("checkpoint %s is unreadable (%s); trying the one before it", path, reason[:200])
+                log.warning("checkpoint %s is unreadable (%s); trying the one before it", path,
+                            first_line(error)[:200])
                 continue
             _refuse_if_different(path, shapes, expected)
             self.checkpoint.restore(path).assert_existing_objects_matched()

@@ -22,6 +22,11 @@ class ConfigError(ValueError):
     """A bad setting; the message names the flag and the fix."""
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's first line, for one-line messages: TensorFlow's errors span many lines."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _field(default: Any, help: str, choices: Sequence[str] | None = None):
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 

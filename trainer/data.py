@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import DATASETS, ConfigError, parse_config
+from trainer.config import DATASETS, ConfigError, first_line, parse_config
 
 TFDS_DATASETS = tuple(name for name in DATASETS if name != "synthetic")
 SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
@@ -193,9 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = prepare(config.dataset, config.data_dir)
     except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         print(f"error: preparing {config.dataset} in {config.data_dir} failed ({type(error).__name__}: "
-              f"{first_line[:300]}). Check the network or proxy and that the directory is writable, then run "
+              f"{first_line(error)[:300]}). Check the network or proxy and that the directory is writable, then run "
               f"again; --dataset synthetic needs no download.", file=sys.stderr)
         return 1
     print(f"dataset {config.dataset} is ready at {path}", flush=True)
