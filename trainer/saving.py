@@ -17,6 +17,8 @@ from typing import Iterator
 import keras
 import tensorflow as tf
 
+from trainer.atomic_file import replaced_on_success
+
 KERAS_MODEL = "model.keras"
 SAVED_MODEL = "saved_model"
 METRICS = "metrics.json"
@@ -59,13 +61,8 @@ def save_model(model: keras.Model, model_dir: str, is_chief: bool) -> None:
 
 
 def _write_keras(model: keras.Model, path: str) -> None:
-    partial = f"{path}.partial-{os.getpid()}.keras"
-    try:
+    with replaced_on_success(path) as partial:
         model.save(partial)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
 
 
 def _write_saved_model(model: keras.Model, path: str) -> None:
@@ -82,13 +79,5 @@ def _write_saved_model(model: keras.Model, path: str) -> None:
         fn=serve,
         input_signature=[tf.TensorSpec((None, *image_spec.shape[1:]), tf.uint8, name="images")],
     )
-    partial, retired = f"{path}.partial-{os.getpid()}", f"{path}.old-{os.getpid()}"
-    try:
+    with replaced_on_success(path) as partial:
         archive.write_out(partial, verbose=False)
-        # A directory cannot be replaced in one rename: move the old one aside, the new one in, then delete.
-        if os.path.exists(path):
-            os.replace(path, retired)
-        os.replace(partial, path)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)
