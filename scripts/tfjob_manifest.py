@@ -25,8 +25,9 @@ TFJOB_CONTAINER = "tensorflow"
 # The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_MAX = 63
-CHIEF_ROLES = ("Chief", "Master")
-REPLICA_TYPES = ("Chief", "Master", "Worker", "PS", "Evaluator")
+# The tfReplicaSpecs keys the operator knows, in the order run-local starts them (a chief first).
+REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
+CHIEF_TYPES = ("Chief", "Master")
 
 Manifest = dict[str, Any]
 
@@ -35,8 +36,8 @@ class ManifestError(RuntimeError):
     """The kustomization cannot be rendered or does not hold what submit.py needs."""
 
 
-def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
-    """Every object `kubectl kustomize k8s_dir` renders, in its order."""
+def render_text(k8s_dir: pathlib.Path = K8S_DIR) -> str:
+    """The YAML `kubectl kustomize k8s_dir` prints, the renderer `kubectl apply -k` uses."""
     if shutil.which("kubectl") is None:
         raise ManifestError(
             "kubectl is not on PATH; install it (https://kubernetes.io/docs/tasks/tools/) "
@@ -44,7 +45,12 @@ def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
     result = subprocess.run(["kubectl", "kustomize", str(k8s_dir)], capture_output=True, text=True)
     if result.returncode != 0:
         raise ManifestError(f"kubectl kustomize {k8s_dir} failed:\n{result.stderr.strip()}")
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return result.stdout
+
+
+def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
+    """Every object `kubectl kustomize k8s_dir` renders, in its order."""
+    return [doc for doc in yaml.safe_load_all(render_text(k8s_dir)) if doc]
 
 
 def of_kind(objects: Iterable[Manifest], kind: str) -> list[Manifest]:
@@ -99,21 +105,22 @@ def customize(objects: list[Manifest], image: str, workers: int, dataset: str,
     tfjob = the_one(result, "TFJob")
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     worker["replicas"] = workers
-    trainer = _container(worker["template"], TFJOB_CONTAINER)
+    trainer = tensorflow_container(worker["template"])
     trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
     return result
 
 
-def _container(template: Manifest, name: str) -> Manifest:
+def tensorflow_container(template: Manifest) -> Manifest:
+    """The `tensorflow` container of a replica's pod template: the one the operator gives TF_CONFIG."""
     for container in template["spec"]["containers"]:
-        if container["name"] == name:
+        if container.get("name") == TFJOB_CONTAINER:
             return container
-    raise ManifestError(f"pod template has no container named {name!r}")
+    raise ManifestError(f"pod template has no container named {TFJOB_CONTAINER!r}")
 
 
 def trainer_container(tfjob: Manifest) -> Manifest:
     """The `tensorflow` container of the TFJob's Worker replicas."""
-    return _container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"], TFJOB_CONTAINER)
+    return tensorflow_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"])
 
 
 def to_tfjob(document: Manifest):
@@ -159,10 +166,11 @@ def webhook_problems(document: Manifest) -> list[str]:
             if not container.get("image"):
                 problems.append(f"{path}.template.spec.containers[{index}].image is required")
         if not any(container.get("name") == TFJOB_CONTAINER for container in containers):
-            problems.append(f"{path}.template.spec.containers must have a container named {TFJOB_CONTAINER!r}")
+            problems.append(f"{path}.template.spec.containers: no container named {TFJOB_CONTAINER!r}; "
+                            f"the operator requires one (it is the container that gets TF_CONFIG)")
         longest = f"{name}-{replica_type.lower()}-{max(0, int((spec or {}).get('replicas') or 1) - 1)}"
         if len(longest) > DNS_LABEL_MAX:
             problems.append(f"pod name {longest!r} is longer than {DNS_LABEL_MAX} characters: shorten JOB_NAME")
-    if sum(role in specs for role in CHIEF_ROLES) > 1:
+    if sum(rtype in specs for rtype in CHIEF_TYPES) > 1:
         problems.append("spec.tfReplicaSpecs must not have more than 1 Chief or Master role")
     return problems

@@ -6,7 +6,9 @@ import copy
 import dataclasses
 from typing import Any, Sequence
 
-from .manifests import DEFAULT_CONTAINER, ManifestError, Manifests, replica_specs
+from tfjob_manifest import tensorflow_container
+
+from .manifests import ManifestError, Manifests, replica_specs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +43,6 @@ def _override_setting(container: dict[str, Any], name: str, value: str) -> None:
             _set_flag(container[field], "--" + name, value)
 
 
-def _tensorflow_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in pod_spec["containers"] if c.get("name") == DEFAULT_CONTAINER)
-
-
 def apply(manifests: Manifests, overrides: Overrides) -> Manifests:
     result = copy.deepcopy(manifests)
     specs = replica_specs(result.tfjob)
@@ -56,7 +54,7 @@ def apply(manifests: Manifests, overrides: Overrides) -> Manifests:
             raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {overrides.workers}")
         specs["Worker"]["replicas"] = overrides.workers
     for spec in specs.values():
-        container = _tensorflow_container(spec["template"]["spec"])
+        container = tensorflow_container(spec["template"])
         if overrides.dataset is not None:
             _override_setting(container, "dataset", overrides.dataset)
         if overrides.epochs is not None:

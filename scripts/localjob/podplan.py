@@ -20,10 +20,11 @@ import sys
 from typing import Any, Mapping
 
 from loopback import free_ports
+from tfjob_manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container
 
 from . import tfconfig
 from .envvars import EnvResolver, PodIdentity, Problems, expand, object_data
-from .manifests import DEFAULT_CONTAINER, Manifests, replica_count, replica_specs
+from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
 from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
 
@@ -171,7 +172,7 @@ class Planner:
         address = lambda rtype, i: f"127.0.0.1:{ports[(rtype, i)]}"  # noqa: E731 (the operator's Service names, made local)
         chief = tfconfig.chief_of(counts)
         planned = []
-        for rtype in tfconfig.REPLICA_TYPES:
+        for rtype in REPLICA_TYPES:
             if rtype not in specs:
                 continue
             spec = specs[rtype]
@@ -186,11 +187,11 @@ class Planner:
                     labels["training.kubeflow.org/job-role"] = "master"
                 labels.update((spec["template"].get("metadata") or {}).get("labels") or {})
                 where = f"TFJob {job} {rtype} {index}"
-                container = next(c for c in pod_spec["containers"] if c.get("name") == DEFAULT_CONTAINER)
+                container = tensorflow_container(spec["template"])
                 for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
                     if other is not container and index == 0:
                         self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
-                                                   f"run locally (only {DEFAULT_CONTAINER!r} is)")
+                                                   f"run locally (only {TFJOB_CONTAINER!r} is)")
                 plan, _ = self.plan_container(replica.name, pod_name, pod_spec, container, labels, where)
                 config = tfconfig.tf_config(counts, rtype, index, address)
                 if config is not None:

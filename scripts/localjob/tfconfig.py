@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping
 
-# The TFJob replica types, spelled as in the TFJob spec's tfReplicaSpecs keys.
-REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
-CHIEF_TYPES = ("Chief", "Master")
+from tfjob_manifest import CHIEF_TYPES
 
 Address = Callable[[str, int], str]
 
