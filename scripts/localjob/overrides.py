@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from tfjob_manifest import tensorflow_container
+from tfjob_manifest import CHIEF_TYPES, tensorflow_container
+from trainer.config import ENV_PREFIX
 
-from .manifests import ManifestError, Manifests, replica_specs
+from .manifests import ManifestError, Manifests, replica_count, replica_specs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,28 +20,30 @@ class Overrides:
     trainer_flags: Sequence[str] = ()
 
 
-def _set_flag(argv: list[str], flag: str, value: str) -> bool:
-    """Replaces the value of every `--flag V` / `--flag=V` in argv; True if one was there."""
-    found = False
+def setting_env_name(name: str) -> str:
+    """The trainer's variable for a flag: dataset -> TRAINER_DATASET, model-dir -> TRAINER_MODEL_DIR."""
+    return ENV_PREFIX + name.upper().replace("-", "_")
+
+
+def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
+    """Each `flag V` / `flag=V` in argv as (index, prefix), where argv[index] == prefix + V."""
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
-            argv[i + 1] = value
-            found = True
+            yield i + 1, ""
         elif arg.startswith(flag + "="):
-            argv[i] = f"{flag}={value}"
-            found = True
-    return found
+            yield i, flag + "="
 
 
 def _override_setting(container: dict[str, Any], name: str, value: str) -> None:
     """Sets TRAINER_<NAME> as the last env entry (it wins over envFrom and earlier entries) and any explicit flag."""
-    env_name = "TRAINER_" + name.upper().replace("-", "_")
+    env_name = setting_env_name(name)
     container["env"] = [e for e in container.get("env") or [] if e.get("name") != env_name]
     container["env"].append({"name": env_name, "value": value})
     for field in ("command", "args"):
         if container.get(field):
-            container[field] = list(container[field])
-            _set_flag(container[field], "--" + name, value)
+            argv = container[field] = list(container[field])
+            for index, prefix in flag_arguments(argv, "--" + name):
+                argv[index] = prefix + value
 
 
 def apply(manifests: Manifests, overrides: Overrides) -> Manifests:
@@ -49,7 +52,7 @@ def apply(manifests: Manifests, overrides: Overrides) -> Manifests:
     if overrides.workers is not None:
         if "Worker" not in specs:
             raise ManifestError(f"--workers: TFJob {result.name} has no Worker replica spec to scale")
-        has_chief = any(specs.get(t, {}).get("replicas", 1) for t in ("Chief", "Master") if t in specs)
+        has_chief = any(replica_count(specs[t]) for t in CHIEF_TYPES if t in specs)
         if overrides.workers < (0 if has_chief else 1):
             raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {overrides.workers}")
         specs["Worker"]["replicas"] = overrides.workers

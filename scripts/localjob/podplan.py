@@ -21,11 +21,13 @@ from typing import Any, Mapping
 
 from loopback import free_ports
 from tfjob_manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container
+from trainer.config import ENV_PREFIX
 
 from . import tfconfig
 from .envvars import EnvResolver, PodIdentity, Problems, expand, object_data
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
+from .overrides import flag_arguments, setting_env_name
 from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -88,15 +90,8 @@ def chief_plan(planned: list[tuple[Replica, ProcessPlan]]) -> ProcessPlan:
 
 def flag_value(plan: ProcessPlan, flag: str, default: str) -> str:
     """What the trainer would read for --flag: the last one on the command line, else TRAINER_<FLAG>, else the default."""
-    value = None
-    for i, arg in enumerate(plan.argv):
-        if arg == f"--{flag}" and i + 1 < len(plan.argv):
-            value = plan.argv[i + 1]
-        elif arg.startswith(f"--{flag}="):
-            value = arg.split("=", 1)[1]
-    if value is None:
-        value = plan.env.get("TRAINER_" + flag.upper().replace("-", "_"), default)
-    return value
+    values = [plan.argv[index][len(prefix):] for index, prefix in flag_arguments(plan.argv, f"--{flag}")]
+    return values[-1] if values else plan.env.get(setting_env_name(flag), default)
 
 
 class Planner:
@@ -114,7 +109,7 @@ class Planner:
 
     def _base_env(self, pod_name: str) -> dict[str, str]:
         # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
-        env = {k: v for k, v in os.environ.items() if k not in _INHERITED_EXCLUDED and not k.startswith("TRAINER_")}
+        env = {k: v for k, v in os.environ.items() if k not in _INHERITED_EXCLUDED and not k.startswith(ENV_PREFIX)}
         env.update({"HOSTNAME": pod_name, "PYTHONUNBUFFERED": "1"})
         return env
 
