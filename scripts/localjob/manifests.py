@@ -21,7 +21,6 @@ class Manifests:
     config_maps: dict[str, dict[str, Any]]
     secrets: dict[str, dict[str, Any]]
     jobs: list[dict[str, Any]]
-    others: list[str]  # kind/name of objects with no local role, to say so
 
     @property
     def name(self) -> str:
@@ -52,7 +51,7 @@ def parse(text: str, source: str) -> Manifests:
     tfjobs = [d for d in docs if d.get("kind") == "TFJob"]
     if len(tfjobs) != 1:
         raise ManifestError(f"{source}: expected exactly one object of kind TFJob, found {len(tfjobs)}")
-    manifests = Manifests(tfjob=tfjobs[0], config_maps={}, secrets={}, jobs=[], others=[])
+    manifests = Manifests(tfjob=tfjobs[0], config_maps={}, secrets={}, jobs=[])
     for doc in docs:
         kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name", "")
         if kind == "ConfigMap":
@@ -61,8 +60,6 @@ def parse(text: str, source: str) -> Manifests:
             manifests.secrets[name] = doc
         elif kind == "Job" and str(doc.get("apiVersion", "")).startswith("batch/"):
             manifests.jobs.append(doc)
-        elif kind != "TFJob":
-            manifests.others.append(f"{kind}/{name}")
     validate(manifests.tfjob)
     return manifests
 

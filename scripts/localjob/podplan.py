@@ -139,7 +139,7 @@ class Planner:
         return str(ROOT)
 
     def plan_container(self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any],
-                       labels: Mapping[str, str], where: str) -> tuple[ProcessPlan, PathMapper]:
+                       labels: Mapping[str, str], where: str) -> ProcessPlan:
         pod = PodIdentity(name=pod_name, namespace=self.manifests.namespace, labels=labels, annotations={},
                           service_account=pod_spec.get("serviceAccountName", "default"))
         scratch = self.job_dir / "run-local" / "volumes" / pod_name
@@ -152,10 +152,9 @@ class Planner:
         env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
         env.update(container_env)
         argv = [_rewrite_port(a, ports) for a in self._argv(container, container_env, mapper, where)]
-        plan = ProcessPlan(name=name, pod_name=pod_name, argv=argv, env=env, cwd=self._cwd(container, mapper, where),
+        return ProcessPlan(name=name, pod_name=pod_name, argv=argv, env=env, cwd=self._cwd(container, mapper, where),
                            grace_s=float(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
                            ports=ports)
-        return plan, mapper
 
     def replicas(self) -> list[tuple[Replica, ProcessPlan]]:
         """One process per replica of the TFJob, with the TF_CONFIG the operator would give it."""
@@ -187,7 +186,7 @@ class Planner:
                     if other is not container and index == 0:
                         self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
                                                    f"run locally (only {TFJOB_CONTAINER!r} is)")
-                plan, _ = self.plan_container(replica.name, pod_name, pod_spec, container, labels, where)
+                plan = self.plan_container(replica.name, pod_name, pod_spec, container, labels, where)
                 config = tfconfig.tf_config(counts, rtype, index, address)
                 if config is not None:
                     plan.env["TF_CONFIG"] = config
@@ -208,6 +207,6 @@ class Planner:
             for other in rest + pod_spec.get("initContainers", []):
                 self.problems.notes.append(f"Job {name}: container {other.get('name')!r} is not run locally")
             labels = dict((job["spec"]["template"].get("metadata") or {}).get("labels") or {})
-            plan, _ = self.plan_container(short, f"{name}-local", pod_spec, container, labels, f"Job {name}")
+            plan = self.plan_container(short, f"{name}-local", pod_spec, container, labels, f"Job {name}")
             plans.append(plan)
         return plans

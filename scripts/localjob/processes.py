@@ -75,10 +75,6 @@ class Watchdog:
         os.close(read_fd)
         self._pipe = os.fdopen(write_fd, "w", buffering=1)
 
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
     def _send(self, line: str) -> None:
         try:
             self._pipe.write(line + "\n")

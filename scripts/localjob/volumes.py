@@ -92,14 +92,10 @@ class PathMapper:
 
     def __init__(self, mounts: Sequence[Mount]):
         # Longest mount path first, so a nested mount wins over its parent.
-        self._mounts = sorted(mounts, key=lambda m: len(m.mount_path), reverse=True)
-        self._local = {m.mount_path: str(m.local_path) for m in self._mounts}
-        alternatives = "|".join(re.escape(m.mount_path) for m in self._mounts)
-        self._pattern = re.compile(r"(?:^|(?<=[=:,\s]))(" + alternatives + r")(?=$|[/:,\s])") if self._mounts else None
-
-    @property
-    def mounts(self) -> Sequence[Mount]:
-        return self._mounts
+        ordered = sorted(mounts, key=lambda m: len(m.mount_path), reverse=True)
+        self._local = {m.mount_path: str(m.local_path) for m in ordered}
+        alternatives = "|".join(re.escape(m.mount_path) for m in ordered)
+        self._pattern = re.compile(r"(?:^|(?<=[=:,\s]))(" + alternatives + r")(?=$|[/:,\s])") if ordered else None
 
     def rewrite(self, text: str) -> str:
         if self._pattern is None:
