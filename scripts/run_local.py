@@ -24,7 +24,7 @@ from localjob.console import Console  # noqa: E402
 from localjob.envvars import Problems  # noqa: E402
 from localjob.operator_rules import JobRules, Replica  # noqa: E402
 from localjob.overrides import Overrides, apply  # noqa: E402
-from localjob.podplan import ProcessPlan, Planner, chief_plan, flag_value  # noqa: E402
+from localjob.podplan import ProcessPlan, Planner, flag_value  # noqa: E402
 from localjob.processes import Watchdog  # noqa: E402
 from localjob.report import shown, summarize  # noqa: E402
 from localjob.supervisor import Supervisor  # noqa: E402
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if run_policy.get("suspend"):
         print(f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod", file=sys.stderr)
         return 2
-    chief = chief_plan(replicas)
+    chief = planner.chief
     preparations = preparations_to_run(preparations, chief, args)
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))

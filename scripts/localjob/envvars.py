@@ -70,14 +70,15 @@ class EnvResolver:
     """Resolves env/envFrom of containers against the ConfigMaps and Secrets of the rendered output."""
 
     def __init__(self, config_maps: Mapping[str, Mapping[str, Any]], secrets: Mapping[str, Mapping[str, Any]]):
-        self._objects = {
+        # kind -> name -> the object's data, decoded; volumes of those kinds read it too.
+        self.objects = {
             "ConfigMap": {name: object_data("ConfigMap", obj) for name, obj in config_maps.items()},
             "Secret": {name: object_data("Secret", obj) for name, obj in secrets.items()},
         }
 
     def _lookup(self, kind: str, name: str, key: str | None, optional: bool, where: str,
                 problems: Problems) -> dict[str, str] | str | None:
-        objects = self._objects[kind]
+        objects = self.objects[kind]
         if name not in objects:
             similar = sorted(other for other in objects if other.startswith(name + "-"))
             hint = (f" The rendered output has {', '.join(similar)}: kustomize appended a hash to the name "

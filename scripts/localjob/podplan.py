@@ -24,7 +24,7 @@ from tfjob_manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container
 from trainer.config import ENV_PREFIX
 
 from . import tfconfig
-from .envvars import EnvResolver, PodIdentity, Problems, expand, object_data
+from .envvars import EnvResolver, PodIdentity, Problems, expand
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
 from .overrides import flag_arguments, setting_env_name
@@ -79,15 +79,6 @@ def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
     return text
 
 
-def chief_plan(planned: list[tuple[Replica, ProcessPlan]]) -> ProcessPlan:
-    """The replica the operator labels job-role=master; the one that writes the model."""
-    counts: dict[str, int] = {}
-    for replica, _ in planned:
-        counts[replica.rtype] = counts.get(replica.rtype, 0) + 1
-    chief = tfconfig.chief_of(counts)
-    return next(plan for replica, plan in planned if (replica.rtype, replica.index) == chief)
-
-
 def flag_value(plan: ProcessPlan, flag: str, default: str) -> str:
     """What the trainer would read for --flag: the last one on the command line, else TRAINER_<FLAG>, else the default."""
     values = [plan.argv[index][len(prefix):] for index, prefix in flag_arguments(plan.argv, f"--{flag}")]
@@ -102,10 +93,7 @@ class Planner:
         self.resolver = EnvResolver(manifests.config_maps, manifests.secrets)
         claims = {c for spec in replica_specs(manifests.tfjob).values() for c in pod_claims(spec["template"]["spec"])}
         self.claims = claim_dirs(claims, job_dir) if claims else {}
-        self._objects = {
-            "ConfigMap": {n: object_data("ConfigMap", o) for n, o in manifests.config_maps.items()},
-            "Secret": {n: object_data("Secret", o) for n, o in manifests.secrets.items()},
-        }
+        self.chief: ProcessPlan | None = None  # set by replicas(): the replica labelled job-role=master
 
     def _base_env(self, pod_name: str) -> dict[str, str]:
         # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
@@ -143,7 +131,7 @@ class Planner:
         pod = PodIdentity(name=pod_name, namespace=self.manifests.namespace, labels=labels, annotations={},
                           service_account=pod_spec.get("serviceAccountName", "default"))
         scratch = self.job_dir / "run-local" / "volumes" / pod_name
-        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, scratch, self._objects, where,
+        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, scratch, self.resolver.objects, where,
                                              self.problems))
         ports = local_ports(container)
         resolved = self.resolver.resolve(container, pod, where, self.problems)
@@ -167,10 +155,15 @@ class Planner:
         chief = tfconfig.chief_of(counts)
         planned = []
         for rtype in REPLICA_TYPES:
-            if rtype not in specs:
+            if not counts.get(rtype):
                 continue
             spec = specs[rtype]
             pod_spec = spec["template"]["spec"]
+            container = tensorflow_container(spec["template"])
+            for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+                if other is not container:
+                    self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
+                                               f"run locally (only {TFJOB_CONTAINER!r} is)")
             for index in range(counts[rtype]):
                 replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
                 pod_name = f"{job}-{rtype.lower()}-{index}"
@@ -180,13 +173,10 @@ class Planner:
                 if (rtype, index) == chief:
                     labels["training.kubeflow.org/job-role"] = "master"
                 labels.update((spec["template"].get("metadata") or {}).get("labels") or {})
-                where = f"TFJob {job} {rtype} {index}"
-                container = tensorflow_container(spec["template"])
-                for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
-                    if other is not container and index == 0:
-                        self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
-                                                   f"run locally (only {TFJOB_CONTAINER!r} is)")
-                plan = self.plan_container(replica.name, pod_name, pod_spec, container, labels, where)
+                plan = self.plan_container(replica.name, pod_name, pod_spec, container, labels,
+                                           f"TFJob {job} {rtype} {index}")
+                if (rtype, index) == chief:
+                    self.chief = plan
                 config = tfconfig.tf_config(counts, rtype, index, address)
                 if config is not None:
                     plan.env["TF_CONFIG"] = config
