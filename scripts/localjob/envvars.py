@@ -23,6 +23,10 @@ class Problems:
     errors: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
+    def add(self, message: str, optional: bool) -> None:
+        """A missing reference: only a note where the manifest marks it optional, else an error."""
+        (self.notes if optional else self.errors).append(message)
+
 
 @dataclasses.dataclass(frozen=True)
 class PodIdentity:
@@ -86,17 +90,15 @@ class EnvResolver:
                     f"nameReference configuration for it, or set disableNameSuffixHash)."
                     if similar else f" Add the {kind} to the kustomization, or mark the reference optional.")
             message = f"{where}: no {kind} named {name!r} in the rendered manifests.{hint}"
-            (problems.notes if optional else problems.errors).append(
-                message + (" (optional: left unset, as on a cluster)" if optional else
-                           " On a cluster the pod would not start (CreateContainerConfigError)."))
+            problems.add(message + (" (optional: left unset, as on a cluster)" if optional else
+                                    " On a cluster the pod would not start (CreateContainerConfigError)."), optional)
             return None
         if key is None:
             return objects[name]
         if key not in objects[name]:
             message = f"{where}: {kind} {name!r} has no key {key!r} (it has: {', '.join(sorted(objects[name])) or 'none'})."
-            (problems.notes if optional else problems.errors).append(
-                message + (" (optional: left unset)" if optional else
-                           " On a cluster the pod would not start (CreateContainerConfigError)."))
+            problems.add(message + (" (optional: left unset)" if optional else
+                                    " On a cluster the pod would not start (CreateContainerConfigError)."), optional)
             return None
         return objects[name][key]
 

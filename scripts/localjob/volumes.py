@@ -70,8 +70,8 @@ def container_mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any], 
             source = volume[field]
             data = objects[kind].get(source.get(name_key, ""))
             if data is None:
-                (problems.notes if source.get("optional") else problems.errors).append(
-                    f"{label}: no {kind} named {source.get(name_key)!r} in the rendered manifests")
+                problems.add(f"{label}: no {kind} named {source.get(name_key)!r} in the rendered manifests",
+                             bool(source.get("optional")))
                 continue
             root = scratch / field / mount["name"]
             _write_items(root, data, source.get("items"))
