@@ -31,7 +31,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_chart import draw  # noqa: E402
+from bench_chart import TARGETS, draw  # noqa: E402
 from loopback import free_ports  # noqa: E402
 from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow import here)
 
@@ -41,8 +41,6 @@ VARIANTS = {
     "trainer_two_workers": {"label": "trainer, 2 workers", "program": "trainer", "workers": 2},
     "peer_two_workers": {"label": "tutorial fit, 2 workers", "program": "peer", "workers": 2},
 }
-TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
-           "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9}
 
 # Above this share of the CPUs taken by other processes during a run, the figures are flagged as noisy.
 BUSY_SHARE = 0.05
