@@ -62,11 +62,11 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
     return manifest_io.parse(manifest_io.render(args.kustomize), f"kubectl kustomize {args.kustomize}")
 
 
-def run_job(kind: str, name: str, namespace: str, rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]],
-            console: Console, watchdog: Watchdog, job_dir: pathlib.Path, model_dir: pathlib.Path | None) -> int:
-    result = Supervisor(name, namespace, rules, processes, console, watchdog).run()
-    return summarize(kind, namespace, name, result, {n: r for n, (r, _) in processes.items()}, console, model_dir,
-                     job_dir / "run-local" / f"{name}.status.json")
+def run_job(rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]], console: Console, watchdog: Watchdog,
+            job_dir: pathlib.Path, model_dir: pathlib.Path | None) -> int:
+    result = Supervisor(rules, processes, console, watchdog).run()
+    return summarize(rules.kind, rules.namespace, rules.name, result, {n: r for n, (r, _) in processes.items()},
+                     console, model_dir, job_dir / "run-local" / f"{rules.name}.status.json")
 
 
 def preparations_to_run(preparations: list[ProcessPlan], chief: ProcessPlan, args: argparse.Namespace) -> list[ProcessPlan]:
@@ -133,16 +133,14 @@ def main(argv: list[str] | None = None) -> int:
             console.say("--skip-prepare: the data-preparation Job does not run; the trainer reads what is on the volume")
         for plan in preparations:
             rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
-            code = run_job("Job", plan.name, manifests.namespace, rules, {plan.name: (rules.replicas[0], plan)},
-                           console, watchdog, job_dir, None)
+            code = run_job(rules, {plan.name: (rules.replicas[0], plan)}, console, watchdog, job_dir, None)
             if code != 0:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
         rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
                          run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""))
         model_dir = pathlib.Path(chief.cwd) / flag_value(chief, "model-dir", Config().model_dir)
-        return run_job("TFJob", manifests.name, manifests.namespace, rules, {p.name: (r, p) for r, p in replicas},
-                       console, watchdog, job_dir, model_dir)
+        return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:
         console.close()
         watchdog.close()

@@ -70,10 +70,6 @@ class Condition:
     reason: str
     message: str
 
-    @property
-    def final(self) -> bool:
-        return self.type in ("Succeeded", "Failed")
-
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
@@ -114,6 +110,16 @@ class JobRules:
             return None
         return self._failed(f"Job {self.name} has failed because it was active longer than specified deadline")
 
+    @staticmethod
+    def _end_pod(replica: Replica, exit_code: int) -> None:
+        """Nothing restarts the container: the pod ends in the phase its exit code gives."""
+        replica.phase = "Succeeded" if exit_code == 0 else "Failed"
+
+    def record_exit(self, replica: Replica, exit_code: int) -> None:
+        """An exit after the job's outcome is decided: no rule applies, but the pod still ends, as on a cluster."""
+        replica.exit_codes.append(exit_code)
+        self._end_pod(replica, exit_code)
+
     def on_exit(self, replica: Replica, exit_code: int, finished_at: float) -> Outcome:
         replica.exit_codes.append(exit_code)
         policy = replica.restart_policy
@@ -127,7 +133,7 @@ class JobRules:
             return Outcome(restart_after=delay, note=f"restarted in place by the kubelet ({policy})"
                            + (f" after a {delay:.0f} s crash-loop back-off" if delay else ""))
         if exit_code != 0 and self.backoff_limit == 0:
-            replica.phase = "Failed"
+            self._end_pod(replica, exit_code)
             return Outcome(condition=self._backoff_failed())
         if policy == "ExitCode" and exit_code >= RETRYABLE_EXIT_CODE:
             replica.recreations += 1
@@ -136,7 +142,7 @@ class JobRules:
             message = f"{self.kind} {self.name} is restarting because {replica.rtype} replica(s) failed."
             return Outcome(recreate=True, condition=Condition("Restarting", f"{self.kind}Restarting", message),
                            note=f"exit code {exit_code} is retryable (>= {RETRYABLE_EXIT_CODE}): pod recreated")
-        replica.phase = "Succeeded" if exit_code == 0 else "Failed"
+        self._end_pod(replica, exit_code)
         note = ("" if exit_code == 0 else
                 f"exit code {exit_code} is permanent (1-127) under ExitCode" if policy == "ExitCode" else
                 f"not restarted (restartPolicy {policy})")

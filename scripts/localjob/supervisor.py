@@ -6,6 +6,7 @@ back-offs, activeDeadlineSeconds, stop escalation) are handled in order, so no s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import itertools
@@ -46,9 +47,8 @@ class JobResult:
 
 
 class Supervisor:
-    def __init__(self, job: str, namespace: str, rules: JobRules, replicas: Mapping[str, tuple[Replica, ProcessPlan]],
+    def __init__(self, rules: JobRules, replicas: Mapping[str, tuple[Replica, ProcessPlan]],
                  console: Console, watchdog: Watchdog, clock: Callable[[], float] = time.monotonic):
-        self._job, self._namespace = job, namespace
         self._rules = rules
         self._replicas = dict(replicas)
         self._console = console
@@ -65,8 +65,7 @@ class Supervisor:
         self._stopping: set[str] = set()
         self._stopped: set[str] = set()
         self._last_exit: dict[str, int] = {}
-        self._last_failure: str | None = None
-        self._failed_replica: str | None = None
+        self._last_failure: str | None = None  # frozen once the job has an outcome: then it is the failed replica
         self._start = 0.0
         self._end: float | None = None
 
@@ -99,13 +98,17 @@ class Supervisor:
             except BlockingIOError:
                 return
             if not chunk:
-                self._console.replica(name, self._buffers[name].flush())
-                self._selector.unregister(fd)
-                proc.stdout.close()
+                self._close_output(name)
                 return
             self._console.replica(name, self._buffers[name].feed(chunk))
             if not drain:
                 return
+
+    def _close_output(self, name: str) -> None:
+        proc = self._procs[name]
+        self._selector.unregister(proc.stdout.fileno())
+        self._console.replica(name, self._buffers[name].flush())
+        proc.stdout.close()
 
     def _stop(self, name: str, now: float) -> None:
         """What deleting a pod does: SIGTERM to everything in it, SIGKILL after the grace period."""
@@ -122,9 +125,7 @@ class Supervisor:
             if not proc.stdout.closed:
                 self._read(name, drain=True)
             if not proc.stdout.closed:
-                self._selector.unregister(proc.stdout.fileno())
-                self._console.replica(name, self._buffers[name].flush())
-                proc.stdout.close()
+                self._close_output(name)
             # A container ends with its main process; nothing it started may stay behind.
             signal_group(proc.pid, signal.SIGKILL)
             self._watchdog.forget(proc.pid)
@@ -142,8 +143,7 @@ class Supervisor:
             return
         if self._finished_or_stopping():
             # The job's outcome is decided; the pod still gets its phase, as on a cluster.
-            replica.exit_codes.append(code)
-            replica.phase = "Succeeded" if code == 0 else "Failed"
+            self._rules.record_exit(replica, code)
             self._console.say(f"{name} ended with {describe_exit(returncode)} after the job ended")
             return
         outcome = self._rules.on_exit(replica, code, now)
@@ -151,7 +151,7 @@ class Supervisor:
             self._last_failure = name
         self._console.say(f"{name} ended with {describe_exit(returncode)}" + (f": {outcome.note}" if outcome.note else ""))
         if outcome.condition is not None:
-            self._set_condition(outcome.condition, now, culprit=name if code != 0 else None)
+            self._set_condition(outcome.condition, now)
         if self._finished_or_stopping():
             return
         if outcome.recreate:
@@ -162,9 +162,9 @@ class Supervisor:
 
     # Job state --------------------------------------------------------------------------------
     def _finished_or_stopping(self) -> bool:
-        return (self._condition is not None and self._condition.final) or self._stop_signal is not None
+        return self._condition is not None or self._stop_signal is not None
 
-    def _set_condition(self, condition: Condition, now: float, culprit: str | None = None) -> None:
+    def _set_condition(self, condition: Condition, now: float) -> None:
         self._console.say(f"{condition.type}: {condition.message}")
         if condition.type in ("Restarting", "Running"):
             return
@@ -172,7 +172,6 @@ class Supervisor:
         self._end = now
         self._cancel("restart")
         if condition.type == "Failed":
-            self._failed_replica = culprit or self._last_failure
             for name in list(self._procs):
                 self._stop(name, now)
         else:
@@ -181,8 +180,6 @@ class Supervisor:
                 self._schedule(now + self._replicas[name][1].grace_s, "term", name, proc.pid)
 
     def _on_signal(self, signum: int, now: float) -> None:
-        if signum == signal.SIGCHLD:
-            return
         if self._stop_signal is None:
             self._stop_signal = signum
             self._end = now
@@ -216,9 +213,6 @@ class Supervisor:
                 self._console.say(f"{name} did not stop within its grace period; SIGKILL")
                 signal_group(pid, signal.SIGKILL)
 
-    def _idle_without_outcome(self) -> bool:
-        return not self._procs and not any(t[2] == "restart" for t in self._timers) and not self._finished_or_stopping()
-
     # The loop -----------------------------------------------------------------------------------
     def run(self) -> JobResult:
         wake_read, wake_write = os.pipe()
@@ -227,17 +221,19 @@ class Supervisor:
         self._selector.register(wake_read, selectors.EVENT_READ, None)
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         previous = {s: signal.signal(s, lambda signum, _frame: self._pending_signals.append(signum))
-                    for s in (*STOP_SIGNALS, signal.SIGCHLD)}
+                    for s in STOP_SIGNALS}
+        # A Python handler makes a child's exit write to the wake-up pipe, so the loop reaps at once.
+        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         try:
             self._start = self._clock()
-            self._console.say(f"Created: {self._rules.kind} {self._job} is created.")
+            self._console.say(f"Created: {self._rules.kind} {self._rules.name} is created.")
             for name in self._replicas:
                 self._spawn(name)
-            self._console.say(f"Running: {self._rules.kind} {self._namespace}/{self._job} is running.")
+            self._console.say(f"Running: {self._rules.kind} {self._rules.namespace}/{self._rules.name} is running.")
             if self._rules.active_deadline_s is not None:
                 self._schedule(self._start + self._rules.active_deadline_s, "deadline")
             while self._procs or not self._finished_or_stopping():
-                if self._idle_without_outcome():
+                if not self._procs and not any(t[2] == "restart" for t in self._timers):
                     self._console.say("every replica has ended and the job has no outcome; the operator would "
                                       "leave it Running")
                     break
@@ -245,12 +241,9 @@ class Supervisor:
                 timeout = min(0.5, max(0.0, self._timers[0][0] - now)) if self._timers else 0.5
                 for key, _ in self._selector.select(timeout):
                     if key.data is None:
-                        while True:
-                            try:
-                                if not os.read(wake_read, 512):
-                                    break
-                            except BlockingIOError:
-                                break
+                        with contextlib.suppress(BlockingIOError):
+                            while os.read(wake_read, 512):
+                                pass
                     elif key.data in self._procs:
                         self._read(key.data)
                 while self._pending_signals:
@@ -269,8 +262,6 @@ class Supervisor:
             os.close(wake_read)
             os.close(wake_write)
         end = self._end if self._end is not None else self._clock()
-        failed = self._failed_replica
-        if failed is None and self._condition is not None and self._condition.type == "Failed":
-            failed = self._last_failure
+        failed = self._condition is not None and self._condition.type == "Failed"
         return JobResult(condition=self._condition, stop_signal=self._stop_signal, duration_s=end - self._start,
-                         failed_replica=failed, last_exit=dict(self._last_exit), stopped=set(self._stopped))
+                         failed_replica=self._last_failure if failed else None, last_exit=dict(self._last_exit), stopped=set(self._stopped))
