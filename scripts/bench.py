@@ -32,6 +32,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_chart import TARGETS, draw  # noqa: E402
+from localjob.processes import signal_group  # noqa: E402
+from localjob.tfconfig import tf_config  # noqa: E402
 from loopback import free_ports  # noqa: E402
 from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow import here)
 
@@ -121,17 +123,17 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
     run_dir.mkdir(parents=True)
     model_dir = run_dir / "model"
     argv = command(program, per_worker_batch, workers, args, model_dir)
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)] if workers > 1 else []
+    ports = free_ports(workers)
+    env = clean_environment()
     busy_before = busy_cpu_seconds()
     started = time.monotonic()
     processes = []
     for index in range(workers):
-        env = clean_environment()
-        if addresses:
-            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses},
-                                           "task": {"type": "worker", "index": index}})
+        # TF_CONFIG as the operator writes it for `workers` Worker replicas: none for a single one.
+        worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
+        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
         log = open(run_dir / f"worker-{index}.log", "w")
-        processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        processes.append(subprocess.Popen(argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
         log.close()
     usages = wait_for(processes, args.timeout, run_dir)
@@ -175,16 +177,9 @@ def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib
     finally:
         for index, process in enumerate(processes):
             if index not in usages:
-                with_group_killed(process)
+                signal_group(process.pid, signal.SIGKILL)
+                process.wait()
     return [usages[index] for index in range(len(processes))]
-
-
-def with_group_killed(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
 
 
 def log_tail(path: pathlib.Path, lines: int = 15) -> str:
