@@ -10,6 +10,7 @@ import subprocess
 import sys
 from typing import Sequence
 
+from localjob.processes import signal_group
 from loopback import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +54,7 @@ def wait_all(processes: dict[str, subprocess.Popen], timeout: float) -> dict[str
     except subprocess.TimeoutExpired:
         for process in processes.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
         outputs = {name: process.communicate()[0][-3000:] for name, process in processes.items()}
         raise AssertionError(f"group did not finish within {timeout} s; last output: {outputs}") from None
     return finished
