@@ -7,8 +7,9 @@ import json
 import time
 from typing import Any, Callable
 
+from tfjob_manifest import TFJOB_CONTAINER
+
 FINISHED = ("Succeeded", "Failed")
-TFJOB_CONTAINER = "tensorflow"
 
 
 def sortable_timestamp(stamp: str) -> str:
