@@ -91,9 +91,9 @@ class JobFollower:
             pod_name, self.namespace, container=TFJOB_CONTAINER, _preload_content=False, **options)
         return response.data.decode("utf-8", errors="replace")
 
-    def events(self) -> list[str]:
+    def events(self, pods: list[Any]) -> list[str]:
         """Warning and normal events of the job and its pods, oldest first."""
-        names = [self.name] + [pod.metadata.name for pod in self.pods()]
+        names = [self.name] + [pod.metadata.name for pod in pods]
         found = []
         for object_name in names:
             listed = self.core.list_namespaced_event(
@@ -105,10 +105,11 @@ class JobFollower:
 
     def failure_report(self, tail_lines: int = 30) -> None:
         """What a user needs to see after a failure: events, then each replica's last lines."""
+        pods = self.pods()
         self.out(f"--- events of {self.name} and its pods ---")
-        for line in self.events():
+        for line in self.events(pods):
             self.out(line)
-        for pod in self.pods():
+        for pod in pods:
             exit_codes = [str(status.state.terminated.exit_code) for status in (pod.status.container_statuses or [])
                           if status.state and status.state.terminated]
             self.out(f"--- {pod.metadata.name} ({pod.status.phase}, exit code {', '.join(exit_codes) or 'none'}), "

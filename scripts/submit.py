@@ -151,24 +151,23 @@ def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
     print(cluster_steps.job_logs(name, args.namespace, tail=3).rstrip())
 
 
-def replace_finished_job(client, namespace: str) -> None:
+def replace_finished_job(watcher) -> None:
     """A TFJob name is unique: a finished job of the same name is deleted first, a running one is not."""
     import time
 
-    name = SETTINGS["JOB_NAME"]
+    name, namespace = watcher.name, watcher.namespace
     try:
-        job = client.get_job(name, namespace=namespace)
+        conditions = watcher.conditions()
     except RuntimeError:
         return
-    finished = {c.type for c in ((job.status and job.status.conditions) or []) if c.status == "True"}
-    if not finished & {"Succeeded", "Failed"}:
+    if watcher.finished_state(conditions) is None:
         raise tfjob_manifest.ManifestError(
             f"TFJob {name} is still running in {namespace}: follow it with `make status`, or `make delete` it first")
     print(f"deleting the finished TFJob {name} from an earlier run")
-    client.delete_job(name, namespace=namespace)
+    watcher.training.delete_job(name, namespace=namespace)
     for _ in range(60):
         try:
-            client.get_job(name, namespace=namespace)
+            watcher.conditions()
         except RuntimeError:
             return
         time.sleep(2)
@@ -193,12 +192,12 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(f"TensorBoard: kubectl port-forward -n {args.namespace} svc/{SETTINGS['JOB_NAME']}-tensorboard 6006:6006")
     prepare_data(objects, args)
 
-    client = training_client(args.namespace)
-    replace_finished_job(client, args.namespace)
-    client.create_job(job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")), namespace=args.namespace)
+    watcher = follower(args.namespace)
+    replace_finished_job(watcher)
+    watcher.training.create_job(job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")),
+                                namespace=args.namespace)
     print(f"created TFJob {SETTINGS['JOB_NAME']} with {args.workers} worker(s) running {args.image}")
 
-    watcher = follower(args.namespace)
     try:
         state = watcher.follow(timeout_s=args.timeout)
     except KeyboardInterrupt:
