@@ -73,9 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.workers and not 1 <= args.workers <= 8:
         parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
-    warmup = Config(log_every=max(1, args.warmup_steps)).effective_log_every
-    if args.steps < warmup + Config().steps_per_loop:
-        parser.error(f"--steps ({args.steps}) must leave at least {Config().steps_per_loop} steps after the "
+    config = Config(log_every=max(1, args.warmup_steps))
+    warmup = config.effective_log_every
+    if args.steps < warmup + config.steps_per_loop:
+        parser.error(f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
                      f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps")
     args.warmup_steps = warmup
     return args
@@ -266,12 +267,12 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any]) -> list[dic
             for key, name, measured, sign in rows]
 
 
-def sweep_summary(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    medians = {int(name.split("_")[0]): statistics.median(r["examples_per_second"] for r in rs)
-               for name, rs in runs.items()}
-    one = medians[1]
-    return [{"workers": n, "examples_per_second": spread([r["examples_per_second"] for r in runs[f"{n}_workers"]]),
-             "speedup": medians[n] / one, "scaling_efficiency": medians[n] / (n * one)} for n in sorted(medians)]
+def sweep_summary(plan: dict[str, tuple[str, int, int]], runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    throughput = {workers: spread([run["examples_per_second"] for run in runs[name]])
+                  for name, (_, workers, _) in plan.items()}
+    one = throughput[1]["median"]
+    return [{"workers": n, "examples_per_second": eps, "speedup": eps["median"] / one,
+             "scaling_efficiency": eps["median"] / (n * one)} for n, eps in throughput.items()]
 
 
 # ---- machine, versions ------------------------------------------------------------------------
@@ -340,13 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     half = args.global_batch_size // 2
     plan = {name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
             for name, variant in VARIANTS.items()}
+    sweep_plan = {f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)}
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
         scratch = pathlib.Path(scratch_name)
         try:
             runs = run_rounds(plan, args, scratch, "main")
-            sweep_runs = (run_rounds({f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)},
-                                     args, scratch, "sweep") if args.workers else None)
+            sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
@@ -376,12 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
                             "runs": runs[name], "summary": summaries[name]} for name in plan},
         "ratios": ratios,
-        "targets": [],
+        "targets": check_targets(summaries, ratios),
         "warnings": warnings,
     }
-    results["targets"] = check_targets(summaries, ratios)
     if sweep_runs:
-        results["sweep"] = sweep_summary(sweep_runs)
+        results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(args.output_dir / "results.json",
