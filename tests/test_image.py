@@ -24,7 +24,8 @@ import psutil
 import pytest
 
 import project_settings
-from loopback import free_ports
+from localjob.processes import signal_group
+from multiworker import tf_config, worker_cluster
 from trainer import exit_codes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -158,7 +159,7 @@ def fs_group_volume(tmp_path: pathlib.Path) -> pathlib.Path:
 def stop(process: subprocess.Popen) -> None:
     """Kills a worker still running (its whole session: buildah and the trainer under it)."""
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         process.wait()
 
 
@@ -179,13 +180,12 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     image = built[0]
     volume = fs_group_volume(tmp_path)
     entrypoint = image_config(image)["Entrypoint"]
-    ports = free_ports(2)
+    cluster = worker_cluster(2)
     with contextlib.ExitStack() as stack:
         workers = []
         for index in range(2):
-            tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                         "task": {"type": "worker", "index": index}}
-            command = ["buildah", "run", "--isolation", "chroot", "--env", f"TF_CONFIG={json.dumps(tf_config)}",
+            command = ["buildah", "run", "--isolation", "chroot", "--env",
+                       f"TF_CONFIG={tf_config(cluster, 'worker', index)}",
                        "--volume", f"{volume}:{MOUNT_PATH}", stack.enter_context(working_container(image)), "--",
                        *entrypoint, *TRAIN_FLAGS, "--model-dir", MODEL_DIR]
             log = tmp_path / f"worker-{index}.log"
