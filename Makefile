@@ -10,17 +10,14 @@ TF_FLAVOUR ?= tf
 DATASET ?= $(TRAINER_DATASET)
 EPOCHS  ?= 3
 ARGS    ?=
-# The image tag is the git revision, so a re-submitted job never runs a stale image.
-IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
-# cpu (tensorflow-cpu) or gpu (tensorflow[and-cuda]); gpu images are tagged with a -gpu suffix.
-IMAGE_TF_FLAVOUR ?= cpu
-IMAGE     := $(IMAGE_NAME):$(IMAGE_TAG)$(if $(filter gpu,$(IMAGE_TF_FLAVOUR)),-gpu)
+# scripts/build-image.sh names the image (IMAGE_NAME:git revision, -gpu for IMAGE_TF_FLAVOUR=gpu) and
+# picks CONTAINER_TOOL; IMAGE_TAG, IMAGE_TF_FLAVOUR and CONTAINER_TOOL reach it from make's command line
+# or the environment. Asked once, so `make image` builds the name `make submit` runs.
+IMAGE := $(shell IMAGE= IMAGE_TAG='$(IMAGE_TAG)' IMAGE_TF_FLAVOUR='$(IMAGE_TF_FLAVOUR)' scripts/build-image.sh --print-image 2>/dev/null)
 # TENSORBOARD=1 make submit also deploys TensorBoard reading the volume.
 TENSORBOARD ?=
-# docker, podman or buildah; the first one found when unset.
-CONTAINER_TOOL ?= $(shell command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && echo docker || (command -v podman >/dev/null 2>&1 && echo podman) || (command -v buildah >/dev/null 2>&1 && echo buildah) || echo docker)
 
-export IMAGE IMAGE_TAG IMAGE_TF_FLAVOUR CONTAINER_TOOL
+export IMAGE
 
 .PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
 

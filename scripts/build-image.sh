@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
-# Env (`make image` exports the first three):
-#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : short git revision,
+# The image name and the container tool are derived here only: `--print-image` prints the name:tag
+# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and submit.py ask).
+# Env (make passes on what is set on its command line or in the environment; IMAGE it sets itself):
+#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : IMAGE_TAG,
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
-#   IMAGE_TAG          the tag part of IMAGE, used when IMAGE is unset
+#   IMAGE_TAG          the tag part of IMAGE (default: the short git revision, dev outside a git checkout)
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
 #   IMAGE_TF_FLAVOUR   cpu (default) or gpu; gpu images get tags ending in -gpu
 #   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
@@ -19,20 +21,19 @@ source "$root/k8s/settings.env"
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
 
-default_tool() {
-  if command -v docker >/dev/null && docker info >/dev/null 2>&1; then echo docker
+container_tool() {
+  if [[ -n ${CONTAINER_TOOL:-} ]]; then echo "$CONTAINER_TOOL"
+  elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then echo docker
   elif command -v podman >/dev/null; then echo podman
   elif command -v buildah >/dev/null; then echo buildah
   else echo docker
   fi
 }
 
-tool=${CONTAINER_TOOL:-$(default_tool)}
-case "$tool" in
-  docker | podman | buildah) ;;
-  *) die "CONTAINER_TOOL must be docker, podman or buildah, got '$tool'" ;;
-esac
-command -v "$tool" >/dev/null || die "$tool is not installed; install it or set CONTAINER_TOOL to docker, podman or buildah"
+if [[ ${1:-} == --print-tool ]]; then
+  container_tool
+  exit 0
+fi
 
 flavour=${IMAGE_TF_FLAVOUR:-cpu}
 case "$flavour" in
@@ -41,10 +42,22 @@ case "$flavour" in
   *) die "IMAGE_TF_FLAVOUR must be cpu or gpu, got '$flavour'" ;;
 esac
 
-revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-${revision:0:12}}$suffix}
+# The tag is the git revision, so a re-submitted job never runs a stale image.
+if revision=$(git -C "$root" rev-parse HEAD 2>/dev/null); then tag=${revision:0:12}; else revision=unknown tag=dev; fi
+image=${IMAGE:-$IMAGE_NAME:${IMAGE_TAG:-$tag}$suffix}
 [[ ${image##*/} == *:* ]] || die "IMAGE must be name:tag, got '$image'"
+if [[ ${1:-} == --print-image ]]; then
+  echo "$image"
+  exit 0
+fi
 latest=${image%:*}:latest$suffix
+
+tool=$(container_tool)
+case "$tool" in
+  docker | podman | buildah) ;;
+  *) die "CONTAINER_TOOL must be docker, podman or buildah, got '$tool'" ;;
+esac
+command -v "$tool" >/dev/null || die "$tool is not installed; install it or set CONTAINER_TOOL to docker, podman or buildah"
 
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
   echo "build-image: warning: uncommitted changes are built into $image; commit them so the tag names the code" >&2

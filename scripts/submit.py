@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-sys.path.insert(1, str(pathlib.Path(__file__).resolve().parent.parent))
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(1, str(SCRIPTS.parent))
 
 import project_settings  # noqa: E402
 import tfjob_manifest  # noqa: E402
@@ -151,6 +151,14 @@ def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
     print(cluster_steps.job_logs(name, args.namespace, tail=3).rstrip())
 
 
+def container_tool() -> str:
+    """CONTAINER_TOOL, or the tool `make image` built with when unset: build-image.sh resolves both."""
+    import subprocess
+
+    return subprocess.run([str(SCRIPTS / "build-image.sh"), "--print-tool"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def replace_finished_job(watcher) -> None:
     """A TFJob name is unique: a finished job of the same name is deleted first, a running one is not."""
     import time
@@ -180,7 +188,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     context = cluster_steps.current_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
     if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
-        cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], os.environ.get("CONTAINER_TOOL", "docker"))
+        cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], container_tool())
     else:
         print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}")
     cluster_steps.apply(tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
