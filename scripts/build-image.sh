@@ -92,5 +92,5 @@ if ! "${build[@]}" "${args[@]}" --file "$root/Dockerfile" "$root"; then
   die "the build failed; where no registry is reachable, build FROM a local base: BASE_IMAGE=\$(scripts/make-base-image.sh) make image"
 fi
 
-size=$("$tool" images --format '{{.Size}}' "$image" | head -n 1)
+size=$("$tool" images --format '{{.Size}}' "$image" | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail
 echo "build-image: built $image and $latest, size $size (uncompressed)"

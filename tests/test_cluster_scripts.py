@@ -94,3 +94,15 @@ def test_a_buildah_image_reaches_k3d_under_the_name_pods_ask_for(tmp_path):
     (manifest,) = json.loads(recorded.read_text())
     assert "docker.io/library/tf-multiworker-trainer:rev123" in manifest["RepoTags"]
     assert "--cluster distml" in (tmp_path / "k3d-saw.json.args").read_text()
+
+
+def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
+    # `images | head -n 1` under pipefail failed with 141 (SIGPIPE) after a good build when the list was long.
+    docker = ('if [[ $1 == images ]]; then for ((i = 0; i < 200000; i++)); do echo 1.7GB; done; fi; exit 0')
+    stubs = path_with(tmp_path, {"docker": docker})
+    result = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "build-image.sh")], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT,
+                            env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"})
+    assert result.returncode == 0, result.stderr
+    assert "size 1.7GB (uncompressed)" in result.stdout
+
