@@ -106,3 +106,9 @@ def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "size 1.7GB (uncompressed)" in result.stdout
 
+
+def test_make_help_lists_each_target_by_name():
+    result = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+    assert {"help", "run-local", "test", "submit", "k3d-up"} <= set(names), result.stdout
