@@ -13,7 +13,7 @@ from typing import Sequence
 from localjob.processes import signal_group
 from loopback import free_ports
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass
@@ -39,7 +39,7 @@ def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] |
     environ.pop("TF_CONFIG", None)
     if tf_config_text is not None:
         environ["TF_CONFIG"] = tf_config_text
-    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), environ.get("PYTHONPATH", "")])
+    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "helpers"), environ.get("PYTHONPATH", "")])
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 

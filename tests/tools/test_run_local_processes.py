@@ -1,6 +1,6 @@
 """run-local against real processes: restarts, failures, signals and crashes, and nothing left behind.
 
-The replicas are a small script (tests/fixtures/run_local/replica.py) that records each start on the
+The replicas are a small script (tests/tools/fixtures/run_local/replica.py) that records each start on the
 job's volume and then exits, sleeps or waits as told, so these runs take about a second each.
 """
 
@@ -19,9 +19,9 @@ import psutil
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "scripts" / "run_local.py"
-REPLICA = ROOT / "tests" / "fixtures" / "run_local" / "replica.py"
+REPLICA = ROOT / "tests" / "tools" / "fixtures" / "run_local" / "replica.py"
 
 
 def manifest(tmp_path: pathlib.Path, args: list[str], workers: int = 2, policy: str = "ExitCode",

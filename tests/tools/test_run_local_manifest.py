@@ -13,7 +13,7 @@ from localjob.envvars import EnvResolver, PodIdentity, Problems, expand
 from localjob.overrides import Overrides, apply
 from localjob.podplan import IMAGE_ENTRYPOINT, Planner, without_init
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 POD = PodIdentity("demo-worker-1", "team", {"training.kubeflow.org/replica-index": "1"}, {})
 
 

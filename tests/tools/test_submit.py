@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SUBMIT = ROOT / "scripts" / "submit.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 

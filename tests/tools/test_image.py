@@ -28,7 +28,7 @@ from localjob.processes import signal_group
 from multiworker import tf_config, worker_cluster
 from trainer import exit_codes
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
 # Its own repository name, so running the tests never retags the user's `latest`.
 TEST_REPOSITORY = f"localhost/{SETTINGS['IMAGE_NAME']}-image-test"

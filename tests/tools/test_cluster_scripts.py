@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 SCRIPTS = [ROOT / "scripts" / name for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh")]
 # What the scripts need from the system before they look for the cluster tools.

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "scripts", "bench.py")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "scripts" / "run_local.py"
 SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
