@@ -73,7 +73,8 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
 
 def check_trainer_flags(tfjob: dict) -> None:
     """Runs the trainer's own parser on the container's args and env, so a typo fails here, not in a pod."""
-    from trainer.config import ConfigError, parse_config
+    from trainer.config import parse_config
+    from trainer.errors import ConfigError
 
     container = tfjob_manifest.trainer_container(tfjob)
     environ = {entry["name"]: entry.get("value", "") for entry in container.get("env", [])}

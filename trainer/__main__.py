@@ -19,8 +19,9 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from trainer import exit_codes  # noqa: E402
-from trainer.cluster import ClusterConfigError, from_environment  # noqa: E402
-from trainer.config import ConfigError, first_line, parse_config  # noqa: E402
+from trainer.cluster import from_environment  # noqa: E402
+from trainer.config import parse_config  # noqa: E402
+from trainer.errors import UserError, first_line  # noqa: E402
 
 log = logging.getLogger("trainer")
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = parse_config(argv)
         cluster = from_environment()
-    except (ConfigError, ClusterConfigError) as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s",
@@ -50,20 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.OK
 
     from trainer import saving
-    from trainer.status import StatusPortError, StatusReporter
+    from trainer.status import StatusReporter
 
-    if cluster.is_chief:
-        try:
+    try:
+        if cluster.is_chief:
             saving.check_model_dir(config.model_dir)
-        except saving.ModelDirError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return exit_codes.BAD_CONFIG
-    status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
+        status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return exit_codes.BAD_CONFIG
     status.update(state="starting", workers=cluster.num_workers)
     try:
         # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
         status.serve(config.status_host, config.status_port)
-    except StatusPortError as error:
+    except UserError as error:
         status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
@@ -78,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(config.threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.threads)
 
-    from trainer.data import DataError
     from trainer.preemption import Preempted
     from trainer.strategy import create_strategy, is_group_failure
     from trainer.train import train_and_evaluate
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
                     cluster.name, stopped, exit_codes.PREEMPTED)
         return exit_codes.PREEMPTED
-    except (ConfigError, DataError) as error:
+    except UserError as error:
         status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG

@@ -24,12 +24,11 @@ from typing import Any
 import tensorflow as tf
 
 from trainer.atomic_file import write_json
-from trainer.config import ConfigError, first_line
+from trainer.errors import ModelDirError, first_line
+from trainer.layout import ModelDir
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-RUN_SETUP = "run-setup.json"
 # What decides the meaning of a step: change any of these and step N is no longer the same step.
 RESUME_KEYS = ("model", "dataset", "train_examples", "global_batch_size", "seed")
 # Bookkeeping entries every checkpoint has, whatever the model.
@@ -40,7 +39,8 @@ class Checkpointer:
     """Owns the tf.train.Checkpoint of model, optimizer and global step, and where it is written."""
 
     def __init__(self, model_dir: str, is_chief: bool, task_name: str, keep: int, **trackables: Any) -> None:
-        self.directory = os.path.join(model_dir, CHECKPOINTS)
+        self.directory = ModelDir(model_dir).checkpoints
+        self.run_setup_path = ModelDir(model_dir).run_setup
         self.is_chief = is_chief
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.checkpoint = tf.train.Checkpoint(global_step=self.global_step, **trackables)
@@ -49,18 +49,18 @@ class Checkpointer:
 
     def check_run_setup(self, setup: dict[str, Any]) -> None:
         """Refuses checkpoints whose steps meant something else; the chief records the setup."""
-        path = os.path.join(self.directory, RUN_SETUP)
+        path = self.run_setup_path
         if _checkpoint_prefixes(self.directory) and os.path.exists(path):
             try:
                 with open(path) as handle:
                     recorded = json.load(handle)
             except (OSError, ValueError) as error:
-                raise ConfigError(f"{path} is unreadable ({error}); delete it to resume from these checkpoints "
+                raise ModelDirError(f"{path} is unreadable ({error}); delete it to resume from these checkpoints "
                                   f"anyway, or give a new --model-dir") from None
             mismatches = [f"{key}: checkpoint has {recorded.get(key)!r}, this run has {setup[key]!r}"
                           for key in RESUME_KEYS if recorded.get(key) != setup[key]]
             if mismatches:
-                raise ConfigError(
+                raise ModelDirError(
                     f"the checkpoints in {self.directory} come from a different run setup ({'; '.join(mismatches)}). "
                     f"Run with the same settings to resume, or give a new --model-dir to start over.")
         elif self.is_chief:
@@ -133,7 +133,7 @@ def _refuse_if_different(path: str, found: dict[str, list[int]], expected: dict[
         return
     differences = [f"{name}: checkpoint {found.get(name, 'missing')}, this model {expected.get(name, 'missing')}"
                    for name in sorted(set(found) | set(expected)) if found.get(name) != expected.get(name)]
-    raise ConfigError(f"checkpoint {path} was written by a different model ({len(differences)} variables differ, "
+    raise ModelDirError(f"checkpoint {path} was written by a different model ({len(differences)} variables differ, "
                       f"e.g. {'; '.join(differences[:3])}). Use the same --model and dataset to resume, or give a "
                       f"new --model-dir to start over.")
 

@@ -15,12 +15,10 @@ import json
 import os
 from typing import Mapping
 
+from trainer.errors import ClusterConfigError
+
 TRAINING_TYPES = ("chief", "worker")
 KNOWN_TYPES = ("chief", "worker", "evaluator", "ps")
-
-
-class ClusterConfigError(ValueError):
-    """TF_CONFIG cannot describe a group this trainer can run; the message says what to fix."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,18 +13,11 @@ import os
 import sys
 from typing import Any, Sequence
 
+from trainer.errors import ConfigError
+
 ENV_PREFIX = "TRAINER_"
 DATASETS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
 COLLECTIVES = ("auto", "ring", "nccl")
-
-
-class ConfigError(ValueError):
-    """A bad setting; the message names the flag and the fix."""
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's first line, for one-line messages: TensorFlow's errors span many lines."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _field(default: Any, help: str, choices: Sequence[str] | None = None):

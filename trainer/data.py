@@ -19,17 +19,14 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import DATASETS, ConfigError, first_line, parse_config
+from trainer.config import DATASETS, parse_config
+from trainer.errors import DataError, UserError, first_line
 
 TFDS_DATASETS = tuple(name for name in DATASETS if name != "synthetic")
 SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
 SYNTHETIC_CLASSES = 10
 SYNTHETIC_TRAIN_SIZE = 60_000
 SYNTHETIC_TEST_SIZE = 10_000
-
-
-class DataError(RuntimeError):
-    """The dataset cannot be read; the message says how to prepare it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m trainer.data`: prepares --dataset in --data-dir; reads the trainer's flags and TRAINER_* variables."""
     try:
         config = parse_config(argv)
-    except ConfigError as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if config.dataset == "synthetic":

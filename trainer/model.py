@@ -15,7 +15,7 @@ from typing import Callable
 import keras
 from keras import layers
 
-from trainer.config import ConfigError
+from trainer.errors import ConfigError
 
 ModelBuilder = Callable[[tuple[int, ...], int], keras.Model]
 MODELS: dict[str, ModelBuilder] = {}

@@ -18,14 +18,8 @@ import keras
 import tensorflow as tf
 
 from trainer.atomic_file import replaced_on_success
-
-KERAS_MODEL = "model.keras"
-SAVED_MODEL = "saved_model"
-METRICS = "metrics.json"
-
-
-class ModelDirError(RuntimeError):
-    """--model-dir cannot be written; the message says what to fix."""
+from trainer.errors import ModelDirError
+from trainer.layout import ModelDir
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -56,8 +50,8 @@ def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
 def save_model(model: keras.Model, model_dir: str, is_chief: bool) -> None:
     """Writes model.keras and saved_model/ (signature `serve`: raw uint8 images in, probabilities out)."""
     with save_target(model_dir, is_chief) as target:
-        _write_keras(model, os.path.join(target, KERAS_MODEL))
-        _write_saved_model(model, os.path.join(target, SAVED_MODEL))
+        _write_keras(model, ModelDir(target).keras_model)
+        _write_saved_model(model, ModelDir(target).saved_model)
 
 
 def _write_keras(model: keras.Model, path: str) -> None:

@@ -22,13 +22,10 @@ from typing import Any
 import prometheus_client
 
 from trainer.atomic_file import write_json
+from trainer.errors import StatusPortError
+from trainer.layout import STATUS, ModelDir
 
-STATUS_FILE = "status.json"
 STATES = ("starting", "running", "preempted", "succeeded", "failed")
-
-
-class StatusPortError(OSError):
-    """The status server cannot listen where it was asked to."""
 
 
 def _restarts_so_far(path: str) -> int:
@@ -50,7 +47,7 @@ class StatusReporter:
     """Keeps the chief's status; a disabled reporter (non-chief workers) does nothing."""
 
     def __init__(self, model_dir: str, enabled: bool) -> None:
-        self.path = os.path.join(model_dir, STATUS_FILE)
+        self.path = ModelDir(model_dir).status
         self.enabled = enabled
         self.restarts = _restarts_so_far(self.path) if enabled else 0
         self._lock = threading.Lock()
@@ -148,7 +145,7 @@ def read_status(source: str) -> dict[str, Any]:
         url = url if url.endswith("/status") else url + "/status"
         with urllib.request.urlopen(url, timeout=10) as response:
             return json.load(response)
-    path = os.path.join(source, STATUS_FILE) if os.path.isdir(source) else source
+    path = ModelDir(source).status if os.path.isdir(source) else source
     with open(path) as handle:
         return json.load(handle)
 
@@ -185,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = read_status(args.source)
     except FileNotFoundError:
-        print(f"error: no {STATUS_FILE} at {args.source}: has the chief started with this --model-dir?",
+        print(f"error: no {STATUS} at {args.source}: has the chief started with this --model-dir?",
               file=sys.stderr)
         return 1
     except OSError as error:
         print(f"error: cannot read the status from {args.source}: {error}", file=sys.stderr)
         return 1
     except ValueError:
-        print(f"error: {args.source} is not a trainer status (expected the JSON of {STATUS_FILE})",
+        print(f"error: {args.source} is not a trainer status (expected the JSON of {STATUS})",
               file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render(status))

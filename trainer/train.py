@@ -24,7 +24,9 @@ from trainer import data, saving
 from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
-from trainer.config import Config, ConfigError
+from trainer.config import Config
+from trainer.errors import ModelDirError
+from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress
@@ -213,7 +215,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                      "keras": keras.__version__},
     }
     if cluster.is_chief:
-        write_json(f"{config.model_dir}/{saving.METRICS}", metrics)
+        write_json(ModelDir(config.model_dir).metrics, metrics)
     status.update(state="succeeded", global_step=step, **test_metrics)
     # Every worker prints this one line, so a reader can compare the replicas' weights.
     print(f"{cluster.name} finished: test accuracy {metrics.get('test_accuracy', float('nan')):.4f}, "
@@ -226,7 +228,7 @@ def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> 
     total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(
         tf.constant(step, tf.int64))
     if int(total) != step * strategy.num_replicas_in_sync:
-        raise ConfigError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
+        raise ModelDirError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
                           f"must see the chief's --model-dir: mount the same shared volume on all of them")
 
 
@@ -239,8 +241,8 @@ def _summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
     """TensorBoard writers under <model-dir>/logs on the chief; None elsewhere (others write nothing)."""
     if not is_chief:
         return None, None
-    return (tf.summary.create_file_writer(f"{model_dir}/logs/train"),
-            tf.summary.create_file_writer(f"{model_dir}/logs/test"))
+    layout = ModelDir(model_dir)
+    return tf.summary.create_file_writer(layout.logs("train")), tf.summary.create_file_writer(layout.logs("test"))
 
 
 def _write_scalars(writer: Any, step: int, **values: float | None) -> None:

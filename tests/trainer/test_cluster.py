@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.cluster import SINGLE_PROCESS, ClusterConfigError, parse_tf_config
+from trainer.cluster import SINGLE_PROCESS, parse_tf_config
+from trainer.errors import ClusterConfigError
 
 
 def tf_config(cluster, task_type, index, **extra):

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.config import Config, ConfigError, build_parser, parse_config
+from trainer.config import Config, build_parser, parse_config
+from trainer.errors import ConfigError
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():

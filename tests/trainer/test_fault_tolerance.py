@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from multiworker import ROOT, free_ports, start, wait_all
-from trainer import checkpoint, saving, status
+from trainer import layout, status
 
 CHECKPOINT_EVERY = 20
 # 6400 examples / global batch 64 = 100 steps per epoch, 3 epochs: long enough to strike mid-run.
@@ -93,7 +93,7 @@ def test_a_killed_worker_costs_at_most_one_checkpoint_interval(tmp_path, victim)
     wait_for_step(model_dir, 60, runner)
     replica(runner, victim).kill()
     output = finish(runner, tmp_path / "scratch")
-    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert metrics["steps"] == TOTAL_STEPS
     assert metrics["restarts"] == 1
     assert metrics["resumed_from_step"] >= 60 - CHECKPOINT_EVERY
@@ -130,7 +130,7 @@ def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted
     waiting.resume()
     output = finish(runner, tmp_path / "scratch")
     assert f"{survivor} ended with exit code 144" in output, output[-3000:]
-    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert (metrics["steps"], metrics["restarts"]) == (TOTAL_STEPS, 1)
     assert len(digests(output)) == 1
 
@@ -145,7 +145,7 @@ def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
     stopped = [int(s) for s in re.findall(r"stopped at step (\d+) of", output)]
     assert stopped and len(set(stopped)) == 1, output[-3000:]
     assert "exit code 143" in output  # retryable under restartPolicy ExitCode
-    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert metrics["resumed_from_step"] == stopped[0]  # nothing redone, nothing skipped
     assert (metrics["steps"], metrics["restarts"]) == (TOTAL_STEPS, 1)
     assert len(digests(output)) == 1
@@ -161,26 +161,26 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     model_dir = tmp_path / "model"
     first = train_once(model_dir, "--epochs", "1")
     assert first.returncode == 0, first.output[-3000:]
-    directory = model_dir / checkpoint.CHECKPOINTS
+    directory = model_dir / layout.CHECKPOINTS
     latest = directory / "ckpt-32.data-00000-of-00001"
     latest.write_bytes(latest.read_bytes()[:100])
     second = train_once(model_dir, "--epochs", "2")
     assert second.returncode == 0, second.output[-3000:]
     assert "ckpt-32 is unreadable" in second.output and "trying the one before it" in second.output
-    metrics = json.loads((model_dir / saving.METRICS).read_text())
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
     # A continuation of a finished run (more epochs), not a restart of a failed one.
     assert (metrics["resumed_from_step"], metrics["steps"], metrics["restarts"]) == (16, 64, 0)
 
 
 def test_no_readable_checkpoint_starts_fresh_with_a_log_line(tmp_path):
     model_dir = tmp_path / "model"
-    directory = model_dir / checkpoint.CHECKPOINTS
+    directory = model_dir / layout.CHECKPOINTS
     directory.mkdir(parents=True)
     (directory / "ckpt-16.index").write_bytes(b"garbage")
     result = train_once(model_dir, "--epochs", "1")
     assert result.returncode == 0, result.output[-3000:]
     assert "no readable checkpoint" in result.output and "starting from step 0" in result.output
-    assert json.loads((model_dir / saving.METRICS).read_text())["resumed_from_step"] == 0
+    assert json.loads((model_dir / layout.METRICS).read_text())["resumed_from_step"] == 0
 
 
 def test_a_checkpoint_from_another_setup_is_refused_naming_the_mismatch(tmp_path):
@@ -196,7 +196,7 @@ def test_a_checkpoint_from_another_setup_is_refused_naming_the_mismatch(tmp_path
 def test_a_checkpoint_of_another_model_is_refused_before_any_weight_is_touched(tmp_path):
     model_dir = tmp_path / "model"
     assert train_once(model_dir, "--epochs", "1").returncode == 0
-    (model_dir / checkpoint.CHECKPOINTS / checkpoint.RUN_SETUP).unlink()  # only the variables can tell now
+    (model_dir / layout.CHECKPOINTS / layout.RUN_SETUP).unlink()  # only the variables can tell now
     result = train_once(model_dir, "--epochs", "1", "--model", "batch_norm")
     assert result.returncode == 2
     assert "was written by a different model" in result.output and "new --model-dir" in result.output

@@ -9,7 +9,7 @@ import pytest
 
 from multiworker import ROOT
 from trainer import model
-from trainer.config import ConfigError
+from trainer.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(model.MODELS))

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from multiworker import run_group, start, tf_config, wait_all, worker_cluster
-from trainer import data, saving
+from trainer import data, layout
 
 SMALL_RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "2048", "--test-examples", "512",
              "--seed", "7", "--log-every", "16"]
@@ -52,8 +52,8 @@ def test_only_the_chief_logs_progress(two_workers):
 
 def test_exactly_one_model_and_no_worker_scratch_left(two_workers):
     root, _ = two_workers
-    assert sorted(os.listdir(root / "model")) == sorted([saving.KERAS_MODEL, saving.SAVED_MODEL, saving.METRICS,
-                                                         "checkpoints", "logs", "status.json"])
+    assert sorted(os.listdir(root / "model")) == sorted([layout.KERAS_MODEL, layout.SAVED_MODEL, layout.METRICS,
+                                                         layout.CHECKPOINTS, layout.LOGS, layout.STATUS])
     assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-save-")]
     assert sorted(os.listdir(root)) == ["model", "scratch"]
 
@@ -70,19 +70,19 @@ def test_only_the_chief_writes_checkpoints_and_tensorboard_logs(two_workers):
 def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):
     root, _ = two_workers
     images = np.stack([x.numpy() for x, _ in data.synthetic_splits(7, 8, 8).test])
-    served = tf.saved_model.load(str(root / "model" / saving.SAVED_MODEL)).signatures["serve"](
+    served = tf.saved_model.load(str(root / "model" / layout.SAVED_MODEL)).signatures["serve"](
         images=tf.constant(images))
     probabilities = served["probabilities"].numpy()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
     import keras
 
-    logits = keras.models.load_model(root / "model" / saving.KERAS_MODEL).predict(images, verbose=0)
+    logits = keras.models.load_model(root / "model" / layout.KERAS_MODEL).predict(images, verbose=0)
     np.testing.assert_array_equal(served["class_id"].numpy(), logits.argmax(axis=1))
 
 
 def test_metrics_describe_the_run(two_workers):
     root, _ = two_workers
-    metrics = json.loads((root / "model" / saving.METRICS).read_text())
+    metrics = json.loads((root / "model" / layout.METRICS).read_text())
     assert metrics["workers"] == 2 and metrics["global_batch_size"] == 64
     assert metrics["steps"] == 2 * (2048 // 64)
     assert metrics["test_accuracy"] > 0.5 and metrics["examples_per_second"] > 0
@@ -94,8 +94,8 @@ def test_one_process_and_two_workers_learn_the_same(two_workers, one_process):
     two_root, _ = two_workers
     one_root, single = one_process
     assert single.returncode == 0, single.output[-3000:]
-    two = json.loads((two_root / "model" / saving.METRICS).read_text())
-    one = json.loads((one_root / "model" / saving.METRICS).read_text())
+    two = json.loads((two_root / "model" / layout.METRICS).read_text())
+    one = json.loads((one_root / "model" / layout.METRICS).read_text())
     # Same seed, same global batch, same example order: the same training up to float summation order.
     assert one["global_batch_size"] == two["global_batch_size"] == 64
     assert abs(one["test_accuracy"] - two["test_accuracy"]) <= 0.02
