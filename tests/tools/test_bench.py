@@ -14,13 +14,13 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH = os.path.join(ROOT, "scripts", "bench.py")
+BENCH = ["-m", "scripts.bench.bench"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
 
 
 def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def test_an_odd_global_batch_is_refused_with_the_fix():

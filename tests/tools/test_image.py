@@ -1,10 +1,10 @@
 """The container image builds, stays small, and trains two workers inside itself.
 
-The image tests build with scripts/build-image.sh and run the image with
+The image tests build with scripts/image/build-image.sh and run the image with
 `buildah run --isolation chroot`, which needs no Docker engine and shares the
 host's network, so two workers meet on 127.0.0.1 as two pods meet in a TFJob.
 The base is the Dockerfile's registry image where a registry answers, else a
-Debian bookworm base made by scripts/make-base-image.sh.
+Debian bookworm base made by scripts/image/make-base-image.sh.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 import psutil
 import pytest
 
-import project_settings
-from localjob.processes import signal_group
 from multiworker import tf_config, worker_cluster
+from scripts.common import settings as project_settings
+from scripts.common.processes import signal_group
 from trainer import exit_codes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ TRAIN_FLAGS = ["--dataset", "synthetic", "--epochs", "1", "--train-examples", "5
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image_requirements.py"), *args],
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image" / "image_requirements.py"), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
@@ -90,7 +90,7 @@ def base_image() -> str | None:
     if shutil.which("debootstrap") is None:
         pytest.skip(f"no registry serves {default_base_image()} and debootstrap is not found to make a local base "
                     "(Debian: apt-get install debootstrap)")
-    made = subprocess.run([str(ROOT / "scripts" / "make-base-image.sh")], capture_output=True, text=True,
+    made = subprocess.run([str(ROOT / "scripts" / "image" / "make-base-image.sh")], capture_output=True, text=True,
                           env={**os.environ, "CONTAINER_TOOL": "buildah"}, timeout=BUILD_TIMEOUT_S)
     assert made.returncode == 0, f"make-base-image.sh failed:\n{made.stderr[-4000:]}"
     return made.stdout.strip()
@@ -106,7 +106,7 @@ def build(root: pathlib.Path, image: str, base: str | None) -> str:
     # RUN steps reach the package index through the host's CA bundle (an intercepting proxy may sign it).
     if pathlib.Path("/etc/ssl/certs").is_dir():
         env["EXTRA_BUILD_FLAGS"] = "-v /etc/ssl/certs:/etc/ssl/certs:ro"
-    result = subprocess.run([str(root / "scripts" / "build-image.sh")], stdout=subprocess.PIPE,
+    result = subprocess.run([str(root / "scripts" / "image" / "build-image.sh")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, f"build-image.sh failed:\n{result.stdout[-5000:]}"
     return result.stdout
@@ -267,7 +267,7 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
     repository = f"{TEST_REPOSITORY}-code-change"
     try:
         output = build(copy, f"{repository}:test", base_image)
-        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image_requirements\.py.*\n(.*)", output)
+        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image/image_requirements\.py.*\n(.*)", output)
         assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
         assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
         with working_container(f"{repository}:test") as container:

@@ -15,13 +15,13 @@ import psutil
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "scripts" / "run_local.py"
+RUNNER = ["-m", "scripts.localrun.run_local"]
 SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
 
 def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
     with console.open("w") as out:
-        return subprocess.Popen([sys.executable, str(RUNNER), "--job-dir", str(job_dir), *args],
+        return subprocess.Popen([sys.executable, *RUNNER, "--job-dir", str(job_dir), *args],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
