@@ -170,7 +170,8 @@ def trainer_config(args: Sequence[str], environ: dict[str, str]):
     except ConfigError as error:
         raise ManifestError(f"trainer flags: {error}") from None
     except SystemExit:
-        raise ManifestError(f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)") from None
+        raise ManifestError(
+            f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)") from None
 
 
 def tensorflow_container(template: Manifest) -> Manifest:

@@ -104,7 +104,8 @@ class EnvResolver:
                     if similar else " Add the ConfigMap to the kustomization, or mark the reference optional.")
             consequence = (" (optional: left unset)" if optional else
                            " On a cluster the pod would not start (CreateContainerConfigError).")
-            problems.add(f"{where}: no ConfigMap named {name!r} in the rendered manifests.{consequence}{hint}", optional)
+            problems.add(f"{where}: no ConfigMap named {name!r} in the rendered manifests.{consequence}{hint}",
+                         optional)
             return None
         data = self.config_maps[name]
         if key is None:

@@ -27,6 +27,7 @@ from multiworker import tf_config, worker_cluster
 from scripts.common import settings as project_settings
 from scripts.common.processes import signal_group
 from trainer import exit_codes
+from trainer.layout import ModelDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
@@ -198,10 +199,10 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     assert codes == [0, 0], "\n".join(f"--- worker {i} exited {code}:\n{text[-3000:]}"
                                       for i, (code, text) in enumerate(zip(codes, logs)))
 
-    host_model_dir = volume / MODEL_DIR_IN_VOLUME
-    assert (host_model_dir / "model.keras").is_file()
-    assert (host_model_dir / "saved_model" / "saved_model.pb").is_file()
-    metrics = json.loads((host_model_dir / "metrics.json").read_text())
+    host_model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
+    assert os.path.isfile(host_model_dir.keras_model)
+    assert os.path.isfile(os.path.join(host_model_dir.saved_model, "saved_model.pb"))
+    metrics = json.loads(pathlib.Path(host_model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]
     assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], \
@@ -213,7 +214,7 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
 
 def read_status(model_dir: pathlib.Path) -> dict:
     try:
-        return json.loads((model_dir / "status.json").read_text())
+        return json.loads(pathlib.Path(ModelDir(str(model_dir)).status).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
@@ -248,7 +249,8 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
             stop(process)
     assert code == exit_codes.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
     assert read_status(host_model_dir)["state"] == "preempted"
-    assert (host_model_dir / "checkpoints" / "checkpoint").is_file(), "no checkpoint was saved on SIGTERM"
+    assert (pathlib.Path(ModelDir(str(host_model_dir)).checkpoints) / "checkpoint").is_file(), \
+        "no checkpoint was saved on SIGTERM"
 
 
 @pytest.mark.image

@@ -9,7 +9,6 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 
 import kubernetes_validate
 import pytest

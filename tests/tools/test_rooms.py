@@ -73,8 +73,9 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
     imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
     assert imported.returncode == 0, imported.stderr[-3000:]
 
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not image",
-                            "tests/trainer/test_config.py", "tests/tools/test_run_local_manifest.py"], **run)
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                            "not slow and not image", "tests/trainer/test_config.py",
+                            "tests/tools/test_run_local_manifest.py"], **run)
     assert tests.returncode == 0, tests.stdout[-3000:]
 
     # run-local end to end on a one-replica job.
@@ -82,7 +83,7 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
         "Worker": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [{
             "name": "tensorflow", "image": "img", "command": ["python", "-c", "print('replica ran')"]}]}}}}}}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    local = subprocess.run([sys.executable, "-m", "scripts.localrun.run_local", "--manifest", str(tmp_path / "job.yaml"),
-                            "--job-dir", str(tmp_path / "job")], **run)
+    local = subprocess.run([sys.executable, "-m", "scripts.localrun.run_local", "--manifest",
+                            str(tmp_path / "job.yaml"), "--job-dir", str(tmp_path / "job")], **run)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     assert "replica ran" in local.stdout and "Succeeded" in local.stdout

@@ -71,7 +71,8 @@ def test_value_from_a_config_map_key_and_the_containers_resources():
 
 
 def test_an_unset_cpu_limit_reads_as_this_machines_cores():
-    container = {"name": "tensorflow", "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+    container = {"name": "tensorflow",
+                 "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
     env = EnvResolver({}).resolve(container, {"containers": [container]}, "w", Problems())
     assert env == {"N": str(os.cpu_count())}
 
@@ -98,8 +99,9 @@ UNSUPPORTED = [
     ("env[P].valueFrom.fieldRef", lambda c, pod: c.setdefault("env", []).append(
         {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})),
     ("envFrom[0].secretRef", lambda c, pod: c.setdefault("envFrom", []).append({"secretRef": {"name": "s"}})),
-    ("env[E].valueFrom.resourceFieldRef.resource=limits.ephemeral-storage", lambda c, pod: c.setdefault("env", []).append(
-        {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}})),
+    ("env[E].valueFrom.resourceFieldRef.resource=limits.ephemeral-storage",
+     lambda c, pod: c.setdefault("env", []).append(
+         {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}})),
     ("volumes[scratch].emptyDir", lambda c, pod: pod["volumes"].append({"name": "scratch", "emptyDir": {}})),
     ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append(
         {"name": "conf", "configMap": {"name": "cm"}})),
@@ -249,4 +251,5 @@ def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tm
     assert {"name": "TRAINER_EPOCHS", "value": "2"} in chief["env"]
     assert {"name": "TRAINER_DATASET", "value": "synthetic"} in chief["env"]
     worker = submitted["spec"]["tfReplicaSpecs"]["Worker"]
-    assert worker["replicas"] == 3 and worker["template"]["spec"]["containers"][0]["args"] == ["--epochs", "2", "--seed", "7"]
+    assert worker["replicas"] == 3
+    assert worker["template"]["spec"]["containers"][0]["args"] == ["--epochs", "2", "--seed", "7"]
