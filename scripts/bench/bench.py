@@ -33,7 +33,8 @@ from scripts.common.processes import inherited_environment, peak_rss_bytes, sign
 from scripts.common.settings import ROOT
 from scripts.common.tfconfig import tf_config
 from trainer.atomic_file import replaced_on_success, write_json
-from trainer.config import Config  # pure Python: no TensorFlow import here
+from trainer.config import parse_config  # pure Python: no TensorFlow import here
+from trainer.errors import ConfigError
 from trainer.layout import ModelDir
 
 from .chart import TARGETS, draw
@@ -77,7 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.workers and not 1 <= args.workers <= 8:
         parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
-    config = Config(log_every=max(1, args.warmup_steps))
+    # The trainer's own parser reads the flags (bench's runs see no TRAINER_* variables), so a typo stops here.
+    try:
+        config = parse_config([*trainer_flags, "--log-every", str(max(1, args.warmup_steps))], environ={})
+    except ConfigError as error:
+        parser.error(f"trainer flags after --: {error}")
     warmup = config.effective_log_every
     if args.steps < warmup + config.steps_per_loop:
         parser.error(f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
