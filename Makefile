@@ -10,10 +10,10 @@ TF_FLAVOUR ?= tf
 DATASET ?= $(TRAINER_DATASET)
 EPOCHS  ?= 3
 ARGS    ?=
-# scripts/build-image.sh names the image (IMAGE_NAME:git revision, -gpu for IMAGE_TF_FLAVOUR=gpu) and
+# scripts/image/build-image.sh names the image (IMAGE_NAME:git revision, -gpu for IMAGE_TF_FLAVOUR=gpu) and
 # picks CONTAINER_TOOL; IMAGE_TAG, IMAGE_TF_FLAVOUR and CONTAINER_TOOL reach it from make's command line
 # or the environment. Asked once, so `make image` builds the name `make submit` runs.
-IMAGE := $(shell IMAGE= IMAGE_TAG='$(IMAGE_TAG)' IMAGE_TF_FLAVOUR='$(IMAGE_TF_FLAVOUR)' scripts/build-image.sh --print-image 2>/dev/null)
+IMAGE := $(shell IMAGE= IMAGE_TAG='$(IMAGE_TAG)' IMAGE_TF_FLAVOUR='$(IMAGE_TF_FLAVOUR)' scripts/image/build-image.sh --print-image 2>/dev/null)
 # TENSORBOARD=1 make submit also deploys TensorBoard reading the volume.
 TENSORBOARD ?=
 
@@ -39,7 +39,7 @@ train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
 run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
-	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	$(PY) -m scripts.localrun.run_local --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 test: install ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
@@ -50,34 +50,34 @@ test-slow: install ## the slow suites: long multi-process runs and the image bui
 test-all: test test-slow ## everything CI runs
 
 lint: ## shellcheck every shell script
-	shellcheck scripts/*.sh .ci/run
+	shellcheck scripts/*/*.sh .ci/run
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
-	scripts/build-image.sh
+	scripts/image/build-image.sh
 
 k3d-up: ## create the k3d cluster and install the Kubeflow training operator
-	scripts/k3d-up.sh
+	scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
-	scripts/k3d-down.sh
+	scripts/cluster/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the TFJob and follow it
-	$(PY) scripts/submit.py --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	$(PY) -m scripts.cluster.submit --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status
-	$(PY) scripts/submit.py --status
+	$(PY) -m scripts.cluster.submit --status
 
 logs: ## follow the chief's logs
 	kubectl logs -f -n $(NAMESPACE) -l training.kubeflow.org/job-name=$(JOB_NAME),training.kubeflow.org/job-role=master
 
 delete: install ## delete the TFJob (the volume and its model stay)
-	$(PY) scripts/submit.py --delete
+	$(PY) -m scripts.cluster.submit --delete
 
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
-	scripts/fetch-model.sh
+	scripts/cluster/fetch-model.sh
 
-bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/
-	$(PY) scripts/bench.py $(ARGS)
+bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/ (BENCH_ARGS=, ARGS=)
+	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache

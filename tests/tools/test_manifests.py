@@ -9,17 +9,13 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 
 import kubernetes_validate
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))
-
-import project_settings  # noqa: E402
-import tfjob_manifest  # noqa: E402
+from scripts.common import manifest as tfjob_manifest
+from scripts.common import settings as project_settings
 
 SETTINGS = project_settings.load()
 # Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE=rancher/k3s:v1.31.5-k3s1).
@@ -232,6 +228,6 @@ def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
     # make -n prints the submit command without running it; the tag is whatever IMAGE_TAG says.
     plan = subprocess.run(["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout
-    submitted = re.search(r"scripts/submit\.py --image (\S+)", plan).group(1)
+    submitted = re.search(r"-m scripts\.cluster\.submit --image (\S+)", plan).group(1)
     assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
     assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "scripts" / "run_local.py"
+RUNNER = ["-m", "scripts.localrun.run_local"]
 REPLICA = ROOT / "tests" / "tools" / "fixtures" / "run_local" / "replica.py"
 
 
@@ -63,7 +63,7 @@ class Run:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.console_path = tmp_path / "console.txt"
         with self.console_path.open("w") as console:
-            self.proc = subprocess.Popen([sys.executable, str(RUNNER), "--manifest", str(manifest_path),
+            self.proc = subprocess.Popen([sys.executable, *RUNNER, "--manifest", str(manifest_path),
                                           "--job-dir", str(self.job_dir), *extra],
                                          stdout=console, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -259,9 +259,9 @@ def test_an_unresolvable_reference_stops_the_run_before_anything_starts(tmp_path
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_replica_dies_with_its_runner_even_without_the_watchdog(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from localjob.processes import spawn; "
-        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)"),
-        str(ROOT / "scripts")], stdout=subprocess.PIPE, text=True)
+        "import time; from scripts.common.processes import spawn; "
+        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
     child = int(parent.stdout.readline())
     assert alive(child)
     parent.kill()

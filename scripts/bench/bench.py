@@ -3,11 +3,12 @@
 Runs, interleaved round by round so machine drift hits every variant alike:
   trainer_one_process  python -m trainer, no TF_CONFIG, global batch G
   trainer_two_workers  python -m trainer, two local workers, per-worker batch G/2
-  peer_two_workers     scripts/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
+  peer_two_workers     scripts/bench/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
 Each run reports steady-state examples/s (warm-up excluded), seconds from process
 start to the first finished step, and the peak RSS of every worker (from the
 kernel's accounting of the exited process). Writes bench/results.json and
-bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers.
+bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers. Trainer flags for every
+trainer run go after `--`:  python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import os
 import pathlib
 import platform
-import shlex
 import signal
 import statistics
 import subprocess
@@ -28,16 +28,18 @@ import tempfile
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from scripts.common.ports import free_ports
+from scripts.common.processes import inherited_environment, peak_rss_bytes, signal_group
+from scripts.common.settings import ROOT
+from scripts.common.tfconfig import tf_config
+from trainer.atomic_file import replaced_on_success, write_json
+from trainer.config import parse_config  # pure Python: no TensorFlow import here
+from trainer.errors import ConfigError
+from trainer.layout import ModelDir
 
-from bench_chart import TARGETS, draw  # noqa: E402
-from localjob.processes import signal_group  # noqa: E402
-from localjob.tfconfig import tf_config  # noqa: E402
-from loopback import free_ports  # noqa: E402
-from trainer.config import Config  # noqa: E402  (pure Python: no TensorFlow import here)
+from .chart import TARGETS, draw
 
-PEER_SCRIPT = ROOT / "scripts" / "tutorial_fit.py"
+PEER_MODULE = "scripts.bench.tutorial_fit"
 VARIANTS = {
     "trainer_one_process": {"label": "trainer, 1 process", "program": "trainer", "workers": 1},
     "trainer_two_workers": {"label": "trainer, 2 workers", "program": "trainer", "workers": 2},
@@ -53,7 +55,11 @@ class BenchError(RuntimeError):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, trainer_flags = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.bench", description=__doc__.split("\n\n")[0],
+                                     epilog="Everything after -- is appended to every trainer run's flags, the "
+                                            "one-process baseline included (the peer gets none).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2")
     parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
@@ -62,10 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
     parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
-    parser.add_argument("--trainer-flags", default="",
-                        help="extra flags for every trainer run, the one-process baseline included, e.g. \"--steps-per-loop 32\" (the peer gets none)")
     parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(ours)
+    args.trainer_flags = trainer_flags
     if args.global_batch_size < 2 or args.global_batch_size % 2:
         parser.error(f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
                      f"got {args.global_batch_size}")
@@ -73,7 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.workers and not 1 <= args.workers <= 8:
         parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
-    config = Config(log_every=max(1, args.warmup_steps))
+    # The trainer's own parser reads the flags (bench's runs see no TRAINER_* variables), so a typo stops here.
+    try:
+        config = parse_config([*trainer_flags, "--log-every", str(max(1, args.warmup_steps))], environ={})
+    except ConfigError as error:
+        parser.error(f"trainer flags after --: {error}")
     warmup = config.effective_log_every
     if args.steps < warmup + config.steps_per_loop:
         parser.error(f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
@@ -88,26 +97,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
             model_dir: pathlib.Path) -> list[str]:
     if program == "peer":
-        return [sys.executable, str(PEER_SCRIPT), "--per-worker-batch-size", str(per_worker_batch),
+        return [sys.executable, "-m", PEER_MODULE, "--per-worker-batch-size", str(per_worker_batch),
                 "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)]
     global_batch = per_worker_batch * workers
     return [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--epochs", "1",
             "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
             "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
             # No periodic checkpoints: the peer writes none either.
-            "--checkpoint-every", "0", "--model-dir", str(model_dir), *shlex.split(args.trainer_flags)]
+            "--checkpoint-every", "0", "--model-dir", str(model_dir), *args.trainer_flags]
 
 
 def clean_environment() -> dict[str, str]:
     """This shell's environment minus anything that would change what a run does."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("TRAINER_")}
+    env = inherited_environment()
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
-
-
-def peak_rss_from_rusage(usage: Any) -> int:
-    return usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
 
 
 def busy_cpu_seconds() -> float:
@@ -146,7 +151,7 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
     return {
         "examples_per_second": report["examples_per_second"],
         "time_to_first_step_seconds": report["time_to_first_step_seconds"],
-        "peak_rss_bytes": [peak_rss_from_rusage(usage) for usage in usages],
+        "peak_rss_bytes": [peak_rss_bytes(usage) for usage in usages],
         "cpu_seconds": own_cpu,
         "wall_seconds": wall_seconds,
         "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
@@ -190,7 +195,7 @@ def log_tail(path: pathlib.Path, lines: int = 15) -> str:
 def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
     """The chief's own figures: the trainer's metrics.json, or the peer's last stdout line."""
     if program == "trainer":
-        source = model_dir / "metrics.json"
+        source = pathlib.Path(ModelDir(str(model_dir)).metrics)
         text = source.read_text() if source.exists() else ""
     else:
         source = run_dir / "worker-0.log"
@@ -311,12 +316,6 @@ def versions() -> dict[str, Any]:
 
 # ---- output ------------------------------------------------------------------------------------
 
-def write_atomically(path: pathlib.Path, write) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    write(partial)
-    os.replace(partial, path)
-
-
 def print_table(results: dict[str, Any]) -> None:
     print(f"\n{'variant':<22}{'examples/s (median, min-max)':>34}{'first step s':>14}{'peak RSS GB':>13}")
     for name, variant in results["variants"].items():
@@ -363,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "schema_version": 1,
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m scripts.bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(),
         "versions": versions(),
         "config": {"model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
@@ -384,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    write_atomically(args.output_dir / "results.json",
-                     lambda path: path.write_text(json.dumps(results, indent=2) + "\n"))
-    write_atomically(args.output_dir / "bench.png", lambda path: draw(results, path))
+    write_json(str(args.output_dir / "results.json"), results, sort_keys=False)
+    with replaced_on_success(str(args.output_dir / "bench.png")) as partial:
+        draw(results, pathlib.Path(partial))
     print_table(results)
     print(f"\nwrote {args.output_dir / 'results.json'} and {args.output_dir / 'bench.png'}")
     return 0

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Runs the project's TFJob manifest on this machine: every replica a local process, with the TF_CONFIG,
 restarts, failure and success rules of the Kubeflow training operator v1.9.
 
-    scripts/run_local.py --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
+    python -m scripts.localrun.run_local --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
 
 Reads `kubectl kustomize k8s` (or --manifest FILE), picks the TFJob, maps its volume to
 runs/<job-name>/, runs the data-preparation Job first for a dataset that needs one, then the
@@ -16,19 +15,17 @@ import pathlib
 import shutil
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
+from scripts.common import manifest as tfjob_manifest
+from scripts.common.settings import ROOT
 
-from localjob import manifests as manifest_io  # noqa: E402
-from localjob.console import Console  # noqa: E402
-from localjob.envvars import Problems  # noqa: E402
-from localjob.operator_rules import JobRules, Replica  # noqa: E402
-from localjob.overrides import Overrides, apply  # noqa: E402
-from localjob.podplan import ProcessPlan, Planner, flag_value  # noqa: E402
-from localjob.processes import Watchdog  # noqa: E402
-from localjob.report import shown, summarize  # noqa: E402
-from localjob.supervisor import Supervisor  # noqa: E402
-from trainer.config import Config  # noqa: E402
+from . import manifests as manifest_io
+from .console import Console
+from .envvars import Problems
+from .operator_rules import JobRules, Replica
+from .podplan import Planner, ProcessPlan, settings_of
+from .report import shown, summarize
+from .supervisor import Supervisor
+from .watchdog import Watchdog
 
 SYNTHETIC = "synthetic"
 
@@ -36,7 +33,7 @@ SYNTHETIC = "synthetic"
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(
-        prog="scripts/run_local.py", description=__doc__.split("\n\n")[0],
+        prog="python -m scripts.localrun.run_local", description=__doc__.split("\n\n")[0],
         epilog="Everything after -- is appended to the trainer's arguments in every replica. Exit code: 0 the job "
                "Succeeded, 1 it Failed, 2 the manifests cannot run, 130/143 stopped by SIGINT/SIGTERM.")
     parser.add_argument("--workers", type=int, help="Worker replicas (default: the manifest's)")
@@ -55,11 +52,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def load(args: argparse.Namespace) -> manifest_io.Manifests:
+    """The rendered objects with the command line applied by the same function `make submit` uses."""
     if args.manifest is not None:
         if not args.manifest.exists():
             raise manifest_io.ManifestError(f"--manifest {args.manifest}: no such file")
-        return manifest_io.parse(args.manifest.read_text(), str(args.manifest))
-    return manifest_io.parse(manifest_io.render(args.kustomize), f"kubectl kustomize {args.kustomize}")
+        source, text = str(args.manifest), args.manifest.read_text()
+    else:
+        source, text = f"kubectl kustomize {args.kustomize}", tfjob_manifest.render_text(args.kustomize)
+    objects = manifest_io.load_text(text, source)
+    if sum(obj.get("kind") == "TFJob" for obj in objects) == 1:
+        objects = tfjob_manifest.customize(objects, workers=args.workers, dataset=args.dataset, epochs=args.epochs,
+                                           trainer_args=args.trainer_flags)
+    return manifest_io.parse(objects, source)
 
 
 def run_job(rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]], console: Console, watchdog: Watchdog,
@@ -69,10 +73,9 @@ def run_job(rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]], 
                      console, model_dir, job_dir / "run-local" / f"{rules.name}.status.json")
 
 
-def preparations_to_run(preparations: list[ProcessPlan], chief: ProcessPlan, args: argparse.Namespace) -> list[ProcessPlan]:
+def preparations_to_run(preparations: list[ProcessPlan], dataset: str, args: argparse.Namespace) -> list[ProcessPlan]:
     """Like `make submit`: the data-preparation Job runs for every dataset but synthetic (it is a no-op when
     the data is already on the volume), unless --skip-prepare."""
-    dataset = flag_value(chief, "dataset", Config().dataset)
     if dataset == SYNTHETIC or args.skip_prepare:
         return []
     return preparations
@@ -92,13 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     problems = Problems()
     try:
-        manifests = apply(load(args), Overrides(args.workers, args.dataset, args.epochs, args.trainer_flags))
+        manifests = load(args)
         job_dir = (args.job_dir or ROOT / "runs" / manifests.name).resolve()
         if args.clean:
             clean(job_dir)
         planner = Planner(manifests, job_dir, problems)
         replicas = planner.replicas()
         preparations = planner.preparation_jobs()
+        if not problems.errors:
+            chief_settings = settings_of(planner.chief)
+            preparations = preparations_to_run(preparations, chief_settings.dataset, args)
     except manifest_io.ManifestError as error:
         print(f"run-local: {error}", file=sys.stderr)
         return 2
@@ -115,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod", file=sys.stderr)
         return 2
     chief = planner.chief
-    preparations = preparations_to_run(preparations, chief, args)
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 return code
         rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
                          run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""))
-        model_dir = pathlib.Path(chief.cwd) / flag_value(chief, "model-dir", Config().model_dir)
+        model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:
         console.close()

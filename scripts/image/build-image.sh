@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
 # The image name and the container tool are derived here only: `--print-image` prints the name:tag
-# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and submit.py ask).
+# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask).
 # Env (make passes on what is set on its command line or in the environment; IMAGE it sets itself):
 #   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : IMAGE_TAG,
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
@@ -9,13 +9,13 @@
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
 #   IMAGE_TF_FLAVOUR   cpu (default) or gpu; gpu images get tags ending in -gpu
 #   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
-#                      where no registry is reachable: BASE_IMAGE=$(scripts/make-base-image.sh)
+#                      where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh)
 #   EXTRA_BUILD_FLAGS  more words for the build command, e.g. "-v /etc/ssl/certs:/etc/ssl/certs:ro"
 #                      where the package index sits behind a proxy whose CA only the host trusts
 # buildah and podman read BUILDAH_ISOLATION; set it to chroot where runc cannot run.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
 source "$root/k8s/settings.env"
 
@@ -89,7 +89,7 @@ case "$tool" in
   buildah) build=(buildah bud --layers) ;;
 esac
 if ! "${build[@]}" "${args[@]}" --file "$root/Dockerfile" "$root"; then
-  die "the build failed; where no registry is reachable, build FROM a local base: BASE_IMAGE=\$(scripts/make-base-image.sh) make image"
+  die "the build failed; where no registry is reachable, build FROM a local base: BASE_IMAGE=\$(scripts/image/make-base-image.sh) make image"
 fi
 
 size=$("$tool" images --format '{{.Size}}' "$image" | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail

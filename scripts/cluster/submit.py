@@ -15,23 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS))
-sys.path.insert(1, str(SCRIPTS.parent))
+from scripts.common import manifest as tfjob_manifest
+from scripts.common import settings as project_settings
 
-import project_settings  # noqa: E402
-import tfjob_manifest  # noqa: E402
+from . import steps as cluster_steps
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
 SETTINGS = project_settings.load()
+# The image room's build script names the image and the container tool; submit asks it for the tool only.
+BUILD_IMAGE = project_settings.ROOT / "scripts" / "image" / "build-image.sh"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="submit.py", description=__doc__.split("\n\n")[0],
+        prog="python -m scripts.cluster.submit", description=__doc__.split("\n\n")[0],
         epilog="Trainer flags go after `--`, e.g. `-- --per-worker-batch-size 128`. " + __doc__.split("\n\n")[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
@@ -60,9 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def build_objects(args: argparse.Namespace) -> list[dict]:
     """The rendered kustomization with the command line applied, checked before any cluster call."""
-    trainer_args = ([f"--epochs={args.epochs}"] if args.epochs is not None else []) + list(args.trainer_args)
     objects = tfjob_manifest.customize(tfjob_manifest.render(), image=args.image, workers=args.workers,
-                                       dataset=args.dataset, trainer_args=trainer_args)
+                                       dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_args)
     tfjob = tfjob_manifest.the_one(objects, "TFJob")
     problems = tfjob_manifest.webhook_problems(tfjob)
     if problems:
@@ -73,18 +71,9 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
 
 def check_trainer_flags(tfjob: dict) -> None:
     """Runs the trainer's own parser on the container's args and env, so a typo fails here, not in a pod."""
-    from trainer.config import parse_config
-    from trainer.errors import ConfigError
-
     container = tfjob_manifest.trainer_container(tfjob)
-    environ = {entry["name"]: entry.get("value", "") for entry in container.get("env", [])}
-    try:
-        parse_config(container.get("args") or [], environ=environ)
-    except ConfigError as error:
-        raise tfjob_manifest.ManifestError(f"trainer flags: {error}") from None
-    except SystemExit:
-        raise tfjob_manifest.ManifestError(
-            f"trainer flags {container.get('args')} are not accepted by `python -m trainer` (see its --help)") from None
+    environ = {entry["name"]: entry.get("value", "") for entry in container.get("env", []) if "value" in entry}
+    tfjob_manifest.trainer_config(container.get("args") or [], environ)
 
 
 def training_client(namespace: str):
@@ -101,7 +90,7 @@ def core_api():
 
 
 def follower(namespace: str):
-    from job_follower import JobFollower
+    from .job_follower import JobFollower
 
     return JobFollower(training_client(namespace), core_api(), SETTINGS["JOB_NAME"], namespace)
 
@@ -135,8 +124,6 @@ def delete_job(namespace: str) -> int:
 
 
 def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
-    import cluster_steps
-
     if args.dataset == "synthetic":
         print("dataset synthetic is generated in memory; no data preparation")
         return
@@ -156,7 +143,7 @@ def container_tool() -> str:
     """CONTAINER_TOOL, or the tool `make image` built with when unset: build-image.sh resolves both."""
     import subprocess
 
-    return subprocess.run([str(SCRIPTS / "build-image.sh"), "--print-tool"], capture_output=True, text=True,
+    return subprocess.run([str(BUILD_IMAGE), "--print-tool"], capture_output=True, text=True,
                           check=True).stdout.strip()
 
 
@@ -184,8 +171,6 @@ def replace_finished_job(watcher) -> None:
 
 
 def submit(objects: list[dict], args: argparse.Namespace) -> int:
-    import cluster_steps
-
     context = cluster_steps.current_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
     if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
@@ -225,7 +210,6 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
 
 def cluster_errors() -> tuple[type[BaseException], ...]:
     """What talking to a cluster can raise that deserves a message rather than a traceback."""
-    import cluster_steps
     import kubernetes
     import urllib3
 

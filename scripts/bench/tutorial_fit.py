@@ -29,6 +29,8 @@ import psutil
 import tensorflow as tf
 import tf_keras
 
+from scripts.common.processes import peak_rss_bytes
+
 IMAGE_SHAPE = (28, 28, 1)
 CLASSES = 10
 
@@ -102,11 +104,6 @@ class StepTimer(tf.keras.callbacks.Callback):
         self.last_step_end = now
 
 
-def peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = psutil.Process().create_time()
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "examples_per_second": steady_steps * global_batch_size / seconds if seconds > 0 else None,
         "time_to_first_step_seconds": timer.first_step_end - started,
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(resource.getrusage(resource.RUSAGE_SELF)),
         "workers": workers,
         "global_batch_size": global_batch_size,
         "per_worker_batch_size": args.per_worker_batch_size,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a Debian bookworm image with Python 3.11 by debootstrap, for machines that cannot pull a
-# registry base: pass its name as BASE_IMAGE to scripts/build-image.sh.
+# registry base: pass its name as BASE_IMAGE to scripts/image/build-image.sh.
 # Prints the image name on stdout (progress goes to stderr). An image made by this exact script
 # version is reused, because its tag is a hash of this file.
 # Env: CONTAINER_TOOL=buildah|podman|docker (default buildah), DEBIAN_MIRROR (default deb.debian.org).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping
 
-from tfjob_manifest import CHIEF_TYPES
+from .manifest import CHIEF_TYPES
 
 Address = Callable[[str, int], str]
 

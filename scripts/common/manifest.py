@@ -1,7 +1,8 @@
-"""The rendered k8s/ kustomization: what the cluster runs, and what submit.py creates from it.
+"""The rendered k8s/ kustomization: what the cluster runs, what submit creates and run-local runs from it.
 
 `render()` runs the real renderer (`kubectl kustomize k8s`); `customize()` applies the
-command line (image, worker count, dataset, trainer flags) to the rendered objects;
+command line (image, worker count, dataset, epochs, trainer flags) to the rendered objects,
+for `make submit` and `make run-local` alike;
 `to_tfjob()` turns the TFJob document into the Kubeflow SDK's model and `request_body()`
 gives the exact JSON the SDK sends; `webhook_problems()` applies the training
 operator's admission rules before anything reaches a cluster.
@@ -15,11 +16,13 @@ import pathlib
 import re
 import shutil
 import subprocess
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Sequence
 
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from trainer.config import ENV_PREFIX
+
+from .settings import ROOT
 K8S_DIR = ROOT / "k8s"
 TFJOB_CONTAINER = "tensorflow"
 # The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
@@ -33,19 +36,29 @@ Manifest = dict[str, Any]
 
 
 class ManifestError(RuntimeError):
-    """The kustomization cannot be rendered or does not hold what submit.py needs."""
+    """The kustomization cannot be rendered or does not hold what submit and run-local need."""
+
+
+def require_kubectl(why: str) -> None:
+    """The one check that kubectl is installed; `why` says what it was needed for and what else to do."""
+    if shutil.which("kubectl") is None:
+        raise ManifestError(f"kubectl is not on PATH, so {why}: install it (https://kubernetes.io/docs/tasks/tools/)")
 
 
 def render_text(k8s_dir: pathlib.Path = K8S_DIR) -> str:
     """The YAML `kubectl kustomize k8s_dir` prints, the renderer `kubectl apply -k` uses."""
-    if shutil.which("kubectl") is None:
-        raise ManifestError(
-            "kubectl is not on PATH; install it (https://kubernetes.io/docs/tasks/tools/) "
-            "to render k8s/ and talk to the cluster")
+    require_kubectl(f"{k8s_dir} cannot be rendered")
+    if not (k8s_dir / "kustomization.yaml").exists():
+        raise ManifestError(f"{k8s_dir}/kustomization.yaml does not exist: point at a kustomization directory")
     result = subprocess.run(["kubectl", "kustomize", str(k8s_dir)], capture_output=True, text=True)
     if result.returncode != 0:
         raise ManifestError(f"kubectl kustomize {k8s_dir} failed:\n{result.stderr.strip()}")
     return result.stdout
+
+
+def setting_env_name(name: str) -> str:
+    """The trainer's variable for a flag: dataset -> TRAINER_DATASET, model-dir -> TRAINER_MODEL_DIR."""
+    return ENV_PREFIX + name.upper().replace("-", "_")
 
 
 def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
@@ -76,38 +89,89 @@ def pod_templates(obj: Manifest) -> list[Manifest]:
     return []
 
 
-def _set_env(container: Manifest, name: str, value: str) -> None:
-    for entry in container.setdefault("env", []):
-        if entry["name"] == name:
-            entry["value"] = value
-            return
-    container["env"].append({"name": name, "value": value})
+def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
+    """Each `flag V` / `flag=V` in argv as (index, prefix), where argv[index] == prefix + V."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            yield i + 1, ""
+        elif arg.startswith(flag + "="):
+            yield i, flag + "="
 
 
-def customize(objects: list[Manifest], image: str, workers: int, dataset: str,
-              trainer_args: list[str]) -> list[Manifest]:
-    """A copy of the rendered objects with the command line applied.
+def _reads_setting(container: Manifest, name: str) -> bool:
+    env_name = setting_env_name(name)
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
+    return (any(entry.get("name") == env_name for entry in container.get("env") or [])
+            or any(True for _ in flag_arguments(argv, "--" + name)))
 
-    The image goes into every container; the dataset into every container that reads
-    TRAINER_DATASET (the data-preparation Job and the trainer), so both always agree.
+
+def _set_setting(container: Manifest, name: str, value: str) -> None:
+    """Sets TRAINER_<NAME> (in place, else appended) and rewrites any explicit --name flag, so the value wins."""
+    env_name = setting_env_name(name)
+    entries = [entry for entry in container.setdefault("env", []) if entry.get("name") == env_name]
+    for entry in entries:
+        entry.pop("valueFrom", None)
+        entry["value"] = value
+    if not entries:
+        container["env"].append({"name": env_name, "value": value})
+    for field in ("command", "args"):
+        if container.get(field):
+            argv = container[field] = list(container[field])
+            for index, prefix in flag_arguments(argv, "--" + name):
+                argv[index] = prefix + value
+
+
+def customize(objects: list[Manifest], *, workers: int | None = None, dataset: str | None = None,
+              epochs: int | None = None, trainer_args: Sequence[str] = (), image: str | None = None) -> list[Manifest]:
+    """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
+
+    workers scales the Worker replicas; dataset and epochs become TRAINER_* variables (and replace explicit
+    flags) in every TFJob replica's `tensorflow` container, the dataset also in every other container that
+    reads it (the data preparation), so both always agree; trainer_args are appended to every TFJob
+    replica's `tensorflow` container (a Chief's too); image goes into every container.
     """
-    if workers < 1:
-        raise ManifestError(f"--workers must be at least 1, got {workers}")
-    if not image:
+    if image is not None and not image:
         raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
     result = copy.deepcopy(objects)
+    tfjob = the_one(result, "TFJob")
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    if workers is not None:
+        if "Worker" not in specs:
+            raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
+        has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
+        if workers < (0 if has_chief else 1):
+            raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
+        specs["Worker"]["replicas"] = workers
+    trainers = [tensorflow_container(spec["template"]) for spec in specs.values()]
+    for trainer in trainers:
+        if epochs is not None:
+            _set_setting(trainer, "epochs", str(epochs))
+        if trainer_args:
+            trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
     for obj in result:
         for template in pod_templates(obj):
             for container in template["spec"]["containers"]:
-                container["image"] = image
-                if any(entry["name"] == "TRAINER_DATASET" for entry in container.get("env", [])):
-                    _set_env(container, "TRAINER_DATASET", dataset)
-    tfjob = the_one(result, "TFJob")
-    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
-    worker["replicas"] = workers
-    trainer = tensorflow_container(worker["template"])
-    trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
+                if image is not None:
+                    container["image"] = image
+                if dataset is not None and (any(container is t for t in trainers)
+                                            or _reads_setting(container, "dataset")):
+                    _set_setting(container, "dataset", dataset)
     return result
+
+
+def trainer_config(args: Sequence[str], environ: dict[str, str]):
+    """The trainer's settings for these arguments and variables, read by the trainer's own parser (flags over
+    TRAINER_* over defaults), so a typo fails before anything runs."""
+    from trainer.config import parse_config
+    from trainer.errors import ConfigError
+
+    try:
+        return parse_config(list(args), environ=environ)
+    except ConfigError as error:
+        raise ManifestError(f"trainer flags: {error}") from None
+    except SystemExit:
+        raise ManifestError(
+            f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)") from None
 
 
 def tensorflow_container(template: Manifest) -> Manifest:

@@ -1,16 +1,14 @@
-"""The rendered manifests: `kubectl kustomize <dir>` (or a file), and the objects run-local uses from them."""
+"""The rendered manifests (`kubectl kustomize <dir>` or a file), and the objects run-local uses from them."""
 
 from __future__ import annotations
 
 import dataclasses
-import pathlib
-import shutil
 from typing import Any
 
 import yaml
 
-import tfjob_manifest
-from tfjob_manifest import CHIEF_TYPES, ManifestError
+from scripts.common import manifest as tfjob_manifest
+from scripts.common.manifest import CHIEF_TYPES, ManifestError
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 
@@ -19,7 +17,6 @@ RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 class Manifests:
     tfjob: dict[str, Any]
     config_maps: dict[str, dict[str, Any]]
-    secrets: dict[str, dict[str, Any]]
     jobs: list[dict[str, Any]]
 
     @property
@@ -31,33 +28,24 @@ class Manifests:
         return self.tfjob["metadata"].get("namespace") or "default"
 
 
-def render(kustomize_dir: pathlib.Path) -> str:
-    """The output of `kubectl kustomize DIR`; run-local checks first so that it can offer --manifest instead."""
-    if shutil.which("kubectl") is None:
-        raise ManifestError("kubectl is not installed, so the kustomization cannot be rendered: install kubectl "
-                            "(https://kubernetes.io/docs/tasks/tools/) or pass --manifest FILE with rendered YAML")
-    if not (kustomize_dir / "kustomization.yaml").exists():
-        raise ManifestError(f"{kustomize_dir}/kustomization.yaml does not exist: pass --kustomize DIR "
-                            f"or --manifest FILE with rendered YAML")
-    return tfjob_manifest.render_text(kustomize_dir)
-
-
-def parse(text: str, source: str) -> Manifests:
-    """Picks the one TFJob, the ConfigMaps and Secrets it may reference, and the batch Jobs."""
+def load_text(text: str, source: str) -> list[dict[str, Any]]:
+    """The objects of a rendered YAML stream."""
     try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc]
+        return [doc for doc in yaml.safe_load_all(text) if doc]
     except yaml.YAMLError as error:
         raise ManifestError(f"{source}: not valid YAML: {error}") from None
+
+
+def parse(docs: list[dict[str, Any]], source: str) -> Manifests:
+    """Picks the one TFJob, the ConfigMaps it may reference, and the batch Jobs."""
     tfjobs = [d for d in docs if d.get("kind") == "TFJob"]
     if len(tfjobs) != 1:
         raise ManifestError(f"{source}: expected exactly one object of kind TFJob, found {len(tfjobs)}")
-    manifests = Manifests(tfjob=tfjobs[0], config_maps={}, secrets={}, jobs=[])
+    manifests = Manifests(tfjob=tfjobs[0], config_maps={}, jobs=[])
     for doc in docs:
         kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name", "")
         if kind == "ConfigMap":
             manifests.config_maps[name] = doc
-        elif kind == "Secret":
-            manifests.secrets[name] = doc
         elif kind == "Job" and str(doc.get("apiVersion", "")).startswith("batch/"):
             manifests.jobs.append(doc)
     validate(manifests.tfjob)

@@ -17,10 +17,12 @@ import subprocess
 import time
 from typing import Callable, Mapping
 
+from scripts.common.processes import signal_group, spawn
+
 from .console import Console, LineBuffer
 from .operator_rules import Condition, JobRules, Replica, exit_code_of
 from .podplan import ProcessPlan
-from .processes import Watchdog, signal_group, spawn
+from .watchdog import Watchdog
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -12,25 +12,25 @@ tfjob-port gets a free loopback port, and env values and args that name the port
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import re
 import shutil
 import sys
 from typing import Any, Mapping
 
-from loopback import free_ports
-from tfjob_manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container
-from trainer.config import ENV_PREFIX
+from scripts.common import tfconfig
+from scripts.common.manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container, trainer_config
+from scripts.common.ports import free_ports
+from scripts.common.processes import inherited_environment
+from scripts.common.settings import ROOT
+from trainer.config import Config
 
-from . import tfconfig
-from .envvars import EnvResolver, PodIdentity, Problems, expand
+from .envvars import EnvResolver, Problems, expand
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
-from .overrides import flag_arguments, setting_env_name
 from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+TRAINER_MODULE = ("-m", "trainer")
 IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
 INITS = ("tini", "tini-static", "dumb-init")
 TFJOB_PORT_NAME = "tfjob-port"
@@ -38,7 +38,6 @@ TFJOB_PORT_NAME = "tfjob-port"
 LOOPBACK_DEFAULTS = {"TRAINER_STATUS_HOST": "127.0.0.1"}
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
-_INHERITED_EXCLUDED = ("TF_CONFIG",)
 
 
 @dataclasses.dataclass
@@ -79,10 +78,11 @@ def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
     return text
 
 
-def flag_value(plan: ProcessPlan, flag: str, default: str) -> str:
-    """What the trainer would read for --flag: the last one on the command line, else TRAINER_<FLAG>, else the default."""
-    values = [plan.argv[index][len(prefix):] for index, prefix in flag_arguments(plan.argv, f"--{flag}")]
-    return values[-1] if values else plan.env.get(setting_env_name(flag), default)
+def settings_of(plan: ProcessPlan) -> Config:
+    """The trainer's settings in this process, read by the trainer's own parser (flags over TRAINER_* over
+    defaults); a command that is not `python -m trainer` is read for its variables only."""
+    args = plan.argv[3:] if tuple(plan.argv[1:3]) == TRAINER_MODULE else []
+    return trainer_config(args, plan.env)
 
 
 class Planner:
@@ -90,14 +90,14 @@ class Planner:
         self.manifests = manifests
         self.job_dir = job_dir
         self.problems = problems
-        self.resolver = EnvResolver(manifests.config_maps, manifests.secrets)
+        self.resolver = EnvResolver(manifests.config_maps)
         claims = {c for spec in replica_specs(manifests.tfjob).values() for c in pod_claims(spec["template"]["spec"])}
         self.claims = claim_dirs(claims, job_dir) if claims else {}
         self.chief: ProcessPlan | None = None  # set by replicas(): the replica labelled job-role=master
 
     def _base_env(self, pod_name: str) -> dict[str, str]:
         # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
-        env = {k: v for k, v in os.environ.items() if k not in _INHERITED_EXCLUDED and not k.startswith(ENV_PREFIX)}
+        env = inherited_environment()
         env.update({"HOSTNAME": pod_name, "PYTHONUNBUFFERED": "1"})
         return env
 
@@ -127,14 +127,10 @@ class Planner:
         return str(ROOT)
 
     def plan_container(self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any],
-                       labels: Mapping[str, str], where: str) -> ProcessPlan:
-        pod = PodIdentity(name=pod_name, namespace=self.manifests.namespace, labels=labels, annotations={},
-                          service_account=pod_spec.get("serviceAccountName", "default"))
-        scratch = self.job_dir / "run-local" / "volumes" / pod_name
-        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, scratch, self.resolver.objects, where,
-                                             self.problems))
+                       where: str) -> ProcessPlan:
+        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems))
         ports = local_ports(container)
-        resolved = self.resolver.resolve(container, pod, where, self.problems)
+        resolved = self.resolver.resolve(container, pod_spec, where, self.problems)
         container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
         env = self._base_env(pod_name)
         env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
@@ -167,14 +163,7 @@ class Planner:
             for index in range(counts[rtype]):
                 replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
                 pod_name = f"{job}-{rtype.lower()}-{index}"
-                labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/operator-name": "tfjob-controller",
-                          "training.kubeflow.org/replica-type": rtype.lower(),
-                          "training.kubeflow.org/replica-index": str(index)}
-                if (rtype, index) == chief:
-                    labels["training.kubeflow.org/job-role"] = "master"
-                labels.update((spec["template"].get("metadata") or {}).get("labels") or {})
-                plan = self.plan_container(replica.name, pod_name, pod_spec, container, labels,
-                                           f"TFJob {job} {rtype} {index}")
+                plan = self.plan_container(replica.name, pod_name, pod_spec, container, f"TFJob {job} {rtype} {index}")
                 if (rtype, index) == chief:
                     self.chief = plan
                 config = tfconfig.tf_config(counts, rtype, index, address)
@@ -196,7 +185,6 @@ class Planner:
             container, *rest = pod_spec["containers"]
             for other in rest + pod_spec.get("initContainers", []):
                 self.problems.notes.append(f"Job {name}: container {other.get('name')!r} is not run locally")
-            labels = dict((job["spec"]["template"].get("metadata") or {}).get("labels") or {})
-            plan = self.plan_container(short, f"{name}-local", pod_spec, container, labels, f"Job {name}")
+            plan = self.plan_container(short, f"{name}-local", pod_spec, container, f"Job {name}")
             plans.append(plan)
         return plans

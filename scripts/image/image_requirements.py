@@ -1,7 +1,7 @@
 """Prints the trainer's runtime requirements for one TensorFlow flavour, one per line.
 
 The image build installs these before it copies the trainer's source, so a code
-change does not reinstall TensorFlow. Usage: image_requirements.py cpu|gpu|tf [pyproject.toml]
+change does not reinstall TensorFlow. Usage: python3 scripts/image/image_requirements.py cpu|gpu|tf [pyproject.toml]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any, Callable
 
-from tfjob_manifest import TFJOB_CONTAINER
+from scripts.common.manifest import TFJOB_CONTAINER
 
 FINISHED = ("Succeeded", "Failed")
 

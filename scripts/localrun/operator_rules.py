@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from tfjob_manifest import CHIEF_TYPES
+from scripts.common.manifest import CHIEF_TYPES
 
 RETRYABLE_EXIT_CODE = 128  # train_util.IsRetryableExitCode: exit codes >= 128 are retryable under ExitCode
 COUNTED_IN_BACKOFF = ("OnFailure", "Always", "ExitCode")

@@ -34,56 +34,31 @@ def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
             if "persistentVolumeClaim" in v]
 
 
-def _write_items(directory: pathlib.Path, data: Mapping[str, str], items: Sequence[Mapping[str, Any]] | None) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    selected = [(item["key"], item.get("path", item["key"])) for item in items] if items else [(k, k) for k in data]
-    for key, rel in selected:
-        if key in data:
-            target = directory / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(data[key])
-
-
 def container_mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any], claims: Mapping[str, pathlib.Path],
-                     scratch: pathlib.Path, objects: Mapping[str, Mapping[str, Mapping[str, str]]],
                      where: str, problems: Problems) -> list[Mount]:
-    """Local directories for the container's volumeMounts; scratch holds emptyDir and ConfigMap/Secret files."""
+    """Local directories for the container's volumeMounts; only PersistentVolumeClaim volumes are supported."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    for name, volume in volumes.items():
+        if "persistentVolumeClaim" not in volume:
+            problems.unsupported(f"volumes[{name}]." + ".".join(k for k in volume if k != "name"), where)
     mounts: list[Mount] = []
     for mount in container.get("volumeMounts") or []:
         volume = volumes.get(mount["name"])
         label = f"{where}: volumeMount {mount['name']!r} at {mount['mountPath']}"
+        for field in ("subPath", "subPathExpr"):
+            if mount.get(field):
+                problems.unsupported(f"volumeMounts[{mount['name']}].{field}", where)
         if volume is None:
             problems.errors.append(f"{label}: the pod has no volume named {mount['name']!r}")
             continue
-        if "persistentVolumeClaim" in volume:
-            claim = volume["persistentVolumeClaim"]["claimName"]
-            if claim not in claims:
-                problems.notes.append(f"{label}: claim {claim!r} is not one of the TFJob's; the path is left as written")
-                continue
-            root = claims[claim]
-        elif "emptyDir" in volume:
-            root = scratch / "emptyDir" / mount["name"]
-        elif "configMap" in volume or "secret" in volume:
-            kind, field, name_key = (("ConfigMap", "configMap", "name") if "configMap" in volume
-                                     else ("Secret", "secret", "secretName"))
-            source = volume[field]
-            data = objects[kind].get(source.get(name_key, ""))
-            if data is None:
-                problems.add(f"{label}: no {kind} named {source.get(name_key)!r} in the rendered manifests",
-                             bool(source.get("optional")))
-                continue
-            root = scratch / field / mount["name"]
-            _write_items(root, data, source.get("items"))
-        else:
-            kinds = ", ".join(k for k in volume if k != "name")
-            problems.notes.append(f"{label}: {kinds} volumes have no local equivalent; the path is left as written")
+        if "persistentVolumeClaim" not in volume:
             continue
-        if mount.get("subPathExpr"):
-            problems.notes.append(f"{label}: subPathExpr is not expanded locally; the volume root is used")
-        local = root / mount["subPath"] if mount.get("subPath") else root
-        local.mkdir(parents=True, exist_ok=True)
-        mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", local.resolve()))
+        claim = volume["persistentVolumeClaim"]["claimName"]
+        if claim not in claims:
+            problems.notes.append(f"{label}: claim {claim!r} is not one of the TFJob's; the path is left as written")
+            continue
+        claims[claim].mkdir(parents=True, exist_ok=True)
+        mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", claims[claim].resolve()))
     return mounts
 
 

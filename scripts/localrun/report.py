@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import signal
 from typing import Mapping
+
+from trainer.atomic_file import write_json
+from trainer.layout import ARTIFACTS
 
 from .console import Console
 from .operator_rules import Replica
 from .supervisor import JobResult
 
 TAIL_LINES = 20
-MODEL_ARTIFACTS = ("model.keras", "saved_model", "metrics.json", "checkpoints", "logs")
 
 
 def shown(path: pathlib.Path) -> str:
@@ -56,7 +56,7 @@ def summarize(kind: str, namespace: str, job: str, result: JobResult, replicas: 
         console.say("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     artifacts = []
     if model_dir is not None:
-        artifacts = [a + ("/" if (model_dir / a).is_dir() else "") for a in MODEL_ARTIFACTS if (model_dir / a).exists()]
+        artifacts = [a + ("/" if (model_dir / a).is_dir() else "") for a in ARTIFACTS if (model_dir / a).exists()]
         console.say(f"model: {shown(model_dir)} ({', '.join(artifacts)})" if artifacts else
                     f"model: none at {shown(model_dir)}")
     status = {
@@ -70,8 +70,5 @@ def summarize(kind: str, namespace: str, job: str, result: JobResult, replicas: 
                             "log": str(console.log_path(name))} for name, r in replicas.items()},
         "model_dir": None if model_dir is None else str(model_dir), "model_artifacts": artifacts,
     }
-    status_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = status_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(status, indent=2) + "\n")
-    os.replace(tmp, status_file)
+    write_json(str(status_file), status, sort_keys=False)
     return exit_code

@@ -3,7 +3,7 @@
 # Idempotent: a second run finds the cluster and the operator in place, changes nothing and succeeds.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source k8s/settings.env
 

@@ -3,7 +3,7 @@
 # training volume to ./artifacts/model (make fetch-model). Usage: fetch-model.sh [DESTINATION_DIR]
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source k8s/settings.env
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 SETTINGS_FILE = ROOT / "k8s" / "settings.env"
 
 

@@ -2,7 +2,7 @@
 # Deletes the project's k3d cluster with everything in it, the volume too (make k3d-down).
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source k8s/settings.env
 
