@@ -4,8 +4,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-# shellcheck source=/dev/null
-source k8s/settings.env
+# shellcheck source=scripts/settings.sh
+source scripts/settings.sh
+load_settings k8s/settings.env  # the environment wins over the file
 
 destination=${1:-artifacts}
 helper="${JOB_NAME}-fetch-model"

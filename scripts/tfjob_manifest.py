@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 import yaml
 
+import project_settings
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 K8S_DIR = ROOT / "k8s"
 TFJOB_CONTAINER = "tensorflow"
@@ -42,7 +44,9 @@ def render_text(k8s_dir: pathlib.Path = K8S_DIR) -> str:
         raise ManifestError(
             "kubectl is not on PATH; install it (https://kubernetes.io/docs/tasks/tools/) "
             "to render k8s/ and talk to the cluster")
-    result = subprocess.run(["kubectl", "kustomize", str(k8s_dir)], capture_output=True, text=True)
+    # settings.env overridden from the environment (make exports its values): a copy holds the overrides.
+    with project_settings.kustomization(k8s_dir) as effective_dir:
+        result = subprocess.run(["kubectl", "kustomize", str(effective_dir)], capture_output=True, text=True)
     if result.returncode != 0:
         raise ManifestError(f"kubectl kustomize {k8s_dir} failed:\n{result.stderr.strip()}")
     return result.stdout
