@@ -3,8 +3,10 @@
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
 SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/settings.env)
-SETTINGS_KEYS  := $(foreach line,$(SETTINGS_LINES),$(firstword $(subst =, ,$(line))))
-$(foreach line,$(SETTINGS_LINES),$(eval $(firstword $(subst =, ,$(line))) ?= $(patsubst $(firstword $(subst =, ,$(line)))=%,%,$(line))))
+setting_key    = $(firstword $(subst =, ,$(1)))
+setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
+SETTINGS_KEYS  = $(foreach line,$(SETTINGS_LINES),$(call setting_key,$(line)))
+$(foreach line,$(SETTINGS_LINES),$(eval $(call setting_key,$(line)) ?= $(call setting_value,$(line))))
 SETTINGS_ENV   = $(foreach key,$(SETTINGS_KEYS),$(key)='$($(key))')
 
 PYTHON_FOR_VENV ?= python3.11

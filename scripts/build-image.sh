@@ -17,7 +17,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/settings.sh
+# shellcheck source=/dev/null
 source "$root/scripts/settings.sh"
 load_settings "$root/k8s/settings.env"  # the environment wins over the file
 

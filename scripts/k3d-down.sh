@@ -3,7 +3,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/settings.sh
+# shellcheck source=/dev/null
 source scripts/settings.sh
 load_settings k8s/settings.env  # the environment wins over the file
 

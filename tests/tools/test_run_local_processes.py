@@ -140,7 +140,8 @@ def test_replica_exiting_1_under_exit_code_fails_the_job_and_leaves_no_process(t
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
-@pytest.mark.parametrize("ignores_sigterm, stopped_with", [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
+@pytest.mark.parametrize("ignores_sigterm, stopped_with",
+                         [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
 def test_clean_pod_policy_running_stops_the_peers_of_a_worker_that_exits_2(tmp_path, ignores_sigterm, stopped_with):
     # The operator deletes a failed job's running pods under cleanPodPolicy Running: SIGTERM, then SIGKILL.
     args = ["--exit-always", "worker-1=2", "--sleep", "60", "--sleep-task", "worker-1=0.5", "--child"]

@@ -119,7 +119,8 @@ def test_the_shell_scripts_let_the_environment_win_over_settings():
     # Before: `source k8s/settings.env` overwrote IMAGE_NAME from the environment.
     result = subprocess.run([str(ROOT / "scripts" / "build-image.sh"), "--print-image"], capture_output=True,
                             text=True, cwd=ROOT, timeout=60,
-                            env={**os.environ, "IMAGE_NAME": "my-trainer", "IMAGE_TAG": "t1", "IMAGE_TF_FLAVOUR": "gpu"})
+                            env={**os.environ, "IMAGE_NAME": "my-trainer", "IMAGE_TAG": "t1",
+                                 "IMAGE_TF_FLAVOUR": "gpu"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "my-trainer:t1-gpu"
 
@@ -149,7 +150,9 @@ def tool_path(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     return str(bin_dir)
 
 
-OLD_KUBECTL = """if [[ $1 == version ]]; then echo 'Client Version: version.Info{Major:"1", Minor:"20", GitVersion:"v1.20.2"}'
+# What Debian 12's kubectl v1.20.2 (kustomize v2) answers; the real one was checked by hand.
+OLD_KUBECTL = """if [[ $1 == version ]]; then
+  echo 'Client Version: version.Info{Major:"1", Minor:"20", GitVersion:"v1.20.2"}'
 else echo 'Error: json: unknown field "envs"' >&2; exit 1; fi"""
 
 
@@ -179,7 +182,8 @@ def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flav
     env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "IMAGE_TAG": "t1", "IMAGE_TF_FLAVOUR": flavour,
            "CONTAINER_TOOL": "docker"}
     script = str(ROOT / "scripts" / "build-image.sh")
-    printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env,
+                             timeout=60)
     assert printed.stdout.strip() == f"{SETTINGS['IMAGE_NAME']}:t1{suffix}", printed.stderr
     built = subprocess.run([script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert built.returncode == 0, built.stderr

@@ -48,6 +48,7 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
     container["image"] = IMAGE
     container["args"] = ["--epochs=2", "--per-worker-batch-size", "32", "--scale-learning-rate"]
     next(e for e in container["env"] if e["name"] == "TRAINER_DATASET")["value"] = "mnist"
+    expected["metadata"]["namespace"] = SETTINGS["NAMESPACE"]  # where create_job would post it
     assert dry_run == expected
 
 
