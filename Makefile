@@ -21,7 +21,7 @@ ARGS    ?=
 # scripts/build-image.sh names the image (IMAGE_NAME:git revision, -gpu/-tf for IMAGE_TF_FLAVOUR=gpu/tf) and
 # picks CONTAINER_TOOL; IMAGE_TAG, IMAGE_TF_FLAVOUR and CONTAINER_TOOL reach it from make's command line
 # or the environment. Asked once, so `make image` builds the name `make submit` runs.
-IMAGE := $(shell IMAGE= IMAGE_TAG='$(IMAGE_TAG)' IMAGE_TF_FLAVOUR='$(IMAGE_TF_FLAVOUR)' scripts/build-image.sh --print-image 2>/dev/null)
+IMAGE := $(shell $(SETTINGS_ENV) IMAGE= IMAGE_TAG='$(IMAGE_TAG)' scripts/build-image.sh --print-image 2>/dev/null)
 # TENSORBOARD=1 make submit also deploys TensorBoard reading the volume.
 TENSORBOARD ?=
 

@@ -126,14 +126,17 @@ def test_the_shell_scripts_let_the_environment_win_over_settings():
 
 
 @pytest.mark.parametrize("spelling", ["environment", "command line"])
-def test_the_image_flavour_reaches_make_submit(spelling):
+def test_the_image_name_and_flavour_reach_make_submit(spelling):
+    # Before: the flavour given to `make image` was forgotten by a plain `make submit` unless given again,
+    # and IMAGE_NAME on make's command line never reached the script that names the image.
+    overrides = {"IMAGE_NAME": "my-trainer", "IMAGE_TF_FLAVOUR": "gpu"}
     if spelling == "environment":
-        result = dry_make("submit", "IMAGE_TAG=t1", env_overrides={"IMAGE_TF_FLAVOUR": "gpu"})
+        result = dry_make("submit", "IMAGE_TAG=t1", env_overrides=overrides)
     else:
-        result = dry_make("submit", "IMAGE_TAG=t1", "IMAGE_TF_FLAVOUR=gpu")
+        result = dry_make("submit", "IMAGE_TAG=t1", *(f"{k}={v}" for k, v in overrides.items()))
     assert result.returncode == 0, result.stderr
     _, argv = script_command(result.stdout, "scripts/submit.py")
-    assert argv[argv.index("--image") + 1] == f"{SETTINGS['IMAGE_NAME']}:t1-gpu"
+    assert argv[argv.index("--image") + 1] == "my-trainer:t1-gpu"
 
 
 def tool_path(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
