@@ -45,18 +45,18 @@ def install() -> None:
     real_stderr = os.dup(2)
     proc = subprocess.Popen([sys.executable, "-m", "trainer.tf_log_filter"], stdin=subprocess.PIPE,
                             stdout=real_stderr, start_new_session=True)
-    os.close(real_stderr)
     os.dup2(proc.stdin.fileno(), 2)
     proc.stdin.close()
 
     def drain() -> None:
-        """At exit: close our end so the filter sees end-of-file, and let it pass on the last lines."""
+        """At exit: fd 2 goes back to the real stderr (whatever TensorFlow prints while shutting down is
+        kept), the filter sees end-of-file and passes on the last lines before the process ends."""
         sys.stderr.flush()
-        os.close(2)
+        os.dup2(real_stderr, 2)
         try:
             proc.wait(timeout=WAIT_AT_EXIT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            pass  # a child process still holds the pipe; the filter ends when it does
 
     atexit.register(drain)
 
