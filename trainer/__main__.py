@@ -109,4 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from trainer import tf_log_filter
+
+    # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
+    tf_log_filter.install()
     sys.exit(main())

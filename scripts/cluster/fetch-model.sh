@@ -5,7 +5,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
-source k8s/settings.env
+source scripts/common/settings.sh
+load_settings k8s/settings.env  # the environment wins over the file
 
 destination=${1:-artifacts}
 helper="${JOB_NAME}-fetch-model"

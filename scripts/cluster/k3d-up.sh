@@ -5,7 +5,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
-source k8s/settings.env
+source scripts/common/settings.sh
+load_settings k8s/settings.env  # the environment wins over the file
 
 operator_source="github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_VERSION}"
 context="k3d-${CLUSTER_NAME}"
@@ -42,8 +43,12 @@ if k3d cluster get "$CLUSTER_NAME" >/dev/null 2>&1; then
   fi
   k3d kubeconfig merge "$CLUSTER_NAME" --kubeconfig-merge-default --kubeconfig-switch-context >/dev/null
 else
-  echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE"
-  k3d cluster create "$CLUSTER_NAME" --image "$K3S_IMAGE" --wait --kubeconfig-update-default --kubeconfig-switch-context
+  create=(k3d cluster create "$CLUSTER_NAME" --image "$K3S_IMAGE" --wait --kubeconfig-update-default
+    --kubeconfig-switch-context)
+  # K3D_GPUS (e.g. all) hands the host's GPUs to the node containers (docker run --gpus).
+  [[ -z ${K3D_GPUS:-} ]] || create+=(--gpus "$K3D_GPUS")
+  echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE${K3D_GPUS:+ and GPUs $K3D_GPUS}"
+  "${create[@]}"
 fi
 echo "kubectl context: $(kubectl config current-context)"
 

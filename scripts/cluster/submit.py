@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         if args.dry_run:
             body = tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")))
+            body["metadata"]["namespace"] = args.namespace  # where create_job would post it
             print(json.dumps(body, indent=2, sort_keys=True))
             return EXIT_SUCCEEDED
     try:

@@ -22,6 +22,7 @@ import yaml
 
 from trainer.config import ENV_PREFIX
 
+from . import settings
 from .settings import ROOT
 K8S_DIR = ROOT / "k8s"
 TFJOB_CONTAINER = "tensorflow"
@@ -50,7 +51,9 @@ def render_text(k8s_dir: pathlib.Path = K8S_DIR) -> str:
     require_kubectl(f"{k8s_dir} cannot be rendered")
     if not (k8s_dir / "kustomization.yaml").exists():
         raise ManifestError(f"{k8s_dir}/kustomization.yaml does not exist: point at a kustomization directory")
-    result = subprocess.run(["kubectl", "kustomize", str(k8s_dir)], capture_output=True, text=True)
+    # settings.env overridden from the environment (make exports its values): a copy holds the overrides.
+    with settings.kustomization(k8s_dir) as effective_dir:
+        result = subprocess.run(["kubectl", "kustomize", str(effective_dir)], capture_output=True, text=True)
     if result.returncode != 0:
         raise ManifestError(f"kubectl kustomize {k8s_dir} failed:\n{result.stderr.strip()}")
     return result.stdout

@@ -7,7 +7,8 @@
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
 #   IMAGE_TAG          the tag part of IMAGE (default: the short git revision, dev outside a git checkout)
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
-#   IMAGE_TF_FLAVOUR   cpu (default) or gpu; gpu images get tags ending in -gpu
+#   IMAGE_TF_FLAVOUR   cpu (tensorflow-cpu, Linux x86-64; the default there), tf (tensorflow; the default on
+#                      arm64 hosts, where tensorflow-cpu has no wheel) or gpu; tags end in -tf / -gpu
 #   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
 #                      where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh)
 #   EXTRA_BUILD_FLAGS  more words for the build command, e.g. "-v /etc/ssl/certs:/etc/ssl/certs:ro"
@@ -17,7 +18,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
-source "$root/k8s/settings.env"
+source "$root/scripts/common/settings.sh"
+load_settings "$root/k8s/settings.env"  # the environment wins over the file
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
 
@@ -35,11 +37,20 @@ if [[ ${1:-} == --print-tool ]]; then
   exit 0
 fi
 
-flavour=${IMAGE_TF_FLAVOUR:-cpu}
+# tensorflow-cpu 2.21.0 has no linux/aarch64 wheel and tensorflow 2.21.0 has one: arm64 hosts get tf.
+default_flavour() {
+  case "$(uname -m)" in
+    aarch64 | arm64) echo tf ;;
+    *) echo cpu ;;
+  esac
+}
+
+flavour=${IMAGE_TF_FLAVOUR:-$(default_flavour)}
 case "$flavour" in
   cpu) suffix= ;;
+  tf) suffix=-tf ;;
   gpu) suffix=-gpu ;;
-  *) die "IMAGE_TF_FLAVOUR must be cpu or gpu, got '$flavour'" ;;
+  *) die "IMAGE_TF_FLAVOUR must be cpu, tf or gpu, got '$flavour'" ;;
 esac
 
 # The tag is the git revision, so a re-submitted job never runs a stale image.

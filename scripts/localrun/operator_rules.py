@@ -83,8 +83,11 @@ class Outcome:
 
 class JobRules:
     def __init__(self, name: str, namespace: str, replicas: Sequence[Replica], backoff_limit: int | None,
-                 active_deadline_s: float | None, success_policy: str = "", kind: str = "TFJob"):
+                 active_deadline_s: float | None, success_policy: str = "", kind: str = "TFJob",
+                 clean_pod_policy: str = ""):
         self.name, self.namespace, self.kind = name, namespace, kind
+        # The TFJob default (tensorflow_defaults.go): None. Running and All delete running pods once finished.
+        self.clean_pod_policy = clean_pod_policy or "None"
         self.replicas = list(replicas)
         self.backoff_limit = backoff_limit
         self.active_deadline_s = active_deadline_s

@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
         rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
-                         run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""))
+                         run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""),
+                         clean_pod_policy=run_policy.get("cleanPodPolicy", ""))
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

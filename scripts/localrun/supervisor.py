@@ -173,7 +173,16 @@ class Supervisor:
         self._condition = condition
         self._end = now
         self._cancel("restart")
-        if condition.type == "Failed":
+        if self._rules.clean_pod_policy in ("Running", "All") and self._procs:
+            # common/job.go DeletePodsAndServices: a finished job's running pods are deleted.
+            self._console.say(f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas "
+                              f"{', '.join(sorted(self._procs))}")
+            for name in list(self._procs):
+                self._stop(name, now)
+        elif condition.type == "Failed":
+            if self._procs:
+                self._console.say("cleanPodPolicy None: on a cluster the running pods would keep running after the "
+                                  "job failed; stopping them here")
             for name in list(self._procs):
                 self._stop(name, now)
         else:

@@ -140,6 +140,23 @@ def test_replica_exiting_1_under_exit_code_fails_the_job_and_leaves_no_process(t
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
+@pytest.mark.parametrize("ignores_sigterm, stopped_with",
+                         [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
+def test_clean_pod_policy_running_stops_the_peers_of_a_worker_that_exits_2(tmp_path, ignores_sigterm, stopped_with):
+    # The operator deletes a failed job's running pods under cleanPodPolicy Running: SIGTERM, then SIGKILL.
+    args = ["--exit-always", "worker-1=2", "--sleep", "60", "--sleep-task", "worker-1=0.5", "--child"]
+    run = Run(tmp_path, manifest(tmp_path, args + (["--ignore-sigterm"] if ignores_sigterm else []), grace_s=1,
+                                 run_policy={"cleanPodPolicy": "Running"}))
+    assert run.wait(timeout=30) == 1
+    status = run.status
+    assert status["state"] == "Failed" and status["failed_replica"] == "worker-1"
+    assert "cleanPodPolicy Running: deleting the running replicas worker-0" in run.console
+    assert ("did not stop within its grace period; SIGKILL" in run.console) == ignores_sigterm
+    assert status["replicas"]["worker-0"]["phase"] == "Stopped"
+    assert status["replicas"]["worker-0"]["last_exit"] == stopped_with, status
+    assert_all_gone(run.recorded_pids(), within_s=2)
+
+
 def test_replica_killed_with_sigkill_under_exit_code_is_recreated_and_the_job_succeeds(tmp_path):
     # worker-0 finishes only once worker-1 has started twice; worker-1's first start would wait forever.
     run = Run(tmp_path, manifest(tmp_path, ["--wait-starts", "worker-1=2"], success_policy="AllWorkers"))

@@ -48,6 +48,7 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
     container["args"] = list(container.get("args") or []) + ["--per-worker-batch-size", "32", "--scale-learning-rate"]
     next(e for e in container["env"] if e["name"] == "TRAINER_DATASET")["value"] = "mnist"
     container["env"].append({"name": "TRAINER_EPOCHS", "value": "2"})
+    expected["metadata"]["namespace"] = SETTINGS["NAMESPACE"]  # where create_job would post it
     assert dry_run == expected
 
 
