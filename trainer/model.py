@@ -10,7 +10,7 @@ below and decorate it with @register("name"). Nothing else changes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 from keras import layers

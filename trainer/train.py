@@ -14,7 +14,8 @@ import hashlib
 import logging
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -185,7 +186,7 @@ def _step_functions(strategy: tf.distribute.Strategy, model: keras.Model, optimi
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         metrics.train_loss.update_state(per_example_loss)
         metrics.train_accuracy.update_state(labels, logits)
 
