@@ -51,6 +51,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                               config.train_examples, config.test_examples)
     steps_per_epoch = splits.train_size // global_batch_size
     total_steps = steps_per_epoch * config.epochs
+    log_every = config.effective_log_every
 
     with strategy.scope():
         model = build_model(config.model, splits.image_shape, splits.num_classes)
@@ -90,7 +91,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     try:
         while step < total_steps:
             epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
-            next_log = (step // config.effective_log_every + 1) * config.effective_log_every
+            next_log = (step // log_every + 1) * log_every
             next_checkpoint = ((step // config.checkpoint_every + 1) * config.checkpoint_every
                                if config.checkpoint_every else epoch_end)
             # The first call runs one step, so the time to the first finished step is measured exactly.
@@ -105,7 +106,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                 status.update(state="preempted", global_step=step)
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
 
-            if step % config.effective_log_every == 0 or step == epoch_end:
+            if step % log_every == 0 or step == epoch_end:
                 speed = throughput.end_interval()
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
                 loss, accuracy = float(metrics.train_loss.result()), float(metrics.train_accuracy.result())
