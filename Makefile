@@ -65,8 +65,14 @@ test-slow: install ## the slow suites: long multi-process runs and the image bui
 
 test-all: test test-slow ## everything CI runs
 
-lint: ## shellcheck every shell script
-	shellcheck scripts/*/*.sh .ci/run
+# Every check runs even when an earlier one fails, so one `make lint` lists every problem.
+lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on the shell scripts; all from .venv
+	@failed=0; \
+	$(VENV)/bin/ruff check . || failed=1; \
+	$(VENV)/bin/ruff format --check . || failed=1; \
+	$(VENV)/bin/mypy trainer || failed=1; \
+	$(VENV)/bin/shellcheck $$(find scripts -name '*.sh') .ci/run || failed=1; \
+	exit $$failed
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
 	$(SETTINGS_ENV) scripts/image/build-image.sh

@@ -80,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         tf.config.threading.set_inter_op_parallelism_threads(config.threads)
 
     from trainer.preemption import Preempted
+    from trainer.preflight import check_inputs_before_the_group_forms
     from trainer.strategy import create_strategy, is_group_failure
     from trainer.train import train_and_evaluate
 
     try:
+        check_inputs_before_the_group_forms(config)
         strategy = create_strategy(cluster, config.collective, config.startup_timeout)
         train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:

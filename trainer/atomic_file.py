@@ -8,7 +8,8 @@ import json
 import os
 import shutil
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager

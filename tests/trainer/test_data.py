@@ -13,7 +13,7 @@ from trainer import data
 
 
 def as_arrays(dataset):
-    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset])
+    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset], strict=True)
     return np.stack(images), np.array(labels)
 
 
