@@ -120,19 +120,25 @@ class JobFollower:
                 self.sleep(delay)
                 delay = min(2 * delay, LONGEST_RETRY_S)
 
-    def conditions(self) -> list[Any]:
-        job = self.call(f"reading TFJob {self.name}", self.training.get_job, self.name, namespace=self.namespace)
+    def job(self) -> Any:
+        return self.call(f"reading TFJob {self.name}", self.training.get_job, self.name, namespace=self.namespace)
+
+    def conditions(self, job: Any = None) -> list[Any]:
+        job = job or self.job()
         return list((job.status and job.status.conditions) or [])
 
     def current_state(self) -> str | None:
-        """None when no TFJob of this name exists, else Succeeded, Failed or Running (not finished yet)."""
+        """None when no TFJob of this name exists, else Deleting (being deleted), Succeeded, Failed or Running
+        (not finished yet)."""
         try:
-            conditions = self.conditions()
+            job = self.job()
         except LostContact as lost:
             if api_status(lost) == 404:
                 return None
             raise
-        return self.finished_state(conditions) or "Running"
+        if job.metadata and job.metadata.deletion_timestamp:
+            return "Deleting"
+        return self.finished_state(self.conditions(job)) or "Running"
 
     def finished_state(self, conditions: list[Any]) -> str | None:
         for condition in conditions:

@@ -114,14 +114,21 @@ def show_status(namespace: str) -> int:
     return EXIT_SUCCEEDED
 
 
+def foreground():
+    """Delete options under which the API server keeps the object until its pods and services are deleted."""
+    from kubernetes.client import V1DeleteOptions
+
+    return V1DeleteOptions(propagation_policy="Foreground")
+
+
 def delete_job(namespace: str) -> int:
     try:
-        training_client(namespace).delete_job(SETTINGS["JOB_NAME"], namespace=namespace)
+        training_client(namespace).delete_job(SETTINGS["JOB_NAME"], namespace=namespace, delete_options=foreground())
     except RuntimeError as error:
         print(f"could not delete TFJob {SETTINGS['JOB_NAME']}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"deleted TFJob {SETTINGS['JOB_NAME']}; the volume {SETTINGS['VOLUME_CLAIM']} and its model stay "
-          f"(make fetch-model copies them out)")
+    print(f"deleting TFJob {SETTINGS['JOB_NAME']} and its pods (they stop within their grace period); the volume "
+          f"{SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)")
     return EXIT_SUCCEEDED
 
 
@@ -150,8 +157,8 @@ def container_tool() -> str:
 
 
 def earlier_job(watcher: job_follower.JobFollower) -> str | None:
-    """The state of a TFJob of the same name (None: there is none); refuses one that is still running, before
-    anything on the cluster changes."""
+    """The state of a TFJob of the same name (None: there is none; Deleting: make delete is under way); refuses one
+    that is still running, before anything on the cluster changes."""
     state = watcher.current_state()
     if state == "Running":
         raise cluster_steps.StepError(
@@ -160,17 +167,16 @@ def earlier_job(watcher: job_follower.JobFollower) -> str | None:
     return state
 
 
-def delete_finished_job(watcher: job_follower.JobFollower, state: str) -> None:
-    """A TFJob name is unique: the finished one goes first, with its pods and services (Foreground: the API
-    server keeps the TFJob until the garbage collector has deleted them), so the new job's pods cannot meet
-    the old ones' names."""
-    from kubernetes.client import V1DeleteOptions
-
+def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> None:
+    """A TFJob name is unique, and so are its pods' and services' names: a finished TFJob goes first with its pods
+    and services (Foreground: the API server keeps the TFJob until the garbage collector has deleted them), and
+    what an earlier deletion (make delete) left terminating is waited for, before the new job is created."""
     name = watcher.name
-    print(f"deleting the {state.lower()} TFJob {name} from an earlier run, and its pods and services")
-    watcher.call(f"deleting TFJob {name}", watcher.training.delete_job, name, namespace=watcher.namespace,
-                 delete_options=V1DeleteOptions(propagation_policy="Foreground"))
-    started = watcher.clock()
+    if state in job_follower.FINISHED:
+        print(f"deleting the {state.lower()} TFJob {name} from an earlier run, and its pods and services")
+        watcher.call(f"deleting TFJob {name}", watcher.training.delete_job, name, namespace=watcher.namespace,
+                     delete_options=foreground())
+    started, announced = watcher.clock(), state in job_follower.FINISHED
     while True:
         left = [f"pod/{pod.metadata.name}" for pod in watcher.pods()]
         left += [f"service/{service.metadata.name}" for service in watcher.services()]
@@ -178,6 +184,9 @@ def delete_finished_job(watcher: job_follower.JobFollower, state: str) -> None:
             left.append(f"tfjob/{name}")
         if not left:
             return
+        if not announced:
+            print(f"waiting for what is left of an earlier TFJob {name} to go: {', '.join(left)}")
+            announced = True
         if watcher.clock() - started >= OLD_JOB_GONE_S:
             raise cluster_steps.StepError(
                 f"the earlier TFJob {name} is not gone after {OLD_JOB_GONE_S:.0f} s, still there: {', '.join(left)}. "
@@ -205,8 +214,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(f"TensorBoard: kubectl port-forward -n {args.namespace} svc/{SETTINGS['JOB_NAME']}-tensorboard 6006:6006")
     prepare_data(objects, args)
 
-    if earlier is not None:
-        delete_finished_job(watcher, earlier)
+    delete_earlier_job(watcher, earlier)
     watcher.training.create_job(job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")),
                                 namespace=args.namespace)
     print(f"created TFJob {SETTINGS['JOB_NAME']} with {args.workers} worker(s) running {args.image}")

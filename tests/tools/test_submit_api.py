@@ -84,6 +84,7 @@ class FakeAPIServer:
                 if (body or {}).get("propagationPolicy") != "Foreground":
                     job, self.job = self.job, None  # Background: the TFJob goes now, its pods later
                     return 200, job
+                self.job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
                 return 200, self.job
             if path == JOBS_PATH and method == "POST":
                 if self.job is not None:
@@ -204,8 +205,12 @@ def cluster(monkeypatch):
         servers.append(serve(Cluster.api))
         return follower_at(servers[-1].server_port, Cluster.clock, Cluster.lines)
 
+    def training_client(namespace):
+        return follower(namespace).training
+
     monkeypatch.setattr(cluster_steps, "run", run)
     monkeypatch.setattr(submit, "follower", follower)
+    monkeypatch.setattr(submit, "training_client", training_client)
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     yield Cluster
     for server in servers:
@@ -243,6 +248,25 @@ def test_a_finished_job_goes_in_the_foreground_and_the_new_one_comes_after_its_p
     assert f"deleting the succeeded TFJob {NAME}" in out and f"created TFJob {NAME}" in out
 
 
+@pytest.mark.parametrize("policy", ["Foreground", "Background"])
+def test_what_make_delete_left_terminating_is_waited_for_before_the_new_job(cluster, capsys, policy):
+    cluster.api = FakeAPIServer(job=tfjob("Running"), pods_gone_after=2)
+    cluster.api.answer("DELETE", JOB_PATH, {"propagationPolicy": policy})  # make delete, just before
+    cluster.api.delete_bodies.clear()
+    code = submit.main(["--image", "img:1", "--dataset", "synthetic"])
+    out = capsys.readouterr().out
+    assert code == submit.EXIT_SUCCEEDED, out
+    assert f"waiting for what is left of an earlier TFJob {NAME} to go: pod/{NAME}-worker-0" in out
+    assert cluster.api.at_create == {"pods": [], "services": []} and cluster.api.delete_bodies == []
+
+
+def test_make_delete_deletes_in_the_foreground(cluster, capsys):
+    cluster.api = FakeAPIServer(job=tfjob("Running"))
+    assert submit.main(["--delete"]) == submit.EXIT_SUCCEEDED
+    (body,) = cluster.api.delete_bodies
+    assert body["propagationPolicy"] == "Foreground"
+
+
 def test_an_earlier_job_whose_pods_do_not_go_stops_submit_before_creating_with_a_clear_message(
     cluster, capsys, monkeypatch
 ):
@@ -278,7 +302,7 @@ def test_following_rides_out_5xx_429_and_dropped_connections_until_the_job_ends(
 
 def test_an_api_server_gone_for_longer_than_the_budget_ends_following_saying_the_job_may_run_on(cluster, capsys):
     cluster.api = FakeAPIServer()
-    cluster.api.failures = {JOB_PATH: [404] + [503] * 1000}  # none yet, then unreachable after the create
+    cluster.api.failures = {JOB_PATH: [404, 404] + [503] * 1000}  # none yet, then unreachable after the create
     code = submit.main(["--image", "img:1", "--dataset", "synthetic"])
     captured = capsys.readouterr()
     assert code == submit.EXIT_STILL_RUNNING
