@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer import data, saving
+from trainer import datasets, pipeline, saving
 from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
@@ -46,14 +46,20 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
     keras.utils.set_random_seed(config.seed)
 
-    splits = data.load_splits(config.dataset, config.data_dir, config.seed, config.download,
-                              config.train_examples, config.test_examples)
-    steps_per_epoch = splits.train_size // global_batch_size
+    # Each worker opens only its own shard; the group then agrees on the steps per epoch.
+    source = datasets.load(config)
+    train_shard = source.train.shard(cluster.rank, workers)
+    test_shard = source.test.shard(cluster.rank, workers)
+    train_size = _limited(train_shard.size, config.train_examples, cluster.rank, workers)
+    test_size = _limited(test_shard.size, config.test_examples, cluster.rank, workers)
+    (log.warning if "keeping every" in train_shard.reads else log.info)("%s reads %s", cluster.name, train_shard.reads)
+    sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
+    steps_per_epoch = pipeline.plan([train for train, _ in sizes], config.per_worker_batch_size).steps_per_epoch
     total_steps = steps_per_epoch * config.epochs
     log_every = config.effective_log_every
 
     with strategy.scope():
-        model = build_model(config.model, splits.image_shape, splits.num_classes)
+        model = build_model(config.model, source.image_shape, source.num_classes)
         optimizer = build_optimizer(learning_rate)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
@@ -66,11 +72,13 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
     _check_same_step_everywhere(strategy, start_step)
-    train_batches = strategy.experimental_distribute_dataset(
-        data.train_pipeline(splits.train, splits.train_size, global_batch_size, config.seed, config.epochs,
-                            start_step=min(start_step, total_steps)))
-    test_batches = strategy.experimental_distribute_dataset(
-        data.test_pipeline(splits.test, global_batch_size))
+    cache = pipeline.cache_kind(config.cache, train_size, source.image_shape)
+    train_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
+        train_shard, cluster.rank, context.get_per_replica_batch_size(global_batch_size),
+        steps_per_epoch * config.per_worker_batch_size, config.seed, config.epochs, min(start_step, total_steps),
+        steps_per_epoch, config.shuffle_buffer, cache))
+    test_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.test_batches(
+        test_shard, context.get_per_replica_batch_size(global_batch_size), test_size))
     iterator = iter(train_batches)
 
     def train_step(images: tf.Tensor, labels: tf.Tensor) -> None:
@@ -106,11 +114,13 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     def evaluate() -> dict[str, float]:
         """Evaluates the test split; reading the metrics all-reduces them across workers."""
         run_evaluation()
-        return {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result())}
+        # Each worker evaluates its own shard, the last batch partial: the count proves each example counted once.
+        return {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result()),
+                "test_examples_evaluated": int(test_accuracy.count)}
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs,
                         enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(f"training {config.model} on {config.dataset}: {splits.train_size} examples, "
+    progress.line(f"training {config.model} on {config.dataset}: {sum(train for train, _ in sizes)} examples, "
                   f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
                   f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
                   + (f", resuming at step {start_step}" if start_step else ""))
@@ -207,8 +217,9 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         "resumed_from_step": start_step,
         "restarts": status.restarts,
         "steps_per_epoch": steps_per_epoch,
-        "train_examples": splits.train_size,
-        "test_examples": splits.test_size,
+        "train_examples": sum(train for train, _ in sizes),
+        "test_examples": sum(test for _, test in sizes),
+        "cache": cache,
         "weights_sha256": weights_digest(model),
         "config": config.to_dict(),
         "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
@@ -230,6 +241,20 @@ def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> 
     if int(total) != step * strategy.num_replicas_in_sync:
         raise ModelDirError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
                           f"must see the chief's --model-dir: mount the same shared volume on all of them")
+
+
+def _limited(size: int, limit: int, rank: int, workers: int) -> int:
+    """A worker's shard size under --train-examples/--test-examples (0 = all): its share of the limit."""
+    return min(size, pipeline.share(limit, rank, workers)) if limit else size
+
+
+def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: int,
+                         values: list[int]) -> list[tuple[int, ...]]:
+    """Every worker's `values`, by rank: each fills its own row of a zero matrix and the rows are summed."""
+    rows = np.zeros((workers, len(values)), np.int64)
+    rows[rank] = values
+    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
+    return [tuple(int(v) for v in row) for row in total.numpy()]
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
