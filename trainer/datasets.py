@@ -38,6 +38,7 @@ class Shard:
     size: int  # examples in this shard
     shuffled: bool  # records(seed) is already a full per-epoch permutation: no shuffle buffer needed
     reads: str  # what this worker reads, for the one log line
+    every_worker_reads_all: bool = False  # the element-sharding fallback: worth a warning
 
 
 class Split(Protocol):
@@ -110,7 +111,7 @@ SYNTHETIC_TEST_SIZE = 10_000
 # true class clearly, so the best any model can score on the (equally noisy) test split is 1 - this.
 SYNTHETIC_LABEL_NOISE = 0.1
 SYNTHETIC_BEST_ACCURACY = 1 - SYNTHETIC_LABEL_NOISE
-_TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none is a training example
+TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none is a training example
 
 
 def synthetic_example_fn(seed: int) -> Callable[[tf.Tensor], Example]:
@@ -163,7 +164,7 @@ def synthetic(config) -> Source:
     """Generated in the graph from --seed: any --train-examples (default 60,000), no files, no download."""
     example = synthetic_example_fn(config.seed)
     return Source(train=Generated(example, config.train_examples or SYNTHETIC_TRAIN_SIZE),
-                  test=Generated(example, config.test_examples or SYNTHETIC_TEST_SIZE, _TEST_INDEX_OFFSET),
+                  test=Generated(example, config.test_examples or SYNTHETIC_TEST_SIZE, TEST_INDEX_OFFSET),
                   image_shape=SYNTHETIC_SHAPE, num_classes=SYNTHETIC_CLASSES)
 
 
@@ -198,11 +199,11 @@ class RecordFiles:
         size = int(fixed_order.reduce(np.int64(0), lambda n, _: n + 1))
         if not by_file:
             size = size // count + (1 if index < size % count else 0)
-            reads = (f"all {len(own)} file(s), keeping every {count}th record: fewer files than workers, so "
-                     f"no worker can read only its own files (write at least {count} files to shard by file)")
+            reads = (f"all {len(own)} file(s), keeping one record in {count} (element sharding): fewer files than "
+                     f"workers, so no worker can read only its own files (write at least {count} files to shard by file)")
         else:
             reads = f"its own {len(own)} of {len(self.files)} files"
-        return Shard(records, self._decode, size, shuffled=False, reads=reads)
+        return Shard(records, self._decode, size, shuffled=False, reads=reads, every_worker_reads_all=not by_file)
 
     def _decode(self, serialized: tf.Tensor) -> Example:
         parsed = tf.io.parse_single_example(serialized, {

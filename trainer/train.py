@@ -52,7 +52,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     test_shard = source.test.shard(cluster.rank, workers)
     train_size = _limited(train_shard.size, config.train_examples, cluster.rank, workers)
     test_size = _limited(test_shard.size, config.test_examples, cluster.rank, workers)
-    (log.warning if "keeping every" in train_shard.reads else log.info)("%s reads %s", cluster.name, train_shard.reads)
+    (log.warning if train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, train_shard.reads)
     sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
     steps_per_epoch = pipeline.plan([train for train, _ in sizes], config.per_worker_batch_size).steps_per_epoch
     total_steps = steps_per_epoch * config.epochs
