@@ -280,7 +280,7 @@ class TfdsSplit:
         if size < 0:
             size = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
         return Shard(lambda seed: dataset, lambda image, label: (image, label), size, shuffled=False,
-                     reads=f"TFDS subsplit {subsplit}")
+                     reads=f"TFDS split {self.split}, part {index + 1} of {count} (tfds.even_splits)")
 
 
 def tfds_source(config) -> Source:
@@ -305,6 +305,7 @@ def tfds_source(config) -> Source:
     if None in shape:
         raise DataError(f"TFDS dataset {config.dataset!r} has images of varying size {shape}; export it to "
                         f"TFRecord files and train with --dataset tfrecord --image-shape HxWxC, which resizes")
-    test_split = "test" if "test" in builder.info.splits else "validation"
+    splits = builder.info.splits
+    test_split = "validation" if "test" not in splits and "validation" in splits else "test"
     return Source(train=TfdsSplit(builder, "train"), test=TfdsSplit(builder, test_split),
                   image_shape=shape, num_classes=features["label"].num_classes)

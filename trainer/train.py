@@ -116,7 +116,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         run_evaluation()
         # Each worker evaluates its own shard, the last batch partial: the count proves each example counted once.
         return {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result()),
-                "test_examples_evaluated": int(test_accuracy.count)}
+                "test_examples_evaluated": int(tf.convert_to_tensor(test_accuracy.count.value))}
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs,
                         enabled=cluster.is_chief or config.verbose_workers)
