@@ -5,10 +5,11 @@ its memory and reading follow the shard, not the dataset. The group agrees on st
 (the smallest shard decides), so every worker runs the same number of steps by construction.
 
 Order: epoch e's records come in an order fixed by (seed, e, worker): a seeded file order, a deterministic
-interleave, and a bounded shuffle buffer (--shuffle-buffer), or a full in-memory shuffle when the shard
-is cached. Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps
-already done *before* decoding them: the cost of a resume is reading (not decoding) that many records of
-this worker's shard plus one shuffle buffer.
+interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
+when it is cached (--cache); a generated shard is a full seeded permutation and needs no buffer.
+Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps already done
+*before* decoding them: a resume costs reading (not decoding) that many records of this worker's shard
+plus one shuffle buffer; a generated shard skips for free.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor, worker: int) -> tf.Tenso
     return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 1_009 + worker
 
 
-def cache_kind(cache: str, shard_size: int, image_shape: tuple[int, ...]) -> str:
-    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none."""
+def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
+    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none;
+    never for a generated shard, which costs less to generate than to cache."""
     if cache != "auto":
         return cache
     height, width, channels = image_shape
-    return "memory" if shard_size * height * width * channels <= AUTO_CACHE_BYTES else "none"
+    small = shard.size * height * width * channels <= AUTO_CACHE_BYTES
+    return "memory" if small and not shard.shuffled else "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +75,15 @@ def train_batches(shard: Shard, worker: int, batch_size: int, examples_per_epoch
     """
     start_epoch, steps_done = divmod(start_step, steps_per_epoch)
     skip = tf.constant(steps_done * examples_per_epoch // steps_per_epoch, tf.int64)
-    cached = _cached(shard, cache)
+    cached = None if shard.shuffled else _cached(shard, cache)  # generating costs less than any cache
 
     def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
         order = epoch_seed(seed, epoch, worker)
-        if cached is not None:  # decoded and in memory (or on disk): a full shuffle costs nothing more
-            records = cached.shuffle(shard.size, seed=order, reshuffle_each_iteration=False)
-        elif shard.shuffled:
+        if shard.shuffled:
             records = shard.records(order)
-        else:
-            records = shard.records(order).shuffle(shuffle_buffer, seed=order, reshuffle_each_iteration=False)
+        else:  # the cache holds the shard in a fixed order; the buffer shuffles it anew each epoch
+            records = (cached if cached is not None else shard.records(order)).shuffle(
+                shuffle_buffer, seed=order, reshuffle_each_iteration=False)
         return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
 
     records = tf.data.Dataset.range(start_epoch, epochs).flat_map(epoch_records)

@@ -72,7 +72,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
     _check_same_step_everywhere(strategy, start_step)
-    cache = pipeline.cache_kind(config.cache, train_size, source.image_shape)
+    cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
     train_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
         train_shard, cluster.rank, context.get_per_replica_batch_size(global_batch_size),
         steps_per_epoch * config.per_worker_batch_size, config.seed, config.epochs, min(start_step, total_steps),

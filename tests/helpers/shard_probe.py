@@ -29,7 +29,7 @@ def main(out_path: str, argv: list[str]) -> None:
     steps = pipeline.plan([int(size) for size in sizes.numpy()], config.per_worker_batch_size).steps_per_epoch
     batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
         train, cluster.rank, config.per_worker_batch_size, steps * config.per_worker_batch_size, config.seed,
-        config.epochs, 0, steps, config.shuffle_buffer, pipeline.cache_kind(config.cache, train.size, source.image_shape)))
+        config.epochs, 0, steps, config.shuffle_buffer, pipeline.cache_kind(config.cache, train, source.image_shape)))
     iterator = iter(batches)
     seen = [[int(v) for part in strategy.experimental_local_results(next(iterator)[1]) for v in part.numpy()]
             for _ in range(steps * config.epochs)]

@@ -1,6 +1,7 @@
 """Datasets and each worker's input pipeline, in one process."""
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 
@@ -133,10 +134,12 @@ def test_test_batches_keep_every_example_once_with_a_partial_last_batch():
     assert [len(b) for b in got] == [32, 32, 6] and sorted(sum(got, [])) == list(range(70))
 
 
-def test_auto_cache_keeps_small_shards_in_memory_only():
-    assert pipeline.cache_kind("auto", 60_000, (28, 28, 1)) == "memory"
-    assert pipeline.cache_kind("auto", 600_000, (28, 28, 1)) == "none"
-    assert pipeline.cache_kind("disk", 10, (28, 28, 1)) == "disk"
+def test_auto_cache_keeps_small_file_shards_in_memory_only(record_split):
+    small, large = record_split.shard(0, 1), dataclasses.replace(record_split.shard(0, 1), size=600_000)
+    assert pipeline.cache_kind("auto", small, (28, 28, 1)) == "memory"
+    assert pipeline.cache_kind("auto", large, (28, 28, 1)) == "none"
+    assert pipeline.cache_kind("auto", ids_split(80).shard(0, 1), (28, 28, 1)) == "none"  # generating is cheaper
+    assert pipeline.cache_kind("disk", large, (28, 28, 1)) == "disk"
 
 
 @pytest.mark.parametrize("name, shape", [("fashion_mnist", (28, 28, 1)), ("mnist", (28, 28, 1)),
