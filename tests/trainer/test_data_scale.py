@@ -1,6 +1,7 @@
 """Data at any scale: each worker reads only its shard, on real files and real process groups."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -195,3 +196,36 @@ def test_a_workers_peak_memory_does_not_grow_with_the_dataset():
     change: 754 MB and 1,410 MB, the whole split cached and shuffled in memory on every worker)."""
     one, ten = peak_rss_mb(60_000), peak_rss_mb(600_000)
     assert ten <= 1.1 * one, (one, ten)
+
+
+RESUME_FLAGS = [*RECORD_FLAGS, "--epochs", "2", "--per-worker-batch-size", "32", "--cache", "none",
+                "--shuffle-buffer", "500", "--checkpoint-every", "20", "--steps-per-loop", "4", "--log-every", "20"]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path_factory):
+    """Kill worker-1 mid-epoch under the local runner; after the restart the group skips to the checkpoint's
+    step in the same per-epoch file order and shuffle, so the final weights equal an uninterrupted run's."""
+    from tests.trainer.test_fault_tolerance import digests, finish, replica, wait_for_step
+
+    out = tmp_path_factory.mktemp("resume")
+    subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(out / "data"), "--train-examples", "6400",
+                    "--train-shards", "8", "--test-examples", "500", "--test-shards", "2", "--seed", "3"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    files = ["--train-files", str(out / "data" / "train-*"), "--test-files", str(out / "data" / "test-*")]
+    uninterrupted = run_group(2, [*RESUME_FLAGS, *files, "--model-dir", str(out / "uninterrupted")], timeout=400)
+    expected = finished_digests(uninterrupted)
+
+    scratch = out / "scratch"
+    scratch.mkdir()
+    runner = subprocess.Popen([sys.executable, "scripts/run_local.py", "--workers", "2", "--dataset", "tfrecord",
+                               "--skip-prepare", "--epochs", "2", "--job-dir", str(out / "job"), "--",
+                               *RESUME_FLAGS, *files], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True, env={**os.environ,
+                                                                      "TMPDIR": str(scratch)})
+    wait_for_step(out / "job" / "model", 50, runner)
+    replica(runner, "worker-1").kill()
+    output = finish(runner, scratch)
+    metrics = json.loads((out / "job" / "model" / layout.METRICS).read_text())
+    assert metrics["restarts"] == 1 and 0 < metrics["resumed_from_step"] % 100  # resumed mid-epoch
+    assert digests(output) == expected
