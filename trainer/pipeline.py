@@ -6,10 +6,10 @@ its memory and reading follow the shard, not the dataset. The group agrees on st
 
 Order: epoch e's records come in an order fixed by (seed, e, worker): a seeded file order, a deterministic
 interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
-when it is cached (--cache); a generated shard is a full seeded permutation and needs no buffer.
+when it is cached (--cache); an uncached generated shard is a full seeded permutation, no buffer needed.
 Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps already done
 *before* decoding them: a resume costs reading (not decoding) that many records of this worker's shard
-plus one shuffle buffer; a generated shard skips for free.
+plus one shuffle buffer; an uncached generated shard skips for free.
 """
 
 from __future__ import annotations
@@ -40,13 +40,11 @@ def epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor, worker: int) -> tf.Tenso
 
 
 def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
-    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none;
-    never for a generated shard, which costs less to generate than to cache."""
+    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none."""
     if cache != "auto":
         return cache
     height, width, channels = image_shape
-    small = shard.size * height * width * channels <= AUTO_CACHE_BYTES
-    return "memory" if small and not shard.shuffled else "none"
+    return "memory" if shard.size * height * width * channels <= AUTO_CACHE_BYTES else "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +73,13 @@ def train_batches(shard: Shard, worker: int, batch_size: int, examples_per_epoch
     """
     start_epoch, steps_done = divmod(start_step, steps_per_epoch)
     skip = tf.constant(steps_done * examples_per_epoch // steps_per_epoch, tf.int64)
-    cached = None if shard.shuffled else _cached(shard, cache)  # generating costs less than any cache
+    cached = _cached(shard, cache)
 
     def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
         order = epoch_seed(seed, epoch, worker)
-        if shard.shuffled:
+        if cached is None and shard.shuffled:
             records = shard.records(order)
-        else:  # the cache holds the shard in a fixed order; the buffer shuffles it anew each epoch
+        else:  # a cache holds the shard in one fixed order: the buffer shuffles it anew each epoch
             records = (cached if cached is not None else shard.records(order)).shuffle(
                 shuffle_buffer, seed=order, reshuffle_each_iteration=False)
         return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
