@@ -156,7 +156,8 @@ class Generated:
             return tf.data.Dataset.range(size).map(
                 lambda i: start + tf.random.experimental.index_shuffle(i, key, max(size - 1, 0)))
 
-        return Shard(records, self.example, size, shuffled=True, reads=f"generated examples {start}..{start + size - 1}")
+        return Shard(records, self.example, size, shuffled=True,
+                     reads=f"generated examples {start}..{start + size - 1}")
 
 
 @register("synthetic")
@@ -200,7 +201,8 @@ class RecordFiles:
         if not by_file:
             size = size // count + (1 if index < size % count else 0)
             reads = (f"all {len(own)} file(s), keeping one record in {count} (element sharding): fewer files than "
-                     f"workers, so no worker can read only its own files (write at least {count} files to shard by file)")
+                     f"workers, so no worker can read only its own files (write at least {count} files to shard "
+                     f"by file)")
         else:
             reads = f"its own {len(own)} of {len(self.files)} files"
         return Shard(records, self._decode, size, shuffled=False, reads=reads, every_worker_reads_all=not by_file)

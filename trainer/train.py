@@ -254,7 +254,8 @@ def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: i
     rows = np.zeros((workers, len(values)), np.int64)
     rows[rank] = values
     total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
-    return [tuple(int(v) for v in row) for row in total.numpy()]
+    replicas_per_worker = strategy.num_replicas_in_sync // workers  # each local replica added the same rows
+    return [tuple(int(v) // replicas_per_worker for v in row) for row in total.numpy()]
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:

@@ -27,7 +27,8 @@ def main(examples: int, cache: str, batches: int) -> None:
     for _ in range(batches - 1):
         next(iterator)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"examples": examples, "peak_rss_mb": round(peak_mb, 1), "seconds_to_first_batch": round(first, 2)}))
+    print(json.dumps({"examples": examples, "peak_rss_mb": round(peak_mb, 1),
+                      "seconds_to_first_batch": round(first, 2)}))
 
 
 if __name__ == "__main__":
