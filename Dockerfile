@@ -1,7 +1,7 @@
 # The trainer's image: `python -m trainer` under tini, as the non-root user 1000:1000.
-# Build it with `make image` (scripts/build-image.sh), or `docker build .` for the defaults.
+# Build it with `make image` (scripts/image/build-image.sh), or `docker build .` for the defaults.
 #   BASE_IMAGE  any Debian image with python3 = 3.11 and python3 -m venv (the official slim image
-#               by default; scripts/make-base-image.sh makes one where no registry is reachable)
+#               by default; scripts/image/make-base-image.sh makes one where no registry is reachable)
 #   TF_FLAVOUR  cpu (default, tensorflow-cpu), gpu (tensorflow[and-cuda]) or tf: an extra of pyproject.toml
 #   VERSION, REVISION, SOURCE  the OCI labels
 ARG BASE_IMAGE=docker.io/library/python:3.11.14-slim-bookworm
@@ -14,9 +14,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install --quiet pip==25.3
 WORKDIR /build
 COPY pyproject.toml constraints.txt ./
-COPY scripts/image_requirements.py scripts/
+COPY scripts/image/image_requirements.py scripts/image/
 # tensorflow/include holds C++ headers for compiling custom ops (about 290 MB); nothing here compiles.
-RUN python3 scripts/image_requirements.py "$TF_FLAVOUR" > requirements.txt \
+RUN python3 scripts/image/image_requirements.py "$TF_FLAVOUR" > requirements.txt \
  && /opt/venv/bin/pip install --quiet -c constraints.txt -r requirements.txt \
  && rm -rf /opt/venv/lib/python3*/site-packages/tensorflow/include
 

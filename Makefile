@@ -1,5 +1,13 @@
 # Entry points. Names, paths and ports come from k8s/settings.env (the single source).
-include k8s/settings.env
+# Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
+# scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
+# and `make submit WORKERS=3` both run three workers.
+SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/settings.env)
+setting_key    = $(firstword $(subst =, ,$(1)))
+setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
+SETTINGS_KEYS  = $(foreach line,$(SETTINGS_LINES),$(call setting_key,$(line)))
+$(foreach line,$(SETTINGS_LINES),$(eval $(call setting_key,$(line)) ?= $(call setting_value,$(line))))
+SETTINGS_ENV   = $(foreach key,$(SETTINGS_KEYS),$(key)='$($(key))')
 
 PYTHON_FOR_VENV ?= python3.11
 VENV   ?= .venv
@@ -10,14 +18,22 @@ TF_FLAVOUR ?= tf
 DATASET ?= $(TRAINER_DATASET)
 EPOCHS  ?= 3
 ARGS    ?=
-# scripts/build-image.sh names the image (IMAGE_NAME:git revision, -gpu for IMAGE_TF_FLAVOUR=gpu) and
+# scripts/image/build-image.sh names the image (IMAGE_NAME:git revision, -gpu/-tf for IMAGE_TF_FLAVOUR=gpu/tf) and
 # picks CONTAINER_TOOL; IMAGE_TAG, IMAGE_TF_FLAVOUR and CONTAINER_TOOL reach it from make's command line
 # or the environment. Asked once, so `make image` builds the name `make submit` runs.
-IMAGE := $(shell IMAGE= IMAGE_TAG='$(IMAGE_TAG)' IMAGE_TF_FLAVOUR='$(IMAGE_TF_FLAVOUR)' scripts/build-image.sh --print-image 2>/dev/null)
+IMAGE := $(shell $(SETTINGS_ENV) IMAGE= IMAGE_TAG='$(IMAGE_TAG)' scripts/image/build-image.sh --print-image 2>/dev/null)
 # TENSORBOARD=1 make submit also deploys TensorBoard reading the volume.
 TENSORBOARD ?=
 
 export IMAGE
+
+# run-local and submit render k8s/ with kubectl: check it before anything is installed or started.
+ifneq ($(filter run-local submit,$(MAKECMDGOALS)),)
+KUBECTL_PROBLEM := $(shell scripts/common/check-kubectl.sh)
+ifneq ($(KUBECTL_PROBLEM),)
+$(error $(KUBECTL_PROBLEM))
+endif
+endif
 
 .PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
 
@@ -39,7 +55,7 @@ train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
 run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
-	$(PY) scripts/run_local.py --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 test: install ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
@@ -49,35 +65,41 @@ test-slow: install ## the slow suites: long multi-process runs and the image bui
 
 test-all: test test-slow ## everything CI runs
 
-lint: ## shellcheck every shell script
-	shellcheck scripts/*.sh .ci/run
+# Every check runs even when an earlier one fails, so one `make lint` lists every problem.
+lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on the shell scripts; all from .venv
+	@failed=0; \
+	$(VENV)/bin/ruff check . || failed=1; \
+	$(VENV)/bin/ruff format --check . || failed=1; \
+	$(VENV)/bin/mypy trainer || failed=1; \
+	$(VENV)/bin/shellcheck $$(find scripts -name '*.sh') .ci/run || failed=1; \
+	exit $$failed
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
-	scripts/build-image.sh
+	$(SETTINGS_ENV) scripts/image/build-image.sh
 
 k3d-up: ## create the k3d cluster and install the Kubeflow training operator
-	scripts/k3d-up.sh
+	$(SETTINGS_ENV) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
-	scripts/k3d-down.sh
+	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the TFJob and follow it
-	$(PY) scripts/submit.py --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status
-	$(PY) scripts/submit.py --status
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status
 
 logs: ## follow the chief's logs
 	kubectl logs -f -n $(NAMESPACE) -l training.kubeflow.org/job-name=$(JOB_NAME),training.kubeflow.org/job-role=master
 
 delete: install ## delete the TFJob (the volume and its model stay)
-	$(PY) scripts/submit.py --delete
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete
 
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
-	scripts/fetch-model.sh
+	$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
-bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/
-	$(PY) scripts/bench.py $(ARGS)
+bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/ (BENCH_ARGS=, ARGS=)
+	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache

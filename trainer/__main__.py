@@ -79,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(config.threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.threads)
 
-    from trainer.datasets import check_dataset
     from trainer.preemption import Preempted
+    from trainer.preflight import check_inputs_before_the_group_forms
     from trainer.strategy import create_strategy, is_group_failure
     from trainer.train import train_and_evaluate
 
     try:
-        check_dataset(config)  # before the group forms: a typo in --dataset never costs a start-up
+        check_inputs_before_the_group_forms(config)
         strategy = create_strategy(cluster, config.collective, config.startup_timeout)
         train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:
@@ -111,4 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from trainer import tf_log_filter
+
+    # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
+    tf_log_filter.install()
     sys.exit(main())

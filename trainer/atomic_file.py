@@ -8,7 +8,8 @@ import json
 import os
 import shutil
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -35,8 +36,9 @@ def replaced_on_success(path: str) -> Iterator[str]:
                 os.remove(leftover)
 
 
-def write_json(path: str, payload: dict[str, Any]) -> None:
+def write_json(path: str, payload: dict[str, Any], sort_keys: bool = True) -> None:
+    """JSON, indented, replaced in one rename; sort_keys=False keeps the payload's own order."""
     with replaced_on_success(path) as partial:
         with open(partial, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
+            json.dump(payload, handle, indent=2, sort_keys=sort_keys)
             handle.write("\n")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer.errors import ClusterConfigError
 
@@ -81,13 +81,15 @@ def parse_tf_config(text: str | None) -> Cluster:
         config = json.loads(text)
     except json.JSONDecodeError as error:
         raise _fail("(whole value)", f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})",
-                    'set it to JSON such as {"cluster": {"worker": ["host:2222"]}, "task": {"type": "worker", "index": 0}}') from None
+                    'set it to JSON such as {"cluster": {"worker": ["host:2222"]}, '
+                    '"task": {"type": "worker", "index": 0}}') from None
     if not isinstance(config, dict):
         raise _fail("(whole value)", f"expected a JSON object, got {type(config).__name__}",
                     "set TF_CONFIG to an object with 'cluster' and 'task' keys")
     cluster = config.get("cluster") or {}
     if not isinstance(cluster, dict):
-        raise _fail("cluster", "must be an object mapping task types to address lists", 'use {"worker": ["host:port", ...]}')
+        raise _fail("cluster", "must be an object mapping task types to address lists",
+                    'use {"worker": ["host:port", ...]}')
     members: dict[str, tuple[str, ...]] = {}
     for task_type, addresses in cluster.items():
         if task_type == "master":
@@ -96,7 +98,8 @@ def parse_tf_config(text: str | None) -> Cluster:
         if task_type not in KNOWN_TYPES:
             raise _fail(f"cluster.{task_type}", "unknown task type", f"use only {', '.join(KNOWN_TYPES)}")
         if not isinstance(addresses, list) or not all(isinstance(a, str) and a for a in addresses):
-            raise _fail(f"cluster.{task_type}", "must be a list of 'host:port' strings", f'use "{task_type}": ["host:2222"]')
+            raise _fail(f"cluster.{task_type}", "must be a list of 'host:port' strings",
+                        f'use "{task_type}": ["host:2222"]')
         members[task_type] = tuple(addresses)
     if len(members.get("chief", ())) > 1:
         raise _fail("cluster.chief", f"has {len(members['chief'])} entries; a group has at most one chief",
@@ -120,12 +123,15 @@ def parse_tf_config(text: str | None) -> Cluster:
                     "MultiWorkerMirroredStrategy (all-reduce, no parameter servers)",
                     "remove the PS replicas from the job and use Worker (and optionally one Chief) replicas")
     if not isinstance(task_type, str) or task_type not in KNOWN_TYPES:
-        raise _fail("task.type", f"{task_type!r} is not a task type", f"use one of {', '.join(TRAINING_TYPES)} or evaluator")
+        raise _fail("task.type", f"{task_type!r} is not a task type",
+                    f"use one of {', '.join(TRAINING_TYPES)} or evaluator")
     if task_type not in members:
-        raise _fail("task.type", f"'{task_type}' has no list in cluster (cluster has {', '.join(members) or 'nothing'})",
+        raise _fail("task.type",
+                    f"'{task_type}' has no list in cluster (cluster has {', '.join(members) or 'nothing'})",
                     f'add "{task_type}": ["host:port"] to cluster, or fix task.type')
     if isinstance(index, bool) or not isinstance(index, int):
-        raise _fail("task.index", f"must be an integer, got {index!r}", "use the position of this task in its cluster list")
+        raise _fail("task.index", f"must be an integer, got {index!r}",
+                    "use the position of this task in its cluster list")
     if not 0 <= index < len(members[task_type]):
         raise _fail("task.index", f"{index} is out of range: cluster.{task_type} has {len(members[task_type])} entries",
                     f"use 0..{len(members[task_type]) - 1}")

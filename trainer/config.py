@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from trainer.errors import ConfigError
 
@@ -20,7 +21,7 @@ CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
 
 
-def _field(default: Any, help: str, choices: Sequence[str] | None = None):
+def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 
 
@@ -64,7 +65,8 @@ class Config:
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
     # Artifacts, checkpoints and status
-    model_dir: str = _field("runs/model", "where the chief writes the model, checkpoints, logs, metrics.json and status.json")
+    model_dir: str = _field("runs/model",
+                            "where the chief writes the model, checkpoints, logs, metrics.json and status.json")
     checkpoint_every: int = _field(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
     keep_checkpoints: int = _field(3, "how many recent checkpoints to keep")
     status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
@@ -79,7 +81,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every", "shuffle_buffer")
         for name in positive:
             if getattr(self, name) < 1:
@@ -99,7 +101,8 @@ class Config:
             choices = field.metadata["choices"]
             if choices and getattr(self, field.name) not in choices:
                 raise ConfigError(
-                    f"--{_flag(field.name)}: unknown value {getattr(self, field.name)!r}; choose one of {', '.join(choices)}"
+                    f"--{_flag(field.name)}: unknown value {getattr(self, field.name)!r}; "
+                    f"choose one of {', '.join(choices)}"
                 )
         return self
 
@@ -129,7 +132,7 @@ def _from_env(field: dataclasses.Field, environ: dict[str, str]) -> Any:
     if field.type == "bool":
         return _parse_bool(text, env)
     try:
-        return {"int": int, "float": float}.get(field.type, str)(text)
+        return {"int": int, "float": float}.get(str(field.type), str)(text)
     except ValueError:
         raise ConfigError(f"{env}: expected a {field.type}, got {text!r}") from None
 
@@ -151,7 +154,7 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
             parser.add_argument(f"--{_flag(field.name)}", action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)
         else:
-            kind = {"int": int, "float": float}.get(field.type, str)
+            kind = {"int": int, "float": float}.get(str(field.type), str)
             parser.add_argument(f"--{_flag(field.name)}", type=kind, default=default,
                                 choices=field.metadata["choices"], help=help_text)
     return parser

@@ -10,7 +10,7 @@ below and decorate it with @register("name"). Nothing else changes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 from keras import layers
@@ -82,11 +82,15 @@ def cnn_batch_norm(input_shape: tuple[int, ...], num_classes: int) -> keras.Mode
     return keras.Model(images, _head(x, num_classes), name="batch_norm")
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
-    """Builds a registered model; call it inside strategy.scope() so its variables are mirrored."""
+def check_model_name(name: str) -> None:
     if name not in MODELS:
         raise ConfigError(f"--model: unknown model {name!r}; choose one of {', '.join(sorted(MODELS))} "
-                       f"or register a new one in trainer/model.py")
+                          f"or register a new one in trainer/model.py")
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    """Builds a registered model; call it inside strategy.scope() so its variables are mirrored."""
+    check_model_name(name)
     return MODELS[name](input_shape, num_classes)
 
 

@@ -1,8 +1,11 @@
-"""Progress lines from the chief: a live bar on a terminal, plain lines in pod logs."""
+"""Progress lines from the chief (a live bar on a terminal, plain lines in pod logs) and the throughput meter."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
 from typing import TextIO
 
 
@@ -38,6 +41,12 @@ class Progress:
         """The 1-based epoch of global step `step` (a count of finished steps)."""
         return min(self.epochs, (step - 1) // self.steps_per_epoch + 1)
 
+    def epoch_done(self, epoch: int, results: dict[str, float]) -> None:
+        """The line that closes an epoch: its train and test loss and accuracy."""
+        self.line(f"epoch {epoch}/{self.epochs} done: "
+                  f"train loss {results['train_loss']:.4f} accuracy {results['train_accuracy']:.4f} | "
+                  f"test loss {results['test_loss']:.4f} accuracy {results['test_accuracy']:.4f}")
+
     def line(self, text: str) -> None:
         """A line that stays, e.g. an epoch's test results."""
         if not self.enabled:
@@ -47,3 +56,51 @@ class Progress:
             self._bar_open = False
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+class Throughput:
+    """Examples per second between log points, the steady rate over the run, and the time to the first step.
+
+    Wall-clock time between log points: checkpoints, metric reads and status writes count; time inside
+    `paused()` (evaluation) does not. The first interval after a (re)start is warm-up (tracing) and is left out.
+    """
+
+    def __init__(self, global_batch_size: int, started_at: float) -> None:
+        self.global_batch_size = global_batch_size
+        self.started_at = started_at
+        self.time_to_first_step: float | None = None
+        self._interval_started = time.perf_counter()
+        self._interval_steps = 0
+        self._intervals = 0
+        self._steady_seconds = 0.0
+        self._steady_steps = 0
+
+    def ran(self, steps: int) -> None:
+        """Counts `steps` finished training steps."""
+        self._interval_steps += steps
+        if self.time_to_first_step is None:
+            self.time_to_first_step = time.time() - self.started_at
+
+    def end_interval(self) -> float | None:
+        """Closes the interval since the last call: its examples/s, or None for the warm-up interval."""
+        seconds = time.perf_counter() - self._interval_started
+        speed = self._interval_steps * self.global_batch_size / seconds if self._intervals else None
+        if self._intervals:
+            self._steady_seconds += seconds
+            self._steady_steps += self._interval_steps
+        self._interval_started, self._interval_steps, self._intervals = time.perf_counter(), 0, self._intervals + 1
+        return speed
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside does not count towards the current interval."""
+        paused_at = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._interval_started += time.perf_counter() - paused_at
+
+    @property
+    def steady_examples_per_second(self) -> float | None:
+        """Examples/s over every interval after the warm-up; None before the second log point."""
+        return self._steady_steps * self.global_batch_size / self._steady_seconds if self._steady_steps else None

@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import keras
 import tensorflow as tf

@@ -40,7 +40,7 @@ def _restarts_so_far(path: str) -> int:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 class StatusReporter:
@@ -115,7 +115,7 @@ class StatusReporter:
 
 def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        def do_GET(self) -> None:
             route = self.path.split("?")[0]
             if route == "/status":
                 body, kind = json.dumps(reporter.snapshot(), indent=2).encode(), "application/json"

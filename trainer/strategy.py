@@ -67,10 +67,12 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
     message = (
         f"{cluster.name}: the training group did not form within {startup_timeout:.0f} s "
         f"(--startup-timeout). Members: {', '.join(cluster.training_addresses)}. Check that every replica "
-        f"is running and can reach {cluster.chief_address}; exiting with code {exit_codes.STARTUP_TIMEOUT} so the job restarts."
+        f"is running and can reach {cluster.chief_address}; "
+        f"exiting with code {exit_codes.STARTUP_TIMEOUT} so the job restarts."
     )
     watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(remaining), str(os.getpid()), message],
                                 stdin=subprocess.PIPE)
+    assert watchdog.stdin is not None  # stdin=PIPE: the watchdog's only signal that the group formed
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver,

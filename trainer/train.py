@@ -14,6 +14,7 @@ import hashlib
 import logging
 import platform
 import time
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -29,7 +30,7 @@ from trainer.errors import ModelDirError
 from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
-from trainer.progress import Progress
+from trainer.progress import Progress, Throughput
 from trainer.status import StatusReporter
 from trainer.strategy import is_group_failure
 
@@ -54,6 +55,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     test_size = _limited(test_shard.size, config.test_examples, cluster.rank, workers)
     (log.warning if train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, train_shard.reads)
     sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
+    split_sizes = {"train_examples": sum(train for train, _ in sizes), "test_examples": sum(test for _, test in sizes)}
     steps_per_epoch = pipeline.plan([train for train, _ in sizes], config.per_worker_batch_size).steps_per_epoch
     total_steps = steps_per_epoch * config.epochs
     log_every = config.effective_log_every
@@ -63,11 +65,9 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         optimizer = build_optimizer(learning_rate)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
-        train_loss, train_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
-        test_loss, test_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
+        metrics = _Metrics()
         checkpointer = Checkpointer(config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints,
                                     model=model, optimizer=optimizer)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
@@ -80,50 +80,12 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     test_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.test_batches(
         test_shard, context.get_per_replica_batch_size(global_batch_size), test_size))
     iterator = iter(train_batches)
-
-    def train_step(images: tf.Tensor, labels: tf.Tensor) -> None:
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            per_example_loss = loss_fn(labels, logits)
-            # Divide by the global batch, not the local one: the all-reduce sums the workers' gradients.
-            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
-            if model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        train_loss.update_state(per_example_loss)
-        train_accuracy.update_state(labels, logits)
-
-    @tf.function
-    def train_steps(iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor) -> tf.Tensor:
-        for _ in tf.range(steps):
-            strategy.run(train_step, args=next(iterator))
-        # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
-        return _sum_over_workers(strategy, stop_requested)
-
-    def eval_step(images: tf.Tensor, labels: tf.Tensor) -> None:
-        logits = model(images, training=False)
-        test_loss.update_state(loss_fn(labels, logits))
-        test_accuracy.update_state(labels, logits)
-
-    @tf.function
-    def run_evaluation() -> None:
-        for images, labels in test_batches:
-            strategy.run(eval_step, args=(images, labels))
-
-    def evaluate() -> dict[str, float]:
-        """Evaluates the test split; reading the metrics all-reduces them across workers."""
-        run_evaluation()
-        # Each worker evaluates its own shard, the last batch partial: the count proves each example counted once.
-        return {"test_loss": float(test_loss.result()), "test_accuracy": float(test_accuracy.result()),
-                "test_examples_evaluated": int(tf.convert_to_tensor(test_accuracy.count.value))}
+    train_steps, evaluate = _step_functions(strategy, model, optimizer, metrics, global_batch_size, test_batches)
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs,
                         enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(f"training {config.model} on {config.dataset}: {sum(train for train, _ in sizes)} examples, "
-                  f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
-                  f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
-                  + (f", resuming at step {start_step}" if start_step else ""))
+    progress.line(_run_summary(config, split_sizes["train_examples"], workers, global_batch_size, steps_per_epoch,
+                               learning_rate, start_step))
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
@@ -132,11 +94,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                   epochs=config.epochs, epoch=progress.epoch_of(start_step + 1))
 
     step = last_checkpoint = start_step
-    time_to_first_step = None
-    # Throughput is wall-clock time between log points: checkpoints, metric reads and status writes
-    # count, evaluation does not. The first interval after a (re)start is warm-up (tracing) and is left out.
-    interval_started, interval_steps, intervals = time.perf_counter(), 0, 0
-    steady_seconds, steady_steps = 0.0, 0
+    throughput = Throughput(global_batch_size, started_at)
     test_metrics: dict[str, float] = {}
     epoch_train_metrics: dict[str, float] = {}
     try:
@@ -146,13 +104,11 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
             next_checkpoint = ((step // config.checkpoint_every + 1) * config.checkpoint_every
                                if config.checkpoint_every else epoch_end)
             # The first call runs one step, so the time to the first finished step is measured exactly.
-            steps = 1 if time_to_first_step is None else min(config.steps_per_loop, epoch_end - step,
-                                                             next_log - step, next_checkpoint - step)
+            steps = 1 if throughput.time_to_first_step is None else min(
+                config.steps_per_loop, epoch_end - step, next_log - step, next_checkpoint - step)
             stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
             step += steps
-            interval_steps += steps
-            if time_to_first_step is None:
-                time_to_first_step = time.time() - started_at
+            throughput.ran(steps)
 
             if stopping:
                 checkpointer.save(step)
@@ -160,13 +116,9 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
 
             if step % log_every == 0 or step == epoch_end:
-                seconds = time.perf_counter() - interval_started
-                speed = interval_steps * global_batch_size / seconds if intervals else None
-                if intervals:
-                    steady_seconds, steady_steps = steady_seconds + seconds, steady_steps + interval_steps
-                interval_started, interval_steps, intervals = time.perf_counter(), 0, intervals + 1
+                speed = throughput.end_interval()
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
-                loss, accuracy = float(train_loss.result()), float(train_accuracy.result())
+                loss, accuracy = float(metrics.train_loss.result()), float(metrics.train_accuracy.result())
                 progress.step(step, loss, accuracy, speed)
                 _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
                                learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
@@ -175,21 +127,14 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                               eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
 
             if step == epoch_end:
-                evaluation_started = time.perf_counter()
-                test_metrics = evaluate()
-                epoch_train_metrics = {"train_loss": float(train_loss.result()),
-                                       "train_accuracy": float(train_accuracy.result())}
-                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: "
-                              f"train loss {epoch_train_metrics['train_loss']:.4f} "
-                              f"accuracy {epoch_train_metrics['train_accuracy']:.4f} | "
-                              f"test loss {test_metrics['test_loss']:.4f} "
-                              f"accuracy {test_metrics['test_accuracy']:.4f}")
-                _write_scalars(test_log, step, loss=test_metrics["test_loss"],
-                               accuracy=test_metrics["test_accuracy"])
-                status.update(**test_metrics)
-                for metric in (train_loss, train_accuracy, test_loss, test_accuracy):
-                    metric.reset_state()
-                interval_started += time.perf_counter() - evaluation_started
+                with throughput.paused():
+                    test_metrics = evaluate()
+                    epoch_train_metrics = metrics.train()
+                    progress.epoch_done(step // steps_per_epoch, {**epoch_train_metrics, **test_metrics})
+                    _write_scalars(test_log, step, loss=test_metrics["test_loss"],
+                                   accuracy=test_metrics["test_accuracy"])
+                    status.update(**test_metrics)
+                    metrics.reset()
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step
@@ -204,43 +149,107 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
-    metrics = {
-        **epoch_train_metrics,
-        **test_metrics,
-        "examples_per_second": steady_steps * global_batch_size / steady_seconds if steady_steps else None,
-        "time_to_first_step_seconds": time_to_first_step,
-        "duration_seconds": time.time() - started_at,
-        "workers": workers,
-        "global_batch_size": global_batch_size,
-        "learning_rate": learning_rate,
-        "steps": step,
-        "resumed_from_step": start_step,
-        "restarts": status.restarts,
-        "steps_per_epoch": steps_per_epoch,
-        "train_examples": sum(train for train, _ in sizes),
-        "test_examples": sum(test for _, test in sizes),
-        "cache": cache,
+    record = _metrics_record(config, model, throughput, {**epoch_train_metrics, **test_metrics},
+                             workers=workers, global_batch_size=global_batch_size, learning_rate=learning_rate,
+                             steps=step, resumed_from_step=start_step, restarts=status.restarts,
+                             steps_per_epoch=steps_per_epoch, **split_sizes, cache=cache)
+    if cluster.is_chief:
+        write_json(ModelDir(config.model_dir).metrics, record)
+    status.update(state="succeeded", global_step=step, **test_metrics)
+    # Every worker prints this one line, so a reader can compare the replicas' weights.
+    print(f"{cluster.name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
+          f"weights sha256 {record['weights_sha256']}", flush=True)
+    return record
+
+
+class _Metrics:
+    """Keras metrics with per-replica state; reading one all-reduces it, so every worker reads at the same steps."""
+
+    def __init__(self) -> None:
+        self.train_loss, self.train_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
+        self.test_loss, self.test_accuracy = keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()
+
+    def train(self) -> dict[str, float]:
+        return {"train_loss": float(self.train_loss.result()), "train_accuracy": float(self.train_accuracy.result())}
+
+    def test(self) -> dict[str, float]:
+        # Each worker evaluates its own shard, the last batch partial: the summed count shows each example once.
+        return {"test_loss": float(self.test_loss.result()), "test_accuracy": float(self.test_accuracy.result()),
+                "test_examples_evaluated": int(tf.convert_to_tensor(self.test_accuracy.count.value))}
+
+    def reset(self) -> None:
+        for metric in (self.train_loss, self.train_accuracy, self.test_loss, self.test_accuracy):
+            metric.reset_state()
+
+
+def _step_functions(strategy: tf.distribute.Strategy, model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                    metrics: _Metrics, global_batch_size: int,
+                    test_batches: Any) -> tuple[Callable[..., tf.Tensor], Callable[[], dict[str, float]]]:
+    """What the loop calls: `train_steps(iterator, steps, stop_requested)` runs `steps` training steps on every
+    replica and returns how many workers asked to stop; `evaluate()` runs the test split and returns its metrics."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def train_step(images: tf.Tensor, labels: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            per_example_loss = loss_fn(labels, logits)
+            # Divide by the global batch, not the local one: the all-reduce sums the workers' gradients.
+            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        metrics.train_loss.update_state(per_example_loss)
+        metrics.train_accuracy.update_state(labels, logits)
+
+    @tf.function
+    def train_steps(iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor) -> tf.Tensor:
+        for _ in tf.range(steps):
+            strategy.run(train_step, args=next(iterator))
+        # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
+        return _sum_over_workers(strategy, stop_requested)
+
+    def eval_step(images: tf.Tensor, labels: tf.Tensor) -> None:
+        logits = model(images, training=False)
+        metrics.test_loss.update_state(loss_fn(labels, logits))
+        metrics.test_accuracy.update_state(labels, logits)
+
+    @tf.function
+    def run_evaluation() -> None:
+        for images, labels in test_batches:
+            strategy.run(eval_step, args=(images, labels))
+
+    def evaluate() -> dict[str, float]:
+        """Evaluates the test split; reading the metrics all-reduces them across workers."""
+        run_evaluation()
+        return metrics.test()
+
+    return train_steps, evaluate
+
+
+def _run_summary(config: Config, train_size: int, workers: int, global_batch_size: int, steps_per_epoch: int,
+                 learning_rate: float, start_step: int) -> str:
+    """The run's first line: what trains on what, and how the work is split."""
+    return (f"training {config.model} on {config.dataset}: {train_size} examples, "
+            f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
+            f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
+            + (f", resuming at step {start_step}" if start_step else ""))
+
+
+def _metrics_record(config: Config, model: keras.Model, throughput: Throughput,
+                    results: dict[str, float], **run: int | float | str) -> dict[str, Any]:
+    """What metrics.json holds: the last epoch's results, throughput, the run's shape, config and versions."""
+    return {
+        **results,
+        "examples_per_second": throughput.steady_examples_per_second,
+        "time_to_first_step_seconds": throughput.time_to_first_step,
+        "duration_seconds": time.time() - throughput.started_at,
+        **run,
         "weights_sha256": weights_digest(model),
         "config": config.to_dict(),
         "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
                      "keras": keras.__version__},
     }
-    if cluster.is_chief:
-        write_json(ModelDir(config.model_dir).metrics, metrics)
-    status.update(state="succeeded", global_step=step, **test_metrics)
-    # Every worker prints this one line, so a reader can compare the replicas' weights.
-    print(f"{cluster.name} finished: test accuracy {metrics.get('test_accuracy', float('nan')):.4f}, "
-          f"weights sha256 {metrics['weights_sha256']}", flush=True)
-    return metrics
-
-
-def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
-    """A worker that restored a different checkpoint than its peers would silently diverge."""
-    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(
-        tf.constant(step, tf.int64))
-    if int(total) != step * strategy.num_replicas_in_sync:
-        raise ModelDirError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
-                          f"must see the chief's --model-dir: mount the same shared volume on all of them")
 
 
 def _limited(size: int, limit: int, rank: int, workers: int) -> int:
@@ -256,6 +265,15 @@ def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: i
     total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
     replicas_per_worker = strategy.num_replicas_in_sync // workers  # each local replica added the same rows
     return [tuple(int(v) // replicas_per_worker for v in row) for row in total.numpy()]
+
+
+def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
+    """A worker that restored a different checkpoint than its peers would silently diverge."""
+    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(
+        tf.constant(step, tf.int64))
+    if int(total) != step * strategy.num_replicas_in_sync:
+        raise ModelDirError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
+                          f"must see the chief's --model-dir: mount the same shared volume on all of them")
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from typing import Sequence
 
-from localjob.processes import signal_group
-from loopback import free_ports
+from scripts.common.ports import free_ports
+from scripts.common.processes import signal_group
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -14,13 +14,13 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH = os.path.join(ROOT, "scripts", "bench.py")
+BENCH = ["-m", "scripts.bench.bench"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
 
 
 def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def test_an_odd_global_batch_is_refused_with_the_fix():
@@ -70,3 +70,9 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     chart = (tmp_path / "bench.png").read_bytes()
     assert chart.startswith(PNG_SIGNATURE) and len(chart) > 10_000
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_trainer_flags_go_after_the_double_dash_and_the_trainers_parser_checks_them():
+    result = run_bench("--repeats", "1", "--", "--steps-per-loop", "-3", timeout=60)
+    assert result.returncode == 2
+    assert "trainer flags after --" in result.stderr and "steps-per-loop" in result.stderr

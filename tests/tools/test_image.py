@@ -1,10 +1,10 @@
 """The container image builds, stays small, and trains two workers inside itself.
 
-The image tests build with scripts/build-image.sh and run the image with
+The image tests build with scripts/image/build-image.sh and run the image with
 `buildah run --isolation chroot`, which needs no Docker engine and shares the
 host's network, so two workers meet on 127.0.0.1 as two pods meet in a TFJob.
 The base is the Dockerfile's registry image where a registry answers, else a
-Debian bookworm base made by scripts/make-base-image.sh.
+Debian bookworm base made by scripts/image/make-base-image.sh.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import time
 import psutil
 import pytest
 
-import project_settings
-from localjob.processes import signal_group
 from multiworker import tf_config, worker_cluster
+from scripts.common import settings as project_settings
+from scripts.common.processes import signal_group
 from trainer import exit_codes
+from trainer.layout import ModelDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
@@ -44,7 +45,7 @@ TRAIN_FLAGS = ["--dataset", "synthetic", "--epochs", "1", "--train-examples", "5
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image_requirements.py"), *args],
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image" / "image_requirements.py"), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
@@ -90,7 +91,7 @@ def base_image() -> str | None:
     if shutil.which("debootstrap") is None:
         pytest.skip(f"no registry serves {default_base_image()} and debootstrap is not found to make a local base "
                     "(Debian: apt-get install debootstrap)")
-    made = subprocess.run([str(ROOT / "scripts" / "make-base-image.sh")], capture_output=True, text=True,
+    made = subprocess.run([str(ROOT / "scripts" / "image" / "make-base-image.sh")], capture_output=True, text=True,
                           env={**os.environ, "CONTAINER_TOOL": "buildah"}, timeout=BUILD_TIMEOUT_S)
     assert made.returncode == 0, f"make-base-image.sh failed:\n{made.stderr[-4000:]}"
     return made.stdout.strip()
@@ -106,7 +107,7 @@ def build(root: pathlib.Path, image: str, base: str | None) -> str:
     # RUN steps reach the package index through the host's CA bundle (an intercepting proxy may sign it).
     if pathlib.Path("/etc/ssl/certs").is_dir():
         env["EXTRA_BUILD_FLAGS"] = "-v /etc/ssl/certs:/etc/ssl/certs:ro"
-    result = subprocess.run([str(root / "scripts" / "build-image.sh")], stdout=subprocess.PIPE,
+    result = subprocess.run([str(root / "scripts" / "image" / "build-image.sh")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, f"build-image.sh failed:\n{result.stdout[-5000:]}"
     return result.stdout
@@ -198,10 +199,10 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     assert codes == [0, 0], "\n".join(f"--- worker {i} exited {code}:\n{text[-3000:]}"
                                       for i, (code, text) in enumerate(zip(codes, logs)))
 
-    host_model_dir = volume / MODEL_DIR_IN_VOLUME
-    assert (host_model_dir / "model.keras").is_file()
-    assert (host_model_dir / "saved_model" / "saved_model.pb").is_file()
-    metrics = json.loads((host_model_dir / "metrics.json").read_text())
+    host_model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
+    assert os.path.isfile(host_model_dir.keras_model)
+    assert os.path.isfile(os.path.join(host_model_dir.saved_model, "saved_model.pb"))
+    metrics = json.loads(pathlib.Path(host_model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]
     assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], \
@@ -213,7 +214,7 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
 
 def read_status(model_dir: pathlib.Path) -> dict:
     try:
-        return json.loads((model_dir / "status.json").read_text())
+        return json.loads(pathlib.Path(ModelDir(str(model_dir)).status).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
@@ -248,7 +249,8 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
             stop(process)
     assert code == exit_codes.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
     assert read_status(host_model_dir)["state"] == "preempted"
-    assert (host_model_dir / "checkpoints" / "checkpoint").is_file(), "no checkpoint was saved on SIGTERM"
+    assert (pathlib.Path(ModelDir(str(host_model_dir)).checkpoints) / "checkpoint").is_file(), \
+        "no checkpoint was saved on SIGTERM"
 
 
 @pytest.mark.image
@@ -267,7 +269,7 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
     repository = f"{TEST_REPOSITORY}-code-change"
     try:
         output = build(copy, f"{repository}:test", base_image)
-        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image_requirements\.py.*\n(.*)", output)
+        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image/image_requirements\.py.*\n(.*)", output)
         assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
         assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
         with working_container(f"{repository}:test") as container:

@@ -9,20 +9,16 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 
 import kubernetes_validate
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))
-
-import project_settings  # noqa: E402
-import tfjob_manifest  # noqa: E402
+from scripts.common import manifest as tfjob_manifest
+from scripts.common import settings as project_settings
 
 SETTINGS = project_settings.load()
-# Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE=rancher/k3s:v1.31.5-k3s1).
+# Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/settings.env).
 K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
 
 
@@ -214,7 +210,8 @@ def test_run_policy_matches_the_trainer_exit_codes(tfjob):
     assert 1 <= codes.pop("BAD_CONFIG") <= 127
     assert codes and all(128 <= value <= 255 for value in codes.values()), codes
     policy = tfjob["spec"]["runPolicy"]
-    assert policy["cleanPodPolicy"] == "None"
+    # Running: a failed job's running pods are deleted (v1.9.4 common/job.go); finished pods and logs stay.
+    assert policy["cleanPodPolicy"] == "Running"
     assert policy["backoffLimit"] >= 1 and policy["activeDeadlineSeconds"] > 0
     assert policy["ttlSecondsAfterFinished"] >= 86400
     assert tfjob["spec"]["successPolicy"] == "AllWorkers"
@@ -232,6 +229,6 @@ def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
     # make -n prints the submit command without running it; the tag is whatever IMAGE_TAG says.
     plan = subprocess.run(["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout
-    submitted = re.search(r"scripts/submit\.py --image (\S+)", plan).group(1)
+    submitted = re.search(r"-m scripts\.cluster\.submit --image (\S+)", plan).group(1)
     assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
     assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]

@@ -1,20 +1,18 @@
 """How run-local reads a pod template: env and its references, volumes, commands, ports and overrides."""
 
-import base64
+import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import yaml
 
-from localjob import manifests
-from localjob.envvars import EnvResolver, PodIdentity, Problems, expand
-from localjob.overrides import Overrides, apply
-from localjob.podplan import IMAGE_ENTRYPOINT, Planner, without_init
+from scripts.common.manifest import customize, render
+from scripts.localrun import manifests, run_local
+from scripts.localrun.envvars import EnvResolver, Problems, expand
+from scripts.localrun.podplan import IMAGE_ENTRYPOINT, Planner, without_init
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-POD = PodIdentity("demo-worker-1", "team", {"training.kubeflow.org/replica-index": "1"}, {})
 
 
 def tfjob(container=None, replicas=2, volumes=True, **spec):
@@ -29,7 +27,7 @@ def tfjob(container=None, replicas=2, volumes=True, **spec):
 
 
 def parsed(*docs):
-    return manifests.parse(yaml.safe_dump_all(docs), "test")
+    return manifests.parse(manifests.load_text(yaml.safe_dump_all(docs), "test"), "test")
 
 
 def config_map(name, **data):
@@ -43,45 +41,93 @@ def test_expansion_follows_kubernetes_rules():
 
 
 def test_env_from_config_map_then_env_entries_win_and_expand():
-    resolver = EnvResolver({"cm": config_map("cm", A="1", B="2")}, {})
+    resolver = EnvResolver({"cm": config_map("cm", A="1", B="2")})
     container = {"envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "P_"}, {"configMapRef": {"name": "cm"}}],
                  "env": [{"name": "A", "value": "override"}, {"name": "C", "value": "$(B)-$(P_A)"}]}
     problems = Problems()
-    env = resolver.resolve(container, POD, "w", problems)
+    env = resolver.resolve(container, {"containers": [container]}, "w", problems)
     assert env == {"P_A": "1", "P_B": "2", "A": "override", "B": "2", "C": "2-1"}
     assert problems.errors == [] and problems.notes == []
 
 
-def test_value_from_config_map_secret_and_downward_api():
-    secret = {"kind": "Secret", "metadata": {"name": "s"}, "data": {"TOKEN": base64.b64encode(b"t0k").decode()}}
-    resolver = EnvResolver({"cm": config_map("cm", DIR="/mnt/training/data")}, {"s": secret})
-    container = {"env": [
+def test_value_from_a_config_map_key_and_the_containers_resources():
+    resolver = EnvResolver({"cm": config_map("cm", DIR="/mnt/training/data")})
+    container = {"name": "tensorflow", "resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
+                                                     "limits": {"cpu": "2", "memory": "4Gi"}}, "env": [
         {"name": "DIR", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "DIR"}}},
-        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "TOKEN"}}},
-        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}},
-        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "THREADS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}},
+        {"name": "REQUESTED", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
+        {"name": "MILLICORES", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+        {"name": "MIB", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+        {"name": "SIDECAR", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "limits.cpu"}}},
     ]}
-    env = resolver.resolve(container, POD, "w", Problems())
-    assert env == {"DIR": "/mnt/training/data", "TOKEN": "t0k", "POD": "demo-worker-1", "INDEX": "1", "IP": "127.0.0.1"}
+    side = {"name": "side", "resources": {"limits": {"cpu": "3"}}}
+    problems = Problems()
+    env = resolver.resolve(container, {"containers": [container, side]}, "w", problems)
+    # The downward API rounds up: half a CPU requested reads as 1 with divisor 1, 500 with divisor 1m.
+    assert env == {"DIR": "/mnt/training/data", "THREADS": "2", "REQUESTED": "1", "MILLICORES": "500",
+                   "MIB": "4096", "SIDECAR": "3"}
+    assert problems.errors == []
+
+
+def test_an_unset_cpu_limit_reads_as_this_machines_cores():
+    container = {"name": "tensorflow",
+                 "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+    env = EnvResolver({}).resolve(container, {"containers": [container]}, "w", Problems())
+    assert env == {"N": str(os.cpu_count())}
 
 
 def test_unresolvable_references_are_reported_not_dropped():
-    resolver = EnvResolver({"settings-5fk8h2m9tc": config_map("settings-5fk8h2m9tc", A="1"), "cm": config_map("cm")}, {})
+    resolver = EnvResolver({"settings-5fk8h2m9tc": config_map("settings-5fk8h2m9tc", A="1"), "cm": config_map("cm")})
     container = {
         "envFrom": [{"configMapRef": {"name": "settings"}}],
         "env": [{"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "B"}}},
-                {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "C", "optional": True}}},
-                {"name": "D", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+                {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "C", "optional": True}}}]}
     problems = Problems()
-    env = resolver.resolve(container, POD, "TFJob demo Worker 1", problems)
+    env = resolver.resolve(container, {"containers": [container]}, "TFJob demo Worker 1", problems)
     assert env == {}
     assert len(problems.errors) == 2
     assert "no ConfigMap named 'settings'" in problems.errors[0] and "settings-5fk8h2m9tc" in problems.errors[0]
     assert "nameReference" in problems.errors[0]
     assert "has no key 'B'" in problems.errors[1]
     assert any("'gone'" in note and "optional" in note for note in problems.notes)
-    assert any("resourceFieldRef" in note for note in problems.notes)
+
+
+UNSUPPORTED = [
+    ("env[T].valueFrom.secretKeyRef", lambda c, pod: c.setdefault("env", []).append(
+        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "T"}}})),
+    ("env[P].valueFrom.fieldRef", lambda c, pod: c.setdefault("env", []).append(
+        {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})),
+    ("envFrom[0].secretRef", lambda c, pod: c.setdefault("envFrom", []).append({"secretRef": {"name": "s"}})),
+    ("env[E].valueFrom.resourceFieldRef.resource=limits.ephemeral-storage",
+     lambda c, pod: c.setdefault("env", []).append(
+         {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}})),
+    ("volumes[scratch].emptyDir", lambda c, pod: pod["volumes"].append({"name": "scratch", "emptyDir": {}})),
+    ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append(
+        {"name": "conf", "configMap": {"name": "cm"}})),
+    ("volumeMounts[data].subPath", lambda c, pod: c["volumeMounts"][0].update(subPath="model")),
+]
+
+
+@pytest.mark.parametrize("field, change", UNSUPPORTED, ids=[field for field, _ in UNSUPPORTED])
+def test_what_run_local_does_not_emulate_is_refused_naming_the_field(tmp_path, field, change):
+    job = tfjob()
+    pod = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    change(pod["containers"][0], pod)
+    problems = Problems()
+    Planner(parsed(job), tmp_path, problems).replicas()
+    assert f"not supported locally: {field} (in TFJob demo Worker 0)" in problems.errors
+
+
+def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_path, capsys):
+    job = tfjob()
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"].append({"name": "tmp", "emptyDir": {}})
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    assert run_local.main(["--manifest", str(manifest), "--job-dir", str(tmp_path / "job")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert "run-local: error: not supported locally: volumes[tmp].emptyDir (in TFJob demo Worker 0)" in lines
+    assert not (tmp_path / "job" / "run-local" / "logs").exists()
 
 
 def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
@@ -136,8 +182,8 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
                  "env": [{"name": "TRAINER_EPOCHS", "value": "5"}]}
     prep = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
             "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
-    result = apply(parsed(tfjob(container), prep), Overrides(workers=3, dataset="synthetic", epochs=1,
-                                                             trainer_flags=["--seed", "7"]))
+    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1, trainer_args=["--seed", "7"])
+    result = manifests.parse(objects, "test")
     worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     tf_container = worker["template"]["spec"]["containers"][0]
     assert worker["replicas"] == 3
@@ -162,8 +208,7 @@ def test_jobs_the_operator_webhook_rejects_are_rejected(change, message):
 
 
 def test_the_projects_kustomization_renders_to_a_runnable_tfjob(tmp_path):
-    rendered = subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s")], capture_output=True, text=True, check=True)
-    project = manifests.parse(rendered.stdout, "k8s")
+    project = manifests.parse(render(), "k8s")
     problems = Problems()
     planner = Planner(project, tmp_path, problems)
     replicas = planner.replicas()
@@ -182,3 +227,29 @@ def test_command_expansion_sees_only_the_containers_variables(tmp_path, monkeypa
                  "env": [{"name": "OWN", "value": "mine"}]}
     (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
     assert plan.argv[-2:] == ["$(FROM_MY_SHELL)", "mine"]
+
+
+def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tmp_path, monkeypatch):
+    """A fork that adds a Chief: its trainer gets the same epochs, dataset and flags from both paths."""
+    submit = pytest.importorskip("scripts.cluster.submit", reason="the cluster room is not part of this project")
+
+    job = tfjob({"name": "tensorflow", "image": "img", "args": ["--epochs", "5"]})
+    job["spec"]["tfReplicaSpecs"]["Chief"] = {"replicas": 1, "restartPolicy": "ExitCode", "template": {"spec": {
+        "containers": [{"name": "tensorflow", "image": "img"}]}}}
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    monkeypatch.setattr(submit.tfjob_manifest, "render", lambda: [job])
+    command_line = ["--workers", "3", "--dataset", "synthetic", "--epochs", "2", "--", "--seed", "7"]
+
+    objects = submit.build_objects(submit.parse_args(["--image", "img", *command_line]))
+    submitted = submit.tfjob_manifest.the_one(objects, "TFJob")
+    local = run_local.load(run_local.parse_args(["--manifest", str(manifest), *command_line])).tfjob
+
+    assert submitted["spec"] == local["spec"]
+    chief = submitted["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
+    assert chief["args"] == ["--seed", "7"]
+    assert {"name": "TRAINER_EPOCHS", "value": "2"} in chief["env"]
+    assert {"name": "TRAINER_DATASET", "value": "synthetic"} in chief["env"]
+    worker = submitted["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 3
+    assert worker["template"]["spec"]["containers"][0]["args"] == ["--epochs", "2", "--seed", "7"]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "scripts" / "run_local.py"
+RUNNER = ["-m", "scripts.localrun.run_local"]
 REPLICA = ROOT / "tests" / "tools" / "fixtures" / "run_local" / "replica.py"
 
 
@@ -63,7 +63,7 @@ class Run:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.console_path = tmp_path / "console.txt"
         with self.console_path.open("w") as console:
-            self.proc = subprocess.Popen([sys.executable, str(RUNNER), "--manifest", str(manifest_path),
+            self.proc = subprocess.Popen([sys.executable, *RUNNER, "--manifest", str(manifest_path),
                                           "--job-dir", str(self.job_dir), *extra],
                                          stdout=console, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -137,6 +137,23 @@ def test_replica_exiting_1_under_exit_code_fails_the_job_and_leaves_no_process(t
     assert status["replicas"]["worker-0"]["phase"] == "Stopped"
     assert "last 20 lines of worker-1's log" in run.console
     assert re.search(r"^worker-1 +\| worker-1 exiting with 1$", run.console, re.M)
+    assert_all_gone(run.recorded_pids(), within_s=2)
+
+
+@pytest.mark.parametrize("ignores_sigterm, stopped_with",
+                         [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
+def test_clean_pod_policy_running_stops_the_peers_of_a_worker_that_exits_2(tmp_path, ignores_sigterm, stopped_with):
+    # The operator deletes a failed job's running pods under cleanPodPolicy Running: SIGTERM, then SIGKILL.
+    args = ["--exit-always", "worker-1=2", "--sleep", "60", "--sleep-task", "worker-1=0.5", "--child"]
+    run = Run(tmp_path, manifest(tmp_path, args + (["--ignore-sigterm"] if ignores_sigterm else []), grace_s=1,
+                                 run_policy={"cleanPodPolicy": "Running"}))
+    assert run.wait(timeout=30) == 1
+    status = run.status
+    assert status["state"] == "Failed" and status["failed_replica"] == "worker-1"
+    assert "cleanPodPolicy Running: deleting the running replicas worker-0" in run.console
+    assert ("did not stop within its grace period; SIGKILL" in run.console) == ignores_sigterm
+    assert status["replicas"]["worker-0"]["phase"] == "Stopped"
+    assert status["replicas"]["worker-0"]["last_exit"] == stopped_with, status
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
@@ -259,9 +276,9 @@ def test_an_unresolvable_reference_stops_the_run_before_anything_starts(tmp_path
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_replica_dies_with_its_runner_even_without_the_watchdog(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from localjob.processes import spawn; "
-        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)"),
-        str(ROOT / "scripts")], stdout=subprocess.PIPE, text=True)
+        "import time; from scripts.common.processes import spawn; "
+        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
     child = int(parent.stdout.readline())
     assert alive(child)
     parent.kill()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from localjob.operator_rules import KubeletBackoff, JobRules, Replica, exit_code_of
+from scripts.localrun.operator_rules import KubeletBackoff, JobRules, Replica, exit_code_of
 
 
 def job(*replicas, backoff_limit=None, deadline=None, success_policy=""):

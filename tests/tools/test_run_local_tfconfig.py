@@ -2,7 +2,7 @@
 
 import json
 
-from localjob import tfconfig
+from scripts.common import tfconfig
 
 # Literal strings in the operator's format: compact JSON, cluster keys sorted, types lower-cased,
 # every replica type in the cluster (evaluator included), "environment":"cloud" last.

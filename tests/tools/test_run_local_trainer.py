@@ -14,14 +14,16 @@ import time
 import psutil
 import pytest
 
+from trainer.layout import ModelDir
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "scripts" / "run_local.py"
+RUNNER = ["-m", "scripts.localrun.run_local"]
 SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
 
 def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
     with console.open("w") as out:
-        return subprocess.Popen([sys.executable, str(RUNNER), "--job-dir", str(job_dir), *args],
+        return subprocess.Popen([sys.executable, *RUNNER, "--job-dir", str(job_dir), *args],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
@@ -47,11 +49,11 @@ def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_direct
     assert result["condition"]["message"] == "TFJob default/multi-worker successfully completed."
     assert {name: r["exit_codes"] for name, r in result["replicas"].items()} == {"worker-0": [0], "worker-1": [0]}
     # The manifest's /mnt/training/model is the job directory's model/, and only the chief wrote there.
-    model_dir = job_dir / "model"
-    assert result["model_dir"] == str(model_dir.resolve())
-    assert sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("model.keras")) == ["model/model.keras"]
-    assert [p.parent.relative_to(job_dir) for p in job_dir.rglob("saved_model.pb")] == [pathlib.Path("model/saved_model")]
-    metrics = json.loads((model_dir / "metrics.json").read_text())
+    model_dir = ModelDir(str((job_dir / "model").resolve()))
+    assert result["model_dir"] == model_dir.root
+    assert [str(p) for p in job_dir.resolve().rglob("model.keras")] == [model_dir.keras_model]
+    assert [str(p.parent) for p in job_dir.resolve().rglob("saved_model.pb")] == [model_dir.saved_model]
+    metrics = json.loads(pathlib.Path(model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     text = console.read_text()
     assert re.search(r"^worker-0 +\| ", text, re.M) and re.search(r"^worker-1 +\| ", text, re.M)

@@ -1,4 +1,4 @@
-"""scripts/submit.py without a cluster: what --dry-run prints, that it is byte for byte what the
+"""scripts/cluster/submit.py without a cluster: what --dry-run prints, that it is byte for byte what the
 Kubeflow SDK sends, and that bad input is refused before anything reaches a cluster."""
 
 from __future__ import annotations
@@ -15,19 +15,18 @@ import threading
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SUBMIT = ROOT / "scripts" / "submit.py"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import job_follower  # noqa: E402
-import project_settings  # noqa: E402
-import tfjob_manifest  # noqa: E402
+from scripts.cluster import job_follower
+from scripts.common import manifest as tfjob_manifest
+from scripts.common import settings as project_settings
 
 SETTINGS = project_settings.load()
 IMAGE = f"{SETTINGS['IMAGE_NAME']}:rev123"
 
 
 def submit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SUBMIT), *args], capture_output=True, text=True,
+    # From another directory, with only the package on the path: no path in submit depends on the cwd.
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "scripts.cluster.submit", *args], capture_output=True, text=True,
                           cwd="/", env=env, timeout=120)
 
 
@@ -46,8 +45,10 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
     worker["replicas"] = 3
     container = tfjob_manifest.trainer_container(expected)
     container["image"] = IMAGE
-    container["args"] = ["--epochs=2", "--per-worker-batch-size", "32", "--scale-learning-rate"]
+    container["args"] = list(container.get("args") or []) + ["--per-worker-batch-size", "32", "--scale-learning-rate"]
     next(e for e in container["env"] if e["name"] == "TRAINER_DATASET")["value"] = "mnist"
+    container["env"].append({"name": "TRAINER_EPOCHS", "value": "2"})
+    expected["metadata"]["namespace"] = SETTINGS["NAMESPACE"]  # where create_job would post it
     assert dry_run == expected
 
 

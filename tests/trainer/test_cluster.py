@@ -48,7 +48,8 @@ def test_operator_chief_and_workers_shape_ranks_chief_first():
 
 
 def test_ps_and_evaluator_entries_are_accepted_but_not_counted_as_trainers():
-    cluster = {**CHIEF_AND_WORKERS, "ps": ["job-ps-0.default.svc:2222"], "evaluator": ["job-evaluator-0.default.svc:2222"]}
+    cluster = {**CHIEF_AND_WORKERS, "ps": ["job-ps-0.default.svc:2222"],
+               "evaluator": ["job-evaluator-0.default.svc:2222"]}
     worker = parse_tf_config(tf_config(cluster, "worker", 1, environment="cloud"))
     evaluator = parse_tf_config(tf_config(cluster, "evaluator", 0, environment="cloud"))
     assert worker.num_workers == 3 and worker.rank == 2

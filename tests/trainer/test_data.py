@@ -22,7 +22,7 @@ def config(**overrides):
 
 
 def as_arrays(dataset):
-    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset])
+    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset], strict=True)
     return np.stack(images), np.array(labels)
 
 

@@ -220,8 +220,8 @@ def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninter
 
     scratch = out / "scratch"
     scratch.mkdir()
-    runner = subprocess.Popen([sys.executable, "scripts/run_local.py", "--workers", "2", "--dataset", "tfrecord",
-                               "--skip-prepare", "--epochs", "2", "--job-dir", str(out / "job"), "--",
+    runner = subprocess.Popen([sys.executable, "-m", "scripts.localrun.run_local", "--workers", "2", "--dataset",
+                               "tfrecord", "--skip-prepare", "--epochs", "2", "--job-dir", str(out / "job"), "--",
                                *RESUME_FLAGS, *files], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True, env={**os.environ,
                                                                       "TMPDIR": str(scratch)})

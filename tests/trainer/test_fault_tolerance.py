@@ -1,6 +1,6 @@
 """The chief as the group's persistence and reporting authority: resume after failures, live status.
 
-Group failures run the project's TFJob manifest through the local runner (scripts/run_local.py), which
+Group failures run the project's TFJob manifest through the local runner (python -m scripts.localrun.run_local), which
 restarts replicas as the Kubeflow operator does under restartPolicy ExitCode.
 """
 
@@ -29,8 +29,8 @@ TOTAL_STEPS = 300
 
 def start_runner(job_dir, scratch):
     scratch.mkdir()
-    command = [sys.executable, "scripts/run_local.py", "--workers", "2", "--dataset", "synthetic", "--epochs", "3",
-               "--job-dir", str(job_dir), "--", *RUN, "--status-port", str(free_ports(1)[0]),
+    command = [sys.executable, "-m", "scripts.localrun.run_local", "--workers", "2", "--dataset", "synthetic",
+               "--epochs", "3", "--job-dir", str(job_dir), "--", *RUN, "--status-port", str(free_ports(1)[0]),
                "--status-host", "127.0.0.1"]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})

@@ -150,6 +150,16 @@ def test_download_in_a_group_is_refused_before_tensorflow_starts(tmp_path):
     assert result.returncode == 2 and "python -m trainer.data" in result.output
 
 
+def test_a_bad_model_name_exits_2_before_the_group_forms(tmp_path):
+    # A lone worker of a two-worker group: had it waited for its peer, the start-up watchdog would kill it.
+    cluster = worker_cluster(2)
+    result = wait_all({"w": start(["--dataset", "synthetic", "--model", "resnet", "--startup-timeout", "30",
+                                   "--model-dir", str(tmp_path)], tf_config(cluster, "worker", 0))}, timeout=90)["w"]
+    assert result.returncode == 2, result.output[-3000:]
+    assert "unknown model 'resnet'; choose one of batch_norm, cnn, dropout" in result.output
+    assert "joining the group" not in result.output
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["dropout", "batch_norm"])
 def test_every_model_variant_ends_with_identical_weights_on_both_workers(model, tmp_path):

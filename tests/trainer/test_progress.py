@@ -15,12 +15,12 @@ def test_pod_logs_get_one_plain_line_per_report():
     progress = Progress(total_steps=20, steps_per_epoch=10, epochs=2, stream=stream)
     progress.step(10, 0.5, 0.75, None)
     progress.step(15, 0.25, 0.875, 1234.0)
-    progress.line("epoch 2/2 done")
+    progress.epoch_done(2, {"train_loss": 0.25, "train_accuracy": 0.875, "test_loss": 0.5, "test_accuracy": 0.75})
     lines = stream.getvalue().splitlines()
     assert lines == [
         "epoch 1/2 step 10/10 (global 10/20) loss 0.5000 accuracy 0.7500 warming up",
         "epoch 2/2 step 5/10 (global 15/20) loss 0.2500 accuracy 0.8750 1,234 ex/s",
-        "epoch 2/2 done",
+        "epoch 2/2 done: train loss 0.2500 accuracy 0.8750 | test loss 0.5000 accuracy 0.7500",
     ]
     assert "\r" not in stream.getvalue()
 

@@ -1,0 +1,395 @@
+"""`make bench`: the trainer against the tutorial-style peer, on this machine, in one session.
+
+Runs, interleaved round by round so machine drift hits every variant alike:
+  trainer_one_process  python -m trainer, no TF_CONFIG, global batch G
+  trainer_two_workers  python -m trainer, two local workers, per-worker batch G/2
+  peer_two_workers     scripts/bench/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
+Each run reports steady-state examples/s (warm-up excluded), seconds from process
+start to the first finished step, and the peak RSS of every worker (from the
+kernel's accounting of the exited process). Writes bench/results.json and
+bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers. Trainer flags for every
+trainer run go after `--`:  python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from scripts.common.ports import free_ports
+from scripts.common.processes import inherited_environment, peak_rss_bytes, signal_group
+from scripts.common.settings import ROOT
+from scripts.common.tfconfig import tf_config
+from trainer.atomic_file import replaced_on_success, write_json
+from trainer.config import parse_config  # pure Python: no TensorFlow import here
+from trainer.errors import ConfigError
+from trainer.layout import ModelDir
+
+from .chart import TARGETS, draw
+
+PEER_MODULE = "scripts.bench.tutorial_fit"
+VARIANTS = {
+    "trainer_one_process": {"label": "trainer, 1 process", "program": "trainer", "workers": 1},
+    "trainer_two_workers": {"label": "trainer, 2 workers", "program": "trainer", "workers": 2},
+    "peer_two_workers": {"label": "tutorial fit, 2 workers", "program": "peer", "workers": 2},
+}
+
+# Above this share of the CPUs taken by other processes during a run, the figures are flagged as noisy.
+BUSY_SHARE = 0.05
+
+
+class BenchError(RuntimeError):
+    """A run failed or the settings cannot work; the message says which and where its logs are."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, trainer_flags = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.bench", description=__doc__.split("\n\n")[0],
+                                     epilog="Everything after -- is appended to every trainer run's flags, the "
+                                            "one-process baseline included (the peer gets none).",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2")
+    parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
+    parser.add_argument("--warmup-steps", type=int, default=48,
+                        help="steps left out of examples/s (rounded up to the trainer's steps per loop)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
+    parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
+    parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
+    args = parser.parse_args(ours)
+    args.trainer_flags = trainer_flags
+    if args.global_batch_size < 2 or args.global_batch_size % 2:
+        parser.error(f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
+                     f"got {args.global_batch_size}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.workers and not 1 <= args.workers <= 8:
+        parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
+    # The trainer's own parser reads the flags (bench's runs see no TRAINER_* variables), so a typo stops here.
+    try:
+        config = parse_config([*trainer_flags, "--log-every", str(max(1, args.warmup_steps))], environ={})
+    except ConfigError as error:
+        parser.error(f"trainer flags after --: {error}")
+    warmup = config.effective_log_every
+    if args.steps < warmup + config.steps_per_loop:
+        parser.error(f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
+                     f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps")
+    args.warmup_steps = warmup
+    return args
+
+
+# ---- launching one run -------------------------------------------------------------------------
+
+
+def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
+            model_dir: pathlib.Path) -> list[str]:
+    if program == "peer":
+        return [sys.executable, "-m", PEER_MODULE, "--per-worker-batch-size", str(per_worker_batch),
+                "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)]
+    global_batch = per_worker_batch * workers
+    return [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--epochs", "1",
+            "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
+            "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
+            # No periodic checkpoints: the peer writes none either.
+            "--checkpoint-every", "0", "--model-dir", str(model_dir), *args.trainer_flags]
+
+
+def clean_environment() -> dict[str, str]:
+    """This shell's environment minus anything that would change what a run does."""
+    env = inherited_environment()
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def busy_cpu_seconds() -> float:
+    """CPU time the whole machine has spent busy since boot (every process, every core)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.Namespace,
+             run_dir: pathlib.Path) -> dict[str, Any]:
+    """Starts the workers together, waits for all, and returns the run's measurements."""
+    run_dir.mkdir(parents=True)
+    model_dir = run_dir / "model"
+    argv = command(program, per_worker_batch, workers, args, model_dir)
+    ports = free_ports(workers)
+    env = clean_environment()
+    busy_before = busy_cpu_seconds()
+    started = time.monotonic()
+    processes = []
+    for index in range(workers):
+        # TF_CONFIG as the operator writes it for `workers` Worker replicas: none for a single one.
+        worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
+        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
+        log = open(run_dir / f"worker-{index}.log", "w")
+        processes.append(subprocess.Popen(argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        log.close()
+    usages = wait_for(processes, args.timeout, run_dir)
+    wall_seconds = time.monotonic() - started
+    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
+    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
+    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
+    report = read_report(program, run_dir, model_dir)
+    return {
+        "examples_per_second": report["examples_per_second"],
+        "time_to_first_step_seconds": report["time_to_first_step_seconds"],
+        "peak_rss_bytes": [peak_rss_bytes(usage) for usage in usages],
+        "cpu_seconds": own_cpu,
+        "wall_seconds": wall_seconds,
+        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
+        "workers": report["workers"],
+        "global_batch_size": report["global_batch_size"],
+    }
+
+
+def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path) -> list[Any]:
+    """Reaps every worker with wait4 (for its rusage); any failure or the timeout kills the rest."""
+    deadline = time.monotonic() + timeout
+    usages: dict[int, Any] = {}
+    try:
+        while len(usages) < len(processes):
+            for index, process in enumerate(processes):
+                if index in usages:
+                    continue
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid == 0:
+                    continue
+                process.returncode = os.waitstatus_to_exitcode(status)
+                usages[index] = usage
+                if process.returncode != 0:
+                    raise BenchError(f"worker {index} exited with code {process.returncode}; its log is "
+                                     f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
+            time.sleep(0.1)
+    finally:
+        for index, process in enumerate(processes):
+            if index not in usages:
+                signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+    return [usages[index] for index in range(len(processes))]
+
+
+def log_tail(path: pathlib.Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
+    """The chief's own figures: the trainer's metrics.json, or the peer's last stdout line."""
+    if program == "trainer":
+        source = pathlib.Path(ModelDir(str(model_dir)).metrics)
+        text = source.read_text() if source.exists() else ""
+    else:
+        source = run_dir / "worker-0.log"
+        lines = [line for line in source.read_text().splitlines() if line.startswith("{")]
+        text = lines[-1] if lines else ""
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError:
+        raise BenchError(f"no machine-readable result in {source}; see the logs in {run_dir}") from None
+    missing = [key for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
+               if report.get(key) is None]
+    if missing:
+        raise BenchError(f"{source} lacks {', '.join(missing)}; the run may have been too short to measure "
+                         f"(raise --steps)")
+    return report
+
+
+# ---- the session: interleaved rounds -----------------------------------------------------------
+
+def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, scratch: pathlib.Path,
+               tag: str) -> dict[str, list[dict[str, Any]]]:
+    """Every entry of the plan once per round, `--repeats` rounds: A B C A B C ..."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in plan}
+    for round_index in range(args.repeats):
+        for name, (program, workers, per_worker_batch) in plan.items():
+            print(f"[{tag} round {round_index + 1}/{args.repeats}] {name} ...", end=" ", flush=True)
+            result = run_once(program, workers, per_worker_batch, args, scratch / f"{tag}-{name}-{round_index}")
+            result["round"] = round_index
+            runs[name].append(result)
+            print(f"{result['examples_per_second']:,.0f} ex/s, first step {result['time_to_first_step_seconds']:.1f} s, "
+                  f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, "
+                  f"other processes {100 * result['background_cpu_share']:.0f}% of the CPUs", flush=True)
+    return runs
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    median = statistics.median(values)
+    return {"median": median, "min": min(values), "max": max(values),
+            "spread_percent": 100 * (max(values) - min(values)) / median if median else None, "values": values}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "examples_per_second": spread([run["examples_per_second"] for run in runs]),
+        "time_to_first_step_seconds": spread([run["time_to_first_step_seconds"] for run in runs]),
+        # The largest worker in each run: the figure a pod's memory limit has to cover.
+        "peak_rss_bytes_per_worker": spread([max(run["peak_rss_bytes"]) for run in runs]),
+        "background_cpu_share": spread([run["background_cpu_share"] for run in runs]),
+    }
+
+
+def ratio(numerator: list[dict[str, Any]], denominator: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ratio of medians, plus the ratio within each round (both variants ran back to back)."""
+    top = [run["examples_per_second"] for run in numerator]
+    bottom = [run["examples_per_second"] for run in denominator]
+    per_round = [a / b for a, b in zip(top, bottom)]
+    return {"of_medians": statistics.median(top) / statistics.median(bottom), "per_round": per_round}
+
+
+def check_targets(summaries: dict[str, Any], ratios: dict[str, Any]) -> list[dict[str, Any]]:
+    trainer = [name for name in summaries if name.startswith("trainer")]
+    first_step = max(summaries[name]["time_to_first_step_seconds"]["median"] for name in trainer)
+    rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
+    rows = [
+        ("trainer_over_peer", "trainer 2 workers / tutorial fit 2 workers (examples/s)",
+         ratios["trainer_over_peer"]["of_medians"], ">="),
+        ("two_workers_over_one_process", "trainer 2 workers / trainer 1 process (examples/s)",
+         ratios["two_workers_over_one_process"]["of_medians"], ">="),
+        ("time_to_first_step_seconds", "trainer time to first step, s (slowest variant's median)", first_step, "<="),
+        ("peak_rss_bytes", "trainer peak RSS per worker, bytes (largest seen)", rss, "<="),
+    ]
+    return [{"key": key, "name": name, "measured": measured, "target": f"{sign} {TARGETS[key]:g}",
+             "met": measured >= TARGETS[key] if sign == ">=" else measured <= TARGETS[key]}
+            for key, name, measured, sign in rows]
+
+
+def sweep_summary(plan: dict[str, tuple[str, int, int]], runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    throughput = {workers: spread([run["examples_per_second"] for run in runs[name]])
+                  for name, (_, workers, _) in plan.items()}
+    one = throughput[1]["median"]
+    return [{"workers": n, "examples_per_second": eps, "speedup": eps["median"] / one,
+             "scaling_efficiency": eps["median"] / (n * one)} for n, eps in throughput.items()]
+
+
+# ---- machine, versions ------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    model = platform.processor() or platform.machine()
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    return {
+        "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, Any]:
+    found = {}
+    for package in ("tensorflow", "tensorflow-cpu", "keras", "tf-keras", "numpy"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    found["project_revision"] = git.stdout.strip() or "unknown"
+    return found
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"\n{'variant':<22}{'examples/s (median, min-max)':>34}{'first step s':>14}{'peak RSS GB':>13}")
+    for name, variant in results["variants"].items():
+        eps, first, rss = (variant["summary"][key] for key in
+                           ("examples_per_second", "time_to_first_step_seconds", "peak_rss_bytes_per_worker"))
+        print(f"{name:<22}{eps['median']:>14,.0f} ({eps['min']:,.0f}-{eps['max']:,.0f}){'':>4}"
+              f"{first['median']:>12.1f}{rss['max'] / 1e9:>13.2f}")
+    for sweep_row in results.get("sweep", []):
+        print(f"sweep {sweep_row['workers']} worker(s): {sweep_row['examples_per_second']['median']:,.0f} ex/s, "
+              f"speedup {sweep_row['speedup']:.2f}x, scaling efficiency {100 * sweep_row['scaling_efficiency']:.0f}%")
+    for target in results["targets"]:
+        print(f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
+              f"(target {target['target']})")
+    if results["warnings"]:
+        print("\n".join(f"warning: {text}" for text in results["warnings"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the workers (in their own sessions) are killed, not orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    half = args.global_batch_size // 2
+    plan = {name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
+            for name, variant in VARIANTS.items()}
+    sweep_plan = {f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)}
+    started = datetime.datetime.now(datetime.timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
+        scratch = pathlib.Path(scratch_name)
+        try:
+            runs = run_rounds(plan, args, scratch, "main")
+            sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
+        except BenchError as error:
+            print(f"\nerror: {error}", file=sys.stderr)
+            return 1
+    summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
+    ratios = {"two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
+              "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"])}
+    shares = [run["background_cpu_share"] for variant_runs in runs.values() for run in variant_runs]
+    warnings = []
+    if max(shares) > BUSY_SHARE:
+        warnings.append(f"other processes used up to {100 * max(shares):.0f}% of the CPUs during a run (median "
+                        f"{100 * statistics.median(shares):.0f}%): the figures are noisy; rerun on an idle machine")
+    results = {
+        "schema_version": 1,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m scripts.bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "versions": versions(),
+        "config": {"model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
+                   "data": "synthetic 28x28x1, 10 classes", "global_batch_size": args.global_batch_size,
+                   "per_worker_batch_size_two_workers": half, "steps": args.steps,
+                   "warmup_steps": args.warmup_steps, "repeats": args.repeats, "order": "interleaved by round",
+                   "trainer_flags": args.trainer_flags,
+                   "commands": {name: [part.replace(f"{ROOT}{os.sep}", "") for part in
+                                       command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]]
+                                for name, (program, workers, batch) in plan.items()}},
+        "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
+                            "runs": runs[name], "summary": summaries[name]} for name in plan},
+        "ratios": ratios,
+        "targets": check_targets(summaries, ratios),
+        "warnings": warnings,
+    }
+    if sweep_runs:
+        results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
+        results["sweep_runs"] = sweep_runs
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(str(args.output_dir / "results.json"), results, sort_keys=False)
+    with replaced_on_success(str(args.output_dir / "bench.png")) as partial:
+        draw(results, pathlib.Path(partial))
+    print_table(results)
+    print(f"\nwrote {args.output_dir / 'results.json'} and {args.output_dir / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The rendered k8s/ kustomization: what the cluster runs, what submit creates and run-local runs from it.
+
+`render()` runs the real renderer (`kubectl kustomize k8s`); `customize()` applies the
+command line (image, worker count, dataset, epochs, trainer flags) to the rendered objects,
+for `make submit` and `make run-local` alike;
+`to_tfjob()` turns the TFJob document into the Kubeflow SDK's model and `request_body()`
+gives the exact JSON the SDK sends; `webhook_problems()` applies the training
+operator's admission rules before anything reaches a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+from typing import Any, Iterable, Iterator, Sequence
+
+import yaml
+
+from trainer.config import ENV_PREFIX
+
+from . import settings
+from .settings import ROOT
+K8S_DIR = ROOT / "k8s"
+TFJOB_CONTAINER = "tensorflow"
+# The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX = 63
+# The tfReplicaSpecs keys the operator knows, in the order run-local starts them (a chief first).
+REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
+CHIEF_TYPES = ("Chief", "Master")
+
+Manifest = dict[str, Any]
+
+
+class ManifestError(RuntimeError):
+    """The kustomization cannot be rendered or does not hold what submit and run-local need."""
+
+
+def require_kubectl(why: str) -> None:
+    """The one check that kubectl is installed; `why` says what it was needed for and what else to do."""
+    if shutil.which("kubectl") is None:
+        raise ManifestError(f"kubectl is not on PATH, so {why}: install it (https://kubernetes.io/docs/tasks/tools/)")
+
+
+def render_text(k8s_dir: pathlib.Path = K8S_DIR) -> str:
+    """The YAML `kubectl kustomize k8s_dir` prints, the renderer `kubectl apply -k` uses."""
+    require_kubectl(f"{k8s_dir} cannot be rendered")
+    if not (k8s_dir / "kustomization.yaml").exists():
+        raise ManifestError(f"{k8s_dir}/kustomization.yaml does not exist: point at a kustomization directory")
+    # settings.env overridden from the environment (make exports its values): a copy holds the overrides.
+    with settings.kustomization(k8s_dir) as effective_dir:
+        result = subprocess.run(["kubectl", "kustomize", str(effective_dir)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ManifestError(f"kubectl kustomize {k8s_dir} failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def setting_env_name(name: str) -> str:
+    """The trainer's variable for a flag: dataset -> TRAINER_DATASET, model-dir -> TRAINER_MODEL_DIR."""
+    return ENV_PREFIX + name.upper().replace("-", "_")
+
+
+def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
+    """Every object `kubectl kustomize k8s_dir` renders, in its order."""
+    return [doc for doc in yaml.safe_load_all(render_text(k8s_dir)) if doc]
+
+
+def of_kind(objects: Iterable[Manifest], kind: str) -> list[Manifest]:
+    return [obj for obj in objects if obj.get("kind") == kind]
+
+
+def the_one(objects: Iterable[Manifest], kind: str, component: str | None = None) -> Manifest:
+    """The single object of `kind` (and app.kubernetes.io/component label, if given)."""
+    found = [obj for obj in of_kind(objects, kind)
+             if component is None or obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+    if len(found) != 1:
+        which = f"{kind}" + (f" with component {component}" if component else "")
+        raise ManifestError(f"k8s/ must render exactly one {which}, found {len(found)}")
+    return found[0]
+
+
+def pod_templates(obj: Manifest) -> list[Manifest]:
+    """The pod templates inside a Job, Deployment or TFJob."""
+    if obj["kind"] == "TFJob":
+        return [spec["template"] for spec in obj["spec"]["tfReplicaSpecs"].values()]
+    if obj["kind"] in ("Job", "Deployment"):
+        return [obj["spec"]["template"]]
+    return []
+
+
+def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
+    """Each `flag V` / `flag=V` in argv as (index, prefix), where argv[index] == prefix + V."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            yield i + 1, ""
+        elif arg.startswith(flag + "="):
+            yield i, flag + "="
+
+
+def _reads_setting(container: Manifest, name: str) -> bool:
+    env_name = setting_env_name(name)
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
+    return (any(entry.get("name") == env_name for entry in container.get("env") or [])
+            or any(True for _ in flag_arguments(argv, "--" + name)))
+
+
+def _set_setting(container: Manifest, name: str, value: str) -> None:
+    """Sets TRAINER_<NAME> (in place, else appended) and rewrites any explicit --name flag, so the value wins."""
+    env_name = setting_env_name(name)
+    entries = [entry for entry in container.setdefault("env", []) if entry.get("name") == env_name]
+    for entry in entries:
+        entry.pop("valueFrom", None)
+        entry["value"] = value
+    if not entries:
+        container["env"].append({"name": env_name, "value": value})
+    for field in ("command", "args"):
+        if container.get(field):
+            argv = container[field] = list(container[field])
+            for index, prefix in flag_arguments(argv, "--" + name):
+                argv[index] = prefix + value
+
+
+def customize(objects: list[Manifest], *, workers: int | None = None, dataset: str | None = None,
+              epochs: int | None = None, trainer_args: Sequence[str] = (), image: str | None = None) -> list[Manifest]:
+    """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
+
+    workers scales the Worker replicas; dataset and epochs become TRAINER_* variables (and replace explicit
+    flags) in every TFJob replica's `tensorflow` container, the dataset also in every other container that
+    reads it (the data preparation), so both always agree; trainer_args are appended to every TFJob
+    replica's `tensorflow` container (a Chief's too); image goes into every container.
+    """
+    if image is not None and not image:
+        raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
+    result = copy.deepcopy(objects)
+    tfjob = the_one(result, "TFJob")
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    if workers is not None:
+        if "Worker" not in specs:
+            raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
+        has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
+        if workers < (0 if has_chief else 1):
+            raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
+        specs["Worker"]["replicas"] = workers
+    trainers = [tensorflow_container(spec["template"]) for spec in specs.values()]
+    for trainer in trainers:
+        if epochs is not None:
+            _set_setting(trainer, "epochs", str(epochs))
+        if trainer_args:
+            trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
+    for obj in result:
+        for template in pod_templates(obj):
+            for container in template["spec"]["containers"]:
+                if image is not None:
+                    container["image"] = image
+                if dataset is not None and (any(container is t for t in trainers)
+                                            or _reads_setting(container, "dataset")):
+                    _set_setting(container, "dataset", dataset)
+    return result
+
+
+def trainer_config(args: Sequence[str], environ: dict[str, str]):
+    """The trainer's settings for these arguments and variables, read by the trainer's own parser (flags over
+    TRAINER_* over defaults), so a typo fails before anything runs."""
+    from trainer.config import parse_config
+    from trainer.errors import ConfigError
+
+    try:
+        return parse_config(list(args), environ=environ)
+    except ConfigError as error:
+        raise ManifestError(f"trainer flags: {error}") from None
+    except SystemExit:
+        raise ManifestError(
+            f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)") from None
+
+
+def tensorflow_container(template: Manifest) -> Manifest:
+    """The `tensorflow` container of a replica's pod template: the one the operator gives TF_CONFIG."""
+    for container in template["spec"]["containers"]:
+        if container.get("name") == TFJOB_CONTAINER:
+            return container
+    raise ManifestError(f"pod template has no container named {TFJOB_CONTAINER!r}")
+
+
+def trainer_container(tfjob: Manifest) -> Manifest:
+    """The `tensorflow` container of the TFJob's Worker replicas."""
+    return tensorflow_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"])
+
+
+def to_tfjob(document: Manifest):
+    """The TFJob document as the SDK's KubeflowOrgV1TFJob (unknown fields would be dropped)."""
+    from kubeflow.training import ApiClient
+    from kubeflow.training.utils.utils import FakeResponse
+
+    if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "TFJob":
+        raise ManifestError(f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}")
+    return ApiClient().deserialize(FakeResponse(document), "KubeflowOrgV1TFJob")
+
+
+def request_body(tfjob_model) -> Manifest:
+    """The JSON body TrainingClient.create_job sends (the kubernetes client's serializer)."""
+    import kubernetes.client
+
+    return json.loads(json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(tfjob_model)))
+
+
+def webhook_problems(document: Manifest) -> list[str]:
+    """Why the training operator's TFJob admission webhook (v1.9) would reject this, if it would.
+
+    Its rules: the name is a DNS-1035 label; tfReplicaSpecs exists; every replica type has
+    containers, each with an image, one of them named `tensorflow`; at most one of Chief and
+    Master. One more rule of ours: pod and service names `<job>-<type>-<index>` are DNS labels too.
+    """
+    problems = []
+    name = document.get("metadata", {}).get("name", "")
+    if not DNS_1035_LABEL.match(name) or len(name) > DNS_LABEL_MAX:
+        problems.append(f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
+                        f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/settings.env")
+    specs = document.get("spec", {}).get("tfReplicaSpecs")
+    if not specs:
+        return problems + ["spec.tfReplicaSpecs is required"]
+    for replica_type, spec in specs.items():
+        path = f"spec.tfReplicaSpecs.{replica_type}"
+        if replica_type not in REPLICA_TYPES:
+            problems.append(f"{path}: unknown replica type; use one of {', '.join(REPLICA_TYPES)}")
+        containers = (spec or {}).get("template", {}).get("spec", {}).get("containers") or []
+        if not containers:
+            problems.append(f"{path}.template.spec.containers must be specified")
+        for index, container in enumerate(containers):
+            if not container.get("image"):
+                problems.append(f"{path}.template.spec.containers[{index}].image is required")
+        if not any(container.get("name") == TFJOB_CONTAINER for container in containers):
+            problems.append(f"{path}.template.spec.containers: no container named {TFJOB_CONTAINER!r}; "
+                            f"the operator requires one (it is the container that gets TF_CONFIG)")
+        longest = f"{name}-{replica_type.lower()}-{max(0, int((spec or {}).get('replicas') or 1) - 1)}"
+        if len(longest) > DNS_LABEL_MAX:
+            problems.append(f"pod name {longest!r} is longer than {DNS_LABEL_MAX} characters: shorten JOB_NAME")
+    if sum(rtype in specs for rtype in CHIEF_TYPES) > 1:
+        problems.append("spec.tfReplicaSpecs must not have more than 1 Chief or Master role")
+    return problems

@@ -1,0 +1,190 @@
+"""What each local process runs: argv, environment and working directory, built from a pod template.
+
+The container's image is not used locally. Its command and args run as written; without a command
+the image's ENTRYPOINT runs (the Dockerfile's: tini, then `python -m trainer`). A leading init
+(tini) is dropped, because the runner's process group does its job here (forward signals, reap);
+a `python` in argv[0] becomes this interpreter, the one whose environment holds the trainer.
+
+A pod has its own network; local replicas share one host. So every named container port except
+tfjob-port gets a free loopback port, and env values and args that name the port are rewritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import shutil
+import sys
+from typing import Any, Mapping
+
+from scripts.common import tfconfig
+from scripts.common.manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container, trainer_config
+from scripts.common.ports import free_ports
+from scripts.common.processes import inherited_environment
+from scripts.common.settings import ROOT
+from trainer.config import Config
+
+from .envvars import EnvResolver, Problems, expand
+from .manifests import Manifests, replica_count, replica_specs
+from .operator_rules import Replica
+from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
+
+TRAINER_MODULE = ("-m", "trainer")
+IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
+INITS = ("tini", "tini-static", "dumb-init")
+TFJOB_PORT_NAME = "tfjob-port"
+# Listeners of a pod are reached through Services only; local ones stay on loopback unless the manifest says.
+LOOPBACK_DEFAULTS = {"TRAINER_STATUS_HOST": "127.0.0.1"}
+DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+@dataclasses.dataclass
+class ProcessPlan:
+    name: str  # worker-0: the console prefix and log name
+    pod_name: str  # multi-worker-worker-0: what the operator would call the pod
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    grace_s: float
+    ports: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # name: (containerPort, local)
+
+
+def without_init(argv: list[str]) -> list[str]:
+    """Drops a leading init such as `/usr/bin/tini --`; what it runs is the container's real command."""
+    if argv and pathlib.PurePosixPath(argv[0]).name in INITS:
+        rest = argv[1:]
+        if "--" in rest:
+            return rest[rest.index("--") + 1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[1:]
+        return rest
+    return argv
+
+
+def local_ports(container: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    declared = [port for port in container.get("ports") or [] if port.get("name") != TFJOB_PORT_NAME]
+    return {port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), local)
+            for port, local in zip(declared, free_ports(len(declared)))}
+
+
+def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
+    for container_port, local in ports.values():
+        if text == str(container_port):
+            return str(local)
+        if text.endswith(f"={container_port}") and text.startswith("-"):
+            return text[: -len(str(container_port))] + str(local)
+    return text
+
+
+def settings_of(plan: ProcessPlan) -> Config:
+    """The trainer's settings in this process, read by the trainer's own parser (flags over TRAINER_* over
+    defaults); a command that is not `python -m trainer` is read for its variables only."""
+    args = plan.argv[3:] if tuple(plan.argv[1:3]) == TRAINER_MODULE else []
+    return trainer_config(args, plan.env)
+
+
+class Planner:
+    def __init__(self, manifests: Manifests, job_dir: pathlib.Path, problems: Problems):
+        self.manifests = manifests
+        self.job_dir = job_dir
+        self.problems = problems
+        self.resolver = EnvResolver(manifests.config_maps)
+        claims = {c for spec in replica_specs(manifests.tfjob).values() for c in pod_claims(spec["template"]["spec"])}
+        self.claims = claim_dirs(claims, job_dir) if claims else {}
+        self.chief: ProcessPlan | None = None  # set by replicas(): the replica labelled job-role=master
+
+    def _base_env(self, pod_name: str) -> dict[str, str]:
+        # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
+        env = inherited_environment()
+        env.update({"HOSTNAME": pod_name, "PYTHONUNBUFFERED": "1"})
+        return env
+
+    def _argv(self, container: Mapping[str, Any], env: Mapping[str, str], mapper: PathMapper, where: str) -> list[str]:
+        """env: the container's own variables, the only ones the kubelet expands $(VAR) with."""
+        command = [expand(str(c), env) for c in container.get("command") or []]
+        args = [expand(str(a), env) for a in container.get("args") or []]
+        argv = without_init((command or list(IMAGE_ENTRYPOINT)) + args)
+        if not argv:
+            self.problems.errors.append(f"{where}: the container's command runs nothing")
+            return argv
+        if _PYTHON.match(pathlib.PurePosixPath(argv[0]).name):
+            argv[0] = sys.executable
+        argv = [mapper.rewrite(a) for a in argv]
+        if shutil.which(argv[0]) is None and not pathlib.Path(argv[0]).exists():
+            self.problems.errors.append(f"{where}: command {argv[0]!r} is not found on this machine")
+        return argv
+
+    def _cwd(self, container: Mapping[str, Any], mapper: PathMapper, where: str) -> str:
+        working_dir = container.get("workingDir")
+        if working_dir:
+            mapped = mapper.rewrite(working_dir)
+            if mapped != working_dir:
+                return mapped
+            self.problems.notes.append(f"{where}: workingDir {working_dir} is a path in the image; "
+                                       f"running in {ROOT} instead")
+        return str(ROOT)
+
+    def plan_container(self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any],
+                       where: str) -> ProcessPlan:
+        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems))
+        ports = local_ports(container)
+        resolved = self.resolver.resolve(container, pod_spec, where, self.problems)
+        container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
+        env = self._base_env(pod_name)
+        env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
+        env.update(container_env)
+        argv = [_rewrite_port(a, ports) for a in self._argv(container, container_env, mapper, where)]
+        return ProcessPlan(name=name, pod_name=pod_name, argv=argv, env=env, cwd=self._cwd(container, mapper, where),
+                           grace_s=float(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
+                           ports=ports)
+
+    def replicas(self) -> list[tuple[Replica, ProcessPlan]]:
+        """One process per replica of the TFJob, with the TF_CONFIG the operator would give it."""
+        tfjob, job = self.manifests.tfjob, self.manifests.name
+        specs = replica_specs(tfjob)
+        counts = {rtype: replica_count(spec) for rtype, spec in specs.items()}
+        tasks = [(rtype, i) for rtype, n in counts.items() for i in range(n)]
+        ports = dict(zip(tasks, free_ports(len(tasks))))
+        address = lambda rtype, i: f"127.0.0.1:{ports[(rtype, i)]}"  # noqa: E731 (the operator's Service names, made local)
+        chief = tfconfig.chief_of(counts)
+        planned = []
+        for rtype in REPLICA_TYPES:
+            if not counts.get(rtype):
+                continue
+            spec = specs[rtype]
+            pod_spec = spec["template"]["spec"]
+            container = tensorflow_container(spec["template"])
+            for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+                if other is not container:
+                    self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
+                                               f"run locally (only {TFJOB_CONTAINER!r} is)")
+            for index in range(counts[rtype]):
+                replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
+                pod_name = f"{job}-{rtype.lower()}-{index}"
+                plan = self.plan_container(replica.name, pod_name, pod_spec, container, f"TFJob {job} {rtype} {index}")
+                if (rtype, index) == chief:
+                    self.chief = plan
+                config = tfconfig.tf_config(counts, rtype, index, address)
+                if config is not None:
+                    plan.env["TF_CONFIG"] = config
+                planned.append((replica, plan))
+        return planned
+
+    def preparation_jobs(self) -> list[ProcessPlan]:
+        """The batch Jobs that use the TFJob's volume (the data preparation), one process each."""
+        plans = []
+        for job in self.manifests.jobs:
+            pod_spec = job["spec"]["template"]["spec"]
+            if not set(pod_claims(pod_spec)) & set(self.claims):
+                continue
+            name = job["metadata"]["name"]
+            # kustomize prefixes the Job with the TFJob's name; the console shows the short part.
+            short = name.removeprefix(f"{self.manifests.name}-")
+            container, *rest = pod_spec["containers"]
+            for other in rest + pod_spec.get("initContainers", []):
+                self.problems.notes.append(f"Job {name}: container {other.get('name')!r} is not run locally")
+            plan = self.plan_container(short, f"{name}-local", pod_spec, container, f"Job {name}")
+            plans.append(plan)
+        return plans

@@ -1,0 +1,78 @@
+"""Maps a pod's volume mounts to local directories and rewrites paths under a mount to the local ones.
+
+Every PersistentVolumeClaim is one directory of the job (the job directory itself when the job uses
+a single claim), so /mnt/training/model in the manifest becomes runs/<job>/model here and every
+replica, restart and data-preparation run sees the same files, as pods see the same volume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from .envvars import Problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Mount:
+    mount_path: str
+    local_path: pathlib.Path
+
+
+def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    """One claim: the job directory is its root. Several: one sub-directory per claim name."""
+    names = sorted(set(claims))
+    if len(names) == 1:
+        return {names[0]: job_dir}
+    return {name: job_dir / name for name in names}
+
+
+def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
+    return [v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or []
+            if "persistentVolumeClaim" in v]
+
+
+def container_mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any], claims: Mapping[str, pathlib.Path],
+                     where: str, problems: Problems) -> list[Mount]:
+    """Local directories for the container's volumeMounts; only PersistentVolumeClaim volumes are supported."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    for name, volume in volumes.items():
+        if "persistentVolumeClaim" not in volume:
+            problems.unsupported(f"volumes[{name}]." + ".".join(k for k in volume if k != "name"), where)
+    mounts: list[Mount] = []
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"])
+        label = f"{where}: volumeMount {mount['name']!r} at {mount['mountPath']}"
+        for field in ("subPath", "subPathExpr"):
+            if mount.get(field):
+                problems.unsupported(f"volumeMounts[{mount['name']}].{field}", where)
+        if volume is None:
+            problems.errors.append(f"{label}: the pod has no volume named {mount['name']!r}")
+            continue
+        if "persistentVolumeClaim" not in volume:
+            continue
+        claim = volume["persistentVolumeClaim"]["claimName"]
+        if claim not in claims:
+            problems.notes.append(f"{label}: claim {claim!r} is not one of the TFJob's; the path is left as written")
+            continue
+        claims[claim].mkdir(parents=True, exist_ok=True)
+        mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", claims[claim].resolve()))
+    return mounts
+
+
+class PathMapper:
+    """Rewrites mount paths inside strings: whole values, --flag=VALUE forms and PATH-like lists."""
+
+    def __init__(self, mounts: Sequence[Mount]):
+        # Longest mount path first, so a nested mount wins over its parent.
+        ordered = sorted(mounts, key=lambda m: len(m.mount_path), reverse=True)
+        self._local = {m.mount_path: str(m.local_path) for m in ordered}
+        alternatives = "|".join(re.escape(m.mount_path) for m in ordered)
+        self._pattern = re.compile(r"(?:^|(?<=[=:,\s]))(" + alternatives + r")(?=$|[/:,\s])") if ordered else None
+
+    def rewrite(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda match: self._local[match.group(1)], text)

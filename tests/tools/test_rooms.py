@@ -1,0 +1,89 @@
+"""Each optional tool room can be deleted: a copy of the project without scripts/bench (or scripts/cluster)
+and its tests still imports every remaining module, runs a small set of quick tests, and runs run-local."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The tests that belong to a room go with it.
+ROOM_TESTS = {
+    "bench": ["tests/tools/test_bench.py"],
+    "cluster": ["tests/tools/test_submit.py", "tests/tools/test_cluster_scripts.py"],
+}
+IMPORT_EVERY_MODULE = """
+import pkgutil, importlib, scripts
+names = [m.name for m in pkgutil.walk_packages(scripts.__path__, "scripts.")]
+for name in names:
+    importlib.import_module(name)
+print(len(names))
+"""
+
+
+def copy_without(room: str, target: pathlib.Path) -> pathlib.Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    target.mkdir()
+    for name in ("pyproject.toml", "Dockerfile"):
+        shutil.copy2(ROOT / name, target / name)
+    for name in ("trainer", "scripts", "tests", "k8s"):
+        shutil.copytree(ROOT / name, target / name, ignore=ignore)
+    shutil.rmtree(target / "scripts" / room)
+    for test in ROOM_TESTS.get(room, []):
+        (target / test).unlink()
+    return target
+
+
+def scripts_imports(path: pathlib.Path) -> set[str]:
+    """The `scripts.<room>` packages a module imports (absolute imports; relative ones stay in the room)."""
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        rooms.update(".".join(name.split(".")[:2]) for name in names if name.startswith("scripts."))
+    return rooms
+
+
+def test_no_tool_room_imports_another_rooms_internals():
+    for path in sorted((ROOT / "scripts").rglob("*.py")):
+        room = path.relative_to(ROOT / "scripts").parts[0]
+        foreign = {name for name in scripts_imports(path) if name not in ("scripts.common", f"scripts.{room}")}
+        assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}: tools share only scripts/common"
+
+
+def test_no_module_touches_sys_path():
+    for folder in ("scripts", "tests", "trainer"):
+        for path in (ROOT / folder).rglob("*.py"):
+            uses = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)
+                    and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+            assert not uses, f"{path.relative_to(ROOT)}:{uses[0]} uses sys.path; import through the packages instead"
+
+
+@pytest.mark.parametrize("room", sorted(ROOM_TESTS))
+def test_the_project_works_without_an_optional_room(tmp_path, room):
+    project = copy_without(room, tmp_path / "project")
+    run = dict(cwd=project, capture_output=True, text=True, timeout=300)
+
+    imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                            "not slow and not image", "tests/trainer/test_config.py",
+                            "tests/tools/test_run_local_manifest.py"], **run)
+    assert tests.returncode == 0, tests.stdout[-3000:]
+
+    # run-local end to end on a one-replica job.
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "solo"}, "spec": {"tfReplicaSpecs": {
+        "Worker": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [{
+            "name": "tensorflow", "image": "img", "command": ["python", "-c", "print('replica ran')"]}]}}}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    local = subprocess.run([sys.executable, "-m", "scripts.localrun.run_local", "--manifest",
+                            str(tmp_path / "job.yaml"), "--job-dir", str(tmp_path / "job")], **run)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    assert "replica ran" in local.stdout and "Succeeded" in local.stdout

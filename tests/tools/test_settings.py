@@ -1,0 +1,193 @@
+"""k8s/settings.env as defaults: the pinned versions agree, and the environment and make's command line win
+over every key for make, the Python scripts and the shell scripts, down to what they would create."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from scripts.common import settings as project_settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+SETTINGS = project_settings.load_file()
+# What make's recipes and the scripts need from the system, without kubectl.
+TOOLS = ("make", "sh", "bash", "grep", "sed", "git", "dirname", "uname", "cat", "env", "touch", "head")
+
+
+def minor(version: str) -> tuple[int, int]:
+    match = re.search(r"v(\d+)\.(\d+)\.\d+", version)
+    assert match, f"no vMAJOR.MINOR.PATCH in {version!r}"
+    return int(match.group(1)), int(match.group(2))
+
+
+def untested_pair(settings: dict[str, str]) -> str | None:
+    """Why K3S_IMAGE's Kubernetes is not one the pinned operator tag's CI tests, or None."""
+    tested = [minor(v) for v in settings["OPERATOR_TESTED_KUBERNETES"].split(",")]
+    if minor(settings["K3S_IMAGE"]) in tested:
+        return None
+    return (f"K3S_IMAGE {settings['K3S_IMAGE']} runs Kubernetes {'.'.join(map(str, minor(settings['K3S_IMAGE'])))}; "
+            f"operator {settings['TRAINING_OPERATOR_VERSION']} is tested on {settings['OPERATOR_TESTED_KUBERNETES']}")
+
+
+def test_the_k3s_image_runs_a_kubernetes_minor_the_pinned_operator_is_tested_on():
+    assert untested_pair(SETTINGS) is None, untested_pair(SETTINGS)
+
+
+def test_the_version_check_catches_the_old_pin():
+    assert "1.31" in untested_pair({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.31.5-k3s1"})
+
+
+def dry_make(target: str, *assignments: str, env_overrides: dict[str, str] | None = None,
+             path: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_overrides or {})}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(["make", "-n", target, *assignments], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def script_command(output: str, script: str) -> tuple[dict[str, str], list[str]]:
+    """The environment assignments and argv of the recipe line that runs `script`."""
+    line = next(line for line in output.splitlines() if script in line)
+    words = shlex.split(line)
+    at = next(i for i, word in enumerate(words) if "=" not in word)
+    return dict(word.split("=", 1) for word in words[:at]), words[at:]
+
+
+OVERRIDES = [("WORKERS", "3", "--workers", "3"), ("DATASET", "mnist", "--dataset", "mnist"),
+             ("TRAINER_DATASET", "cifar10", "--dataset", "cifar10"), ("EPOCHS", "7", "--epochs", "7")]
+
+
+@pytest.mark.parametrize("target, script", [("submit", "scripts.cluster.submit"), ("run-local", "scripts.localrun.run_local")])
+@pytest.mark.parametrize("spelling", ["environment", "command line"])
+@pytest.mark.parametrize("key, value, flag, expected", OVERRIDES)
+def test_environment_and_command_line_both_win_over_settings(target, script, spelling, key, value, flag, expected):
+    # Before: settings.env was included with KEY=VALUE lines, which beat the environment (`--workers 2`).
+    if spelling == "environment":
+        result = dry_make(target, env_overrides={key: value})
+    else:
+        result = dry_make(target, f"{key}={value}")
+    assert result.returncode == 0, result.stderr
+    _, argv = script_command(result.stdout, script)
+    assert argv[argv.index(flag) + 1] == expected, argv
+
+
+@pytest.mark.parametrize("spelling", ["environment", "command line"])
+def test_a_job_name_and_namespace_override_reaches_the_job_submit_would_create(spelling):
+    overrides = {"JOB_NAME": "team-a-run", "NAMESPACE": "team-a"}
+    if spelling == "environment":
+        result = dry_make("submit", env_overrides=overrides)
+    else:
+        result = dry_make("submit", *(f"{k}={v}" for k, v in overrides.items()))
+    assert result.returncode == 0, result.stderr
+    env, argv = script_command(result.stdout, "scripts.cluster.submit")
+    assert env["JOB_NAME"] == "team-a-run" and env["NAMESPACE"] == "team-a"
+    clean_env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    shown = subprocess.run([*argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={**clean_env, **env})
+    assert shown.returncode == 0, shown.stderr
+    body = json.loads(shown.stdout)
+    assert body["metadata"]["name"] == "team-a-run"
+    assert body["metadata"]["namespace"] == "team-a"
+
+
+def test_a_job_name_in_the_environment_reaches_the_manifests_run_local_reads():
+    code = ("from scripts.common import manifest; from scripts.localrun import manifests as m; "
+            "print(m.parse(manifest.render(), 'k8s').name)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "JOB_NAME": "mine"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "mine"
+
+
+def test_a_value_with_a_space_from_the_environment_is_refused_like_one_in_the_file():
+    with pytest.raises(ValueError, match="WORKERS"):
+        project_settings.load(environ={"WORKERS": "3 4"})
+
+
+def test_the_shell_scripts_let_the_environment_win_over_settings():
+    # Before: `source k8s/settings.env` overwrote IMAGE_NAME from the environment.
+    result = subprocess.run([str(ROOT / "scripts" / "image" / "build-image.sh"), "--print-image"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=60,
+                            env={**os.environ, "IMAGE_NAME": "my-trainer", "IMAGE_TAG": "t1",
+                                 "IMAGE_TF_FLAVOUR": "gpu"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "my-trainer:t1-gpu"
+
+
+@pytest.mark.parametrize("spelling", ["environment", "command line"])
+def test_the_image_name_and_flavour_reach_make_submit(spelling):
+    # Before: the flavour given to `make image` was forgotten by a plain `make submit` unless given again,
+    # and IMAGE_NAME on make's command line never reached the script that names the image.
+    overrides = {"IMAGE_NAME": "my-trainer", "IMAGE_TF_FLAVOUR": "gpu"}
+    if spelling == "environment":
+        result = dry_make("submit", "IMAGE_TAG=t1", env_overrides=overrides)
+    else:
+        result = dry_make("submit", "IMAGE_TAG=t1", *(f"{k}={v}" for k, v in overrides.items()))
+    assert result.returncode == 0, result.stderr
+    _, argv = script_command(result.stdout, "scripts.cluster.submit")
+    assert argv[argv.index("--image") + 1] == "my-trainer:t1-gpu"
+
+
+def tool_path(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
+    """A PATH holding make's tools, this Python, and the given stubs (name -> bash body), but no kubectl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    for name in ("python3", "python3.11"):
+        (bin_dir / name).symlink_to(sys.executable)
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!{shutil.which('bash')}\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+# What Debian 12's kubectl v1.20.2 (kustomize v2) answers; the real one was checked by hand.
+OLD_KUBECTL = """if [[ $1 == version ]]; then
+  echo 'Client Version: version.Info{Major:"1", Minor:"20", GitVersion:"v1.20.2"}'
+else echo 'Error: json: unknown field "envs"' >&2; exit 1; fi"""
+
+
+@pytest.mark.parametrize("target", ["run-local", "submit"])
+@pytest.mark.parametrize("kubectl, says", [(None, "kubectl is not installed"),
+                                           (OLD_KUBECTL, "kubectl v1.20.2 cannot render k8s/")])
+def test_run_local_and_submit_stop_before_installing_anything_without_a_kubectl_that_renders(
+        tmp_path, target, kubectl, says):
+    venv = tmp_path / "venv"
+    path = tool_path(tmp_path, {"kubectl": kubectl} if kubectl else {})
+    result = subprocess.run(["make", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "PATH": path}, timeout=120)
+    assert result.returncode != 0
+    assert not venv.exists(), "make installed the venv before it checked kubectl"
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "https://kubernetes.io/docs/tasks/tools/" in lines[0], lines
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("machine, flavour, suffix", [("aarch64", "", "-tf"), ("arm64", "", "-tf"),
+                                                       ("x86_64", "", ""), ("aarch64", "cpu", ""),
+                                                       ("x86_64", "tf", "-tf")])
+def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flavour, suffix):
+    # Before: cpu everywhere, and tensorflow-cpu 2.21.0 has no linux/aarch64 wheel; tf was refused.
+    stubs = tool_path(tmp_path, {"uname": f"echo {machine}",
+                                 "docker": f'echo "$*" >> {tmp_path}/docker-args; exit 0'})
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "IMAGE_TAG": "t1", "IMAGE_TF_FLAVOUR": flavour,
+           "CONTAINER_TOOL": "docker"}
+    script = str(ROOT / "scripts" / "image" / "build-image.sh")
+    printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env,
+                             timeout=60)
+    assert printed.stdout.strip() == f"{SETTINGS['IMAGE_NAME']}:t1{suffix}", printed.stderr
+    built = subprocess.run([script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert built.returncode == 0, built.stderr
+    expected = "tf" if suffix == "-tf" else "cpu"
+    assert f"--build-arg TF_FLAVOUR={expected} " in (tmp_path / "docker-args").read_text()

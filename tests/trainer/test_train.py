@@ -1,0 +1,73 @@
+"""train_and_evaluate in-process on tiny synthetic data, on two replicas: artifacts, metrics.json, resuming."""
+
+import functools
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from trainer import layout, model
+from trainer.cluster import SINGLE_PROCESS
+from trainer.config import parse_config
+from trainer.status import StatusReporter
+from trainer.train import train_and_evaluate
+
+TINY = ["--dataset", "synthetic", "--train-examples", "512", "--test-examples", "128", "--per-worker-batch-size",
+        "64", "--steps-per-loop", "2", "--log-every", "2", "--checkpoint-every", "0"]
+
+
+@functools.cache
+def two_replicas():
+    """One strategy for every run: strategies in one process would reuse each other's collective keys."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def train(model_dir, *flags):
+    config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
+    status = StatusReporter(config.model_dir, enabled=True)
+    try:
+        return train_and_evaluate(config, SINGLE_PROCESS, two_replicas(), started_at=0.0, status=status)
+    finally:
+        status.close()
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("run") / "model"
+    return model_dir, train(model_dir, "--epochs", "1")
+
+
+def test_a_run_leaves_every_artifact(one_epoch):
+    model_dir, _ = one_epoch
+    assert set(layout.ARTIFACTS) <= set(os.listdir(model_dir))
+    assert os.listdir(layout.ModelDir(str(model_dir)).logs("train"))
+
+
+def test_metrics_json_holds_what_the_readme_promises(one_epoch):
+    model_dir, returned = one_epoch
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics == json.loads(json.dumps(returned))
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
+                "time_to_first_step_seconds", "duration_seconds"):
+        assert metrics[key] > 0, key
+    assert metrics["workers"] == 1 and metrics["global_batch_size"] == 64 and metrics["steps_per_epoch"] == 8
+    assert metrics["steps"] == 8 and metrics["resumed_from_step"] == 0 and metrics["restarts"] == 0
+    assert metrics["train_examples"] == 512 and metrics["test_examples"] == 128
+    assert metrics["config"]["model"] == "cnn" and metrics["config"]["epochs"] == 1
+    assert {"python", "tensorflow", "keras"} <= set(metrics["versions"])
+    assert len(metrics["weights_sha256"]) == 64
+
+
+def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):
+    model_dir, first = one_epoch
+    second = train(model_dir, "--epochs", "2")
+    assert second["resumed_from_step"] == first["steps"] == 8
+    assert second["steps"] == 16 and second["weights_sha256"] != first["weights_sha256"]
+
+
+@pytest.mark.parametrize("name", sorted(set(model.MODELS) - {"cnn"}))
+def test_every_variant_trains_with_state_updated_in_replica_context(name, tmp_path):
+    metrics = train(tmp_path / name, "--model", name, "--epochs", "1")
+    assert metrics["steps"] == 8 and metrics["test_loss"] > 0
+    assert (tmp_path / name / layout.KERAS_MODEL).exists()

@@ -1,0 +1,76 @@
+"""Drops the lines TensorFlow's C++ runtime prints on every CPU run that are no failure, before they reach stderr.
+
+TensorFlow writes them straight to file descriptor 2 (absl logging, before and after absl::InitializeLog),
+so no Python logging setting reaches them: `install()` puts a small filter process between fd 2 and the
+real stderr. Everything else passes unchanged. TRAINER_TF_NOISE=1 turns the filter off.
+
+The lines, and where they come from (TensorFlow 2.21):
+- the full `tensorflow` wheel (not `tensorflow-cpu`) registers CUDA: "Could not find cuda drivers" and, at
+  error level, "failed call to cuInit: ... (303)" on a machine without a GPU driver;
+- absl's banner "All log messages before absl::InitializeLog() ..." and oneDNN's notice, at every import;
+- "Input of GeneratorDatasetOp::Dataset will not be optimized": tf.distribute's per-worker iterator
+  (OwnedMultiDeviceIterator, a generator dataset) wraps the input pipeline under a multi-worker strategy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import subprocess
+import sys
+
+SHOW_ALL_VARIABLE = "TRAINER_TF_NOISE"
+NOISE = re.compile(
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    r"|^[IWE]\d{4} [\d:.]+ +\d+ (?:"
+    r"port\.cc:\d+\] oneDNN custom operations are on"
+    r"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
+    r"|cuda_platform\.cc:\d+\] failed call to cuInit"
+    r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized)")
+WAIT_AT_EXIT_S = 5.0
+
+
+def is_noise(line: str) -> bool:
+    return NOISE.match(line) is not None
+
+
+def install() -> None:
+    """Routes fd 2 through the filter process, unless TRAINER_TF_NOISE=1. Call before importing TensorFlow."""
+    if os.environ.get(SHOW_ALL_VARIABLE) == "1":
+        return
+    sys.stderr.flush()
+    # Its own session: a signal to the trainer's process group must not end the filter before the last lines.
+    real_stderr = os.dup(2)
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.tf_log_filter"], stdin=subprocess.PIPE,
+                            stdout=real_stderr, start_new_session=True)
+    os.dup2(proc.stdin.fileno(), 2)
+    proc.stdin.close()
+
+    def drain() -> None:
+        """At exit: fd 2 goes back to the real stderr (whatever TensorFlow prints while shutting down is
+        kept), the filter sees end-of-file and passes on the last lines before the process ends."""
+        sys.stderr.flush()
+        os.dup2(real_stderr, 2)
+        try:
+            proc.wait(timeout=WAIT_AT_EXIT_S)
+        except subprocess.TimeoutExpired:
+            pass  # a child process still holds the pipe; the filter ends when it does
+
+    atexit.register(drain)
+
+
+def main() -> int:
+    """The filter process: stdin to stdout, line by line, without the noise; ends at end-of-file."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    for raw in sys.stdin.buffer:
+        if not is_noise(raw.decode("utf-8", "replace").rstrip("\n")):
+            sys.stdout.buffer.write(raw)
+            sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
