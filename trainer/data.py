@@ -10,7 +10,7 @@ import os
 import sys
 
 from trainer import datasets
-from trainer.config import parse_config
+from trainer.config import Config, parse_config
 from trainer.errors import UserError, first_line
 
 
@@ -26,15 +26,18 @@ def prepare(dataset: str, data_dir: str) -> str:
 def count_records(files: tuple[str, ...]) -> int:
     import tensorflow as tf
 
-    return int(tf.data.TFRecordDataset(list(files), num_parallel_reads=8).reduce(tf.constant(0, tf.int64),
-                                                                                lambda n, _: n + 1))
+    return int(
+        tf.data.TFRecordDataset(list(files), num_parallel_reads=8).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+    )
 
 
-def check_files(config) -> str:
+def check_files(config: Config) -> str:
     """One line: files and examples of each split, or a DataError naming what is missing."""
     parts = []
-    for split, pattern, flag in (("train", config.train_files, "--train-files"),
-                                 ("test", config.test_files, "--test-files")):
+    for split, pattern, flag in (
+        ("train", config.train_files, "--train-files"),
+        ("test", config.test_files, "--test-files"),
+    ):
         files = datasets.glob_files(pattern, flag)
         parts.append(f"{split} {len(files)} files {count_records(files)} examples")
     return f"dataset tfrecord is ready: {', '.join(parts)}"
@@ -51,15 +54,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if config.dataset in datasets.DATASETS:
-        print(f"dataset {config.dataset}: nothing to prepare (generated in the graph, or read by its own module)",
-              flush=True)
+        print(
+            f"dataset {config.dataset}: nothing to prepare (generated in the graph, or read by its own module)",
+            flush=True,
+        )
         return 0
     try:
         path = prepare(config.dataset, config.data_dir)
     except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)
-        print(f"error: preparing {config.dataset} in {config.data_dir} failed ({type(error).__name__}: "
-              f"{first_line(error)[:300]}). Check the network or proxy and that the directory is writable, then run "
-              f"again; --dataset synthetic needs no download.", file=sys.stderr)
+        print(
+            f"error: preparing {config.dataset} in {config.data_dir} failed ({type(error).__name__}: "
+            f"{first_line(error)[:300]}). Check the network or proxy and that the directory is writable, then run "
+            f"again; --dataset synthetic needs no download.",
+            file=sys.stderr,
+        )
         return 1
     print(f"dataset {config.dataset} is ready at {path}", flush=True)
     return 0

@@ -58,14 +58,26 @@ class TrainPlan:
 def plan(shard_sizes: list[int], per_worker_batch: int) -> TrainPlan:
     steps = min(shard_sizes) // per_worker_batch
     if steps < 1:
-        raise DataError(f"the smallest worker's shard of the training split has {min(shard_sizes)} examples, fewer "
-                        f"than one per-worker batch of {per_worker_batch}; lower --per-worker-batch-size, use "
-                        f"fewer workers or more --train-examples")
+        raise DataError(
+            f"the smallest worker's shard of the training split has {min(shard_sizes)} examples, fewer "
+            f"than one per-worker batch of {per_worker_batch}; lower --per-worker-batch-size, use "
+            f"fewer workers or more --train-examples"
+        )
     return TrainPlan(steps, tuple(shard_sizes))
 
 
-def train_batches(shard: Shard, worker: int, batch_size: int, examples_per_epoch: int, seed: int, epochs: int,
-                  start_step: int, steps_per_epoch: int, shuffle_buffer: int, cache: str) -> tf.data.Dataset:
+def train_batches(
+    shard: Shard,
+    worker: int,
+    batch_size: int,
+    examples_per_epoch: int,
+    seed: int,
+    epochs: int,
+    start_step: int,
+    steps_per_epoch: int,
+    shuffle_buffer: int,
+    cache: str,
+) -> tf.data.Dataset:
     """This worker's batches of `batch_size` for every step from `start_step` to the end of the last epoch.
 
     examples_per_epoch = steps_per_epoch x the worker's examples per step (all its replicas' batches);
@@ -81,7 +93,8 @@ def train_batches(shard: Shard, worker: int, batch_size: int, examples_per_epoch
             records = shard.records(order)
         else:  # a cache holds the shard in one fixed order: the buffer shuffles it anew each epoch
             records = (cached if cached is not None else shard.records(order)).shuffle(
-                shuffle_buffer, seed=order, reshuffle_each_iteration=False)
+                shuffle_buffer, seed=order, reshuffle_each_iteration=False
+            )
         return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
 
     records = tf.data.Dataset.range(start_epoch, epochs).flat_map(epoch_records)
@@ -101,8 +114,9 @@ def test_batches(shard: Shard, batch_size: int, limit: int) -> tf.data.Dataset:
 def _cached(shard: Shard, cache: str) -> tf.data.Dataset | None:
     if cache == "none":
         return None
-    decoded = shard.records(tf.constant(0, tf.int64)).map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE,
-                                                          deterministic=True)
+    decoded = shard.records(tf.constant(0, tf.int64)).map(
+        shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
     if cache == "memory":
         return decoded.cache()
     directory = tempfile.mkdtemp(prefix="trainer-cache-")

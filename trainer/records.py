@@ -24,9 +24,11 @@ from trainer import datasets
 
 
 def _example(image: bytes, label: int, index: int) -> bytes:
-    feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-               "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-               "index": tf.train.Feature(int64_list=tf.train.Int64List(value=[index]))}
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+        "index": tf.train.Feature(int64_list=tf.train.Int64List(value=[index])),
+    }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -38,8 +40,10 @@ def write_split(out_dir: str, split: str, examples: int, shards: int, seed: int,
     for shard in range(shards):
         size = examples // shards + (1 if shard < examples % shards else 0)
         generated = tf.data.Dataset.range(first, first + size).map(
-            lambda i: (i, *_encoded(*example(offset + i), encoding)), num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True)
+            lambda i: (i, *_encoded(*example(offset + i), encoding)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
         path = os.path.join(out_dir, f"{split}-{shard:05d}-of-{shards:05d}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
             for index, image, label in generated.as_numpy_iterator():
@@ -54,16 +58,20 @@ def _encoded(image: tf.Tensor, label: tf.Tensor, encoding: str) -> tuple[tf.Tens
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.records", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.records",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--out", required=True, help="directory for train-NNNNN-of-NNNNN.tfrecord and test-...")
     parser.add_argument("--train-examples", type=int, default=datasets.SYNTHETIC_TRAIN_SIZE)
     parser.add_argument("--train-shards", type=int, default=8)
     parser.add_argument("--test-examples", type=int, default=datasets.SYNTHETIC_TEST_SIZE)
     parser.add_argument("--test-shards", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42, help="the synthetic task's seed (as the trainer's --seed)")
-    parser.add_argument("--encoding", choices=("png", "raw"), default="png",
-                        help="png: encoded PNG; raw: the HxWxC uint8 bytes")
+    parser.add_argument(
+        "--encoding", choices=("png", "raw"), default="png", help="png: encoded PNG; raw: the HxWxC uint8 bytes"
+    )
     args = parser.parse_args(argv)
     for name in ("train_examples", "train_shards", "test_examples", "test_shards"):
         if getattr(args, name) < 1:

@@ -18,8 +18,18 @@ def main(examples: int, cache: str, batches: int) -> None:
     config = Config(dataset="synthetic", train_examples=examples)
     shard = datasets.load(config).train.shard(0, 1)
     steps = shard.size // 64
-    dataset = pipeline.train_batches(shard, 0, 64, steps * 64, config.seed, 1, 0, steps, config.shuffle_buffer,
-                                     pipeline.cache_kind(cache, shard, datasets.SYNTHETIC_SHAPE))
+    dataset = pipeline.train_batches(
+        shard,
+        0,
+        64,
+        steps * 64,
+        config.seed,
+        1,
+        0,
+        steps,
+        config.shuffle_buffer,
+        pipeline.cache_kind(cache, shard, datasets.SYNTHETIC_SHAPE),
+    )
     started = time.perf_counter()
     iterator = iter(dataset)
     next(iterator)
@@ -27,8 +37,9 @@ def main(examples: int, cache: str, batches: int) -> None:
     for _ in range(batches - 1):
         next(iterator)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"examples": examples, "peak_rss_mb": round(peak_mb, 1),
-                      "seconds_to_first_batch": round(first, 2)}))
+    print(
+        json.dumps({"examples": examples, "peak_rss_mb": round(peak_mb, 1), "seconds_to_first_batch": round(first, 2)})
+    )
 
 
 if __name__ == "__main__":

@@ -22,19 +22,38 @@ def main(out_path: str, argv: list[str]) -> None:
     cluster = from_environment()
     strategy = create_strategy(cluster, "auto", startup_timeout=60)
     source = datasets.load(config)
-    train, test = source.train.shard(cluster.rank, cluster.num_workers), source.test.shard(cluster.rank,
-                                                                                          cluster.num_workers)
-    sizes = strategy.reduce("SUM", strategy.run(lambda: tf.one_hot(cluster.rank, cluster.num_workers) * train.size),
-                            axis=None)
+    train, test = (
+        source.train.shard(cluster.rank, cluster.num_workers),
+        source.test.shard(cluster.rank, cluster.num_workers),
+    )
+    sizes = strategy.reduce(
+        "SUM", strategy.run(lambda: tf.one_hot(cluster.rank, cluster.num_workers) * train.size), axis=None
+    )
     steps = pipeline.plan([int(size) for size in sizes.numpy()], config.per_worker_batch_size).steps_per_epoch
-    batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
-        train, cluster.rank, config.per_worker_batch_size, steps * config.per_worker_batch_size, config.seed,
-        config.epochs, 0, steps, config.shuffle_buffer, pipeline.cache_kind(config.cache, train, source.image_shape)))
+    batches = strategy.distribute_datasets_from_function(
+        lambda context: pipeline.train_batches(
+            train,
+            cluster.rank,
+            config.per_worker_batch_size,
+            steps * config.per_worker_batch_size,
+            config.seed,
+            config.epochs,
+            0,
+            steps,
+            config.shuffle_buffer,
+            pipeline.cache_kind(config.cache, train, source.image_shape),
+        )
+    )
     iterator = iter(batches)
-    seen = [[int(v) for part in strategy.experimental_local_results(next(iterator)[1]) for v in part.numpy()]
-            for _ in range(steps * config.epochs)]
-    tested = [int(v) for _, labels in pipeline.test_batches(test, config.per_worker_batch_size, test.size)
-              for v in labels.numpy()]
+    seen = [
+        [int(v) for part in strategy.experimental_local_results(next(iterator)[1]) for v in part.numpy()]
+        for _ in range(steps * config.epochs)
+    ]
+    tested = [
+        int(v)
+        for _, labels in pipeline.test_batches(test, config.per_worker_batch_size, test.size)
+        for v in labels.numpy()
+    ]
     # A last all-reduce so neither worker exits while the other still needs the group.
     strategy.reduce("SUM", strategy.run(lambda: tf.constant(1)), axis=None)
     with open(out_path, "w") as handle:

@@ -16,8 +16,15 @@ from trainer.errors import DataError
 
 
 def config(**overrides):
-    values = dict(dataset="synthetic", dataset_module="", data_dir="unused", download=False, seed=1,
-                  train_examples=0, test_examples=0)
+    values = {
+        "dataset": "synthetic",
+        "dataset_module": "",
+        "data_dir": "unused",
+        "download": False,
+        "seed": 1,
+        "train_examples": 0,
+        "test_examples": 0,
+    }
     return argparse.Namespace(**{**values, **overrides})
 
 
@@ -61,8 +68,7 @@ def test_synthetic_best_accuracy_is_the_documented_one():
 @pytest.mark.parametrize("size, workers", [(10, 3), (96, 2), (7, 7)])
 def test_generated_shards_are_disjoint_and_cover_the_split(size, workers):
     split = datasets.Generated(lambda i: (i, i), size)
-    seen = [sorted(int(i) for i in split.shard(k, workers).records(tf.constant(5, tf.int64)))
-            for k in range(workers)]
+    seen = [sorted(int(i) for i in split.shard(k, workers).records(tf.constant(5, tf.int64))) for k in range(workers)]
     assert sorted(sum(seen, [])) == list(range(size))
     assert [len(s) for s in seen] == [pipeline.share(size, k, workers) for k in range(workers)]
 
@@ -141,8 +147,10 @@ def test_auto_cache_keeps_small_file_shards_in_memory_only(record_split):
     assert pipeline.cache_kind("disk", large, (28, 28, 1)) == "disk"
 
 
-@pytest.mark.parametrize("name, shape", [("fashion_mnist", (28, 28, 1)), ("mnist", (28, 28, 1)),
-                                         ("cifar10", (32, 32, 3)), ("kmnist", (28, 28, 1))])
+@pytest.mark.parametrize(
+    "name, shape",
+    [("fashion_mnist", (28, 28, 1)), ("mnist", (28, 28, 1)), ("cifar10", (32, 32, 3)), ("kmnist", (28, 28, 1))],
+)
 def test_any_tfds_image_dataset_loads_by_name_with_shape_and_classes_from_its_builder(tmp_path, name, shape):
     with tfds.testing.mock_data(num_examples=48):
         source = datasets.load(config(dataset=name, data_dir=str(tmp_path), download=True))
@@ -160,8 +168,13 @@ def test_missing_tfds_dataset_says_how_to_prepare_it(tmp_path):
 
 
 def test_prepare_command_accepts_synthetic_without_work():
-    result = subprocess.run([sys.executable, "-m", "trainer.data", "--dataset", "synthetic"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.data", "--dataset", "synthetic"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "nothing to prepare" in result.stdout
 
 

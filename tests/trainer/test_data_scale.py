@@ -16,10 +16,29 @@ RECORD_FLAGS = ["--dataset", "tfrecord", "--image-shape", "28x28x1", "--num-clas
 
 
 def write_records(out, train_shards, test_shards=2):
-    result = subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(out), "--train-examples",
-                             str(TRAIN), "--train-shards", str(train_shards), "--test-examples", str(TEST),
-                             "--test-shards", str(test_shards), "--seed", "3"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.records",
+            "--out",
+            str(out),
+            "--train-examples",
+            str(TRAIN),
+            "--train-shards",
+            str(train_shards),
+            "--test-examples",
+            str(TEST),
+            "--test-shards",
+            str(test_shards),
+            "--seed",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return ["--train-files", str(out / "train-*"), "--test-files", str(out / "test-*")]
 
@@ -39,8 +58,14 @@ def one_file(tmp_path_factory):
 def opened_files(trace_path, directory):
     """The record files this process really opened: the kernel's openat calls, as strace logged them."""
     # A call interrupted by another thread's is logged "<unfinished ...>" without its result: keep all but failures.
-    return sorted({name for line in trace_path.read_text().splitlines() if "= -1 " not in line
-                   for name in re.findall(rf'openat\(AT_FDCWD, "{re.escape(str(directory))}/([^"]+\.tfrecord)"', line)})
+    return sorted(
+        {
+            name
+            for line in trace_path.read_text().splitlines()
+            if "= -1 " not in line
+            for name in re.findall(rf'openat\(AT_FDCWD, "{re.escape(str(directory))}/([^"]+\.tfrecord)"', line)
+        }
+    )
 
 
 def probe_group(tmp_path, files, epochs=2, per_worker_batch=32, trace=False):
@@ -48,12 +73,31 @@ def probe_group(tmp_path, files, epochs=2, per_worker_batch=32, trace=False):
     cluster = worker_cluster(2)
     outputs = [tmp_path / f"rank{i}.json" for i in range(2)]
     traces = [tmp_path / f"rank{i}.trace" for i in range(2)]
-    args = [*RECORD_FLAGS, *files, "--label-feature", "index", "--epochs", str(epochs),
-            "--per-worker-batch-size", str(per_worker_batch), "--shuffle-buffer", "100", "--cache", "none"]
-    processes = {f"worker-{i}": start([str(outputs[i]), *args], tf_config(cluster, "worker", i), module="shard_probe",
-                                      wrapper=["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=openat",
-                                               "-o", str(traces[i])] if trace else ())
-                 for i in range(2)}
+    args = [
+        *RECORD_FLAGS,
+        *files,
+        "--label-feature",
+        "index",
+        "--epochs",
+        str(epochs),
+        "--per-worker-batch-size",
+        str(per_worker_batch),
+        "--shuffle-buffer",
+        "100",
+        "--cache",
+        "none",
+    ]
+    processes = {
+        f"worker-{i}": start(
+            [str(outputs[i]), *args],
+            tf_config(cluster, "worker", i),
+            module="shard_probe",
+            wrapper=["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=openat", "-o", str(traces[i])]
+            if trace
+            else (),
+        )
+        for i in range(2)
+    }
     for result in wait_all(processes, timeout=240).values():
         assert result.returncode == 0, result.output[-3000:]
     return [json.loads(path.read_text()) for path in outputs], traces
@@ -63,7 +107,7 @@ def assert_epochs_disjoint_and_covering(records, epochs, per_worker_batch=32):
     steps_per_epoch = TRAIN // (2 * per_worker_batch)
     orders = []
     for epoch in range(epochs):
-        seen = [sum(r["steps"][epoch * steps_per_epoch:(epoch + 1) * steps_per_epoch], []) for r in records]
+        seen = [sum(r["steps"][epoch * steps_per_epoch : (epoch + 1) * steps_per_epoch], []) for r in records]
         assert all(len(s) == len(set(s)) == TRAIN // 2 for s in seen)
         assert not set(seen[0]) & set(seen[1])
         assert sorted(seen[0] + seen[1]) == list(range(TRAIN))
@@ -97,11 +141,23 @@ def finished_digests(results):
 
 
 @pytest.mark.slow
-def test_two_workers_train_on_eight_files_with_identical_weights_and_count_each_test_example_once(tmp_path,
-                                                                                                  eight_files):
+def test_two_workers_train_on_eight_files_with_identical_weights_and_count_each_test_example_once(
+    tmp_path, eight_files
+):
     directory, files = eight_files
-    results = run_group(2, [*RECORD_FLAGS, *files, "--epochs", "1", "--per-worker-batch-size", "32",
-                            "--model-dir", str(tmp_path / "model")])
+    results = run_group(
+        2,
+        [
+            *RECORD_FLAGS,
+            *files,
+            "--epochs",
+            "1",
+            "--per-worker-batch-size",
+            "32",
+            "--model-dir",
+            str(tmp_path / "model"),
+        ],
+    )
     assert len(finished_digests(results)) == 1
     assert "worker-0 reads its own 4 of 8 files" in results["worker-0"].output
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
@@ -111,8 +167,19 @@ def test_two_workers_train_on_eight_files_with_identical_weights_and_count_each_
 @pytest.mark.slow
 def test_two_workers_train_on_one_file_and_say_why_each_reads_it_all(tmp_path, one_file):
     _, files = one_file
-    results = run_group(2, [*RECORD_FLAGS, *files, "--epochs", "1", "--per-worker-batch-size", "32",
-                            "--model-dir", str(tmp_path / "model")])
+    results = run_group(
+        2,
+        [
+            *RECORD_FLAGS,
+            *files,
+            "--epochs",
+            "1",
+            "--per-worker-batch-size",
+            "32",
+            "--model-dir",
+            str(tmp_path / "model"),
+        ],
+    )
     assert len(finished_digests(results)) == 1
     for name, result in results.items():
         lines = [line for line in result.output.splitlines() if "element sharding" in line]
@@ -141,9 +208,27 @@ def stripes(config):
 
 def test_a_dataset_defined_in_the_users_own_module_trains(tmp_path):
     (tmp_path / "my_data.py").write_text(USER_MODULE)
-    result = wait_all({"single": start(["--dataset-module", "my_data", "--dataset", "stripes", "--epochs", "2",
-                                        "--per-worker-batch-size", "32", "--model-dir", str(tmp_path / "model")],
-                                       None, env={"PYTHONPATH": str(tmp_path)})}, timeout=180)["single"]
+    result = wait_all(
+        {
+            "single": start(
+                [
+                    "--dataset-module",
+                    "my_data",
+                    "--dataset",
+                    "stripes",
+                    "--epochs",
+                    "2",
+                    "--per-worker-batch-size",
+                    "32",
+                    "--model-dir",
+                    str(tmp_path / "model"),
+                ],
+                None,
+                env={"PYTHONPATH": str(tmp_path)},
+            )
+        },
+        timeout=180,
+    )["single"]
     assert result.returncode == 0, result.output[-3000:]
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
     assert (metrics["train_examples"], metrics["test_examples_evaluated"]) == (384, 96)
@@ -152,16 +237,21 @@ def test_a_dataset_defined_in_the_users_own_module_trains(tmp_path):
 
 def test_an_unknown_dataset_fails_before_the_group_forms(tmp_path):
     cluster = worker_cluster(2)  # worker 0 alone: a group could never form, so exit 2 proves the order
-    result = wait_all({"w": start(["--dataset", "fashion_mnistt", "--model-dir", str(tmp_path)],
-                                  tf_config(cluster, "worker", 0))}, timeout=120)["w"]
+    result = wait_all(
+        {"w": start(["--dataset", "fashion_mnistt", "--model-dir", str(tmp_path)], tf_config(cluster, "worker", 0))},
+        timeout=120,
+    )["w"]
     assert result.returncode == 2, result.output[-3000:]
     assert "unknown dataset 'fashion_mnistt'" in result.output and "--dataset-module" in result.output
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--dataset", "tfrecord"], "--dataset tfrecord needs --train-files, --test-files, --image-shape"),
-    (["--dataset-module", "no_such_module_here"], "--dataset-module no_such_module_here: cannot import it"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dataset", "tfrecord"], "--dataset tfrecord needs --train-files, --test-files, --image-shape"),
+        (["--dataset-module", "no_such_module_here"], "--dataset-module no_such_module_here: cannot import it"),
+    ],
+)
 def test_dataset_flags_are_checked_with_the_fix_named(argv, message):
     from trainer.config import parse_config
     from trainer.errors import DataError
@@ -177,11 +267,17 @@ def test_files_that_match_nothing_say_which_flag(tmp_path):
 
 def test_the_data_check_reports_files_and_examples_in_one_line(eight_files):
     _, files = eight_files
-    result = subprocess.run([sys.executable, "-m", "trainer.data", *RECORD_FLAGS, *files], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.data", *RECORD_FLAGS, *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == (
-        f"dataset tfrecord is ready: train 8 files {TRAIN} examples, test 2 files {TEST} examples")
+        f"dataset tfrecord is ready: train 8 files {TRAIN} examples, test 2 files {TEST} examples"
+    )
 
 
 def peak_rss_mb(examples, cache):
@@ -200,8 +296,23 @@ def test_a_workers_peak_memory_does_not_grow_with_the_dataset(cache):
     assert ten <= 1.1 * one, (one, ten)
 
 
-RESUME_FLAGS = [*RECORD_FLAGS, "--epochs", "2", "--per-worker-batch-size", "32", "--cache", "none",
-                "--shuffle-buffer", "500", "--checkpoint-every", "20", "--steps-per-loop", "4", "--log-every", "20"]
+RESUME_FLAGS = [
+    *RECORD_FLAGS,
+    "--epochs",
+    "2",
+    "--per-worker-batch-size",
+    "32",
+    "--cache",
+    "none",
+    "--shuffle-buffer",
+    "500",
+    "--checkpoint-every",
+    "20",
+    "--steps-per-loop",
+    "4",
+    "--log-every",
+    "20",
+]
 
 
 @pytest.mark.slow
@@ -211,20 +322,60 @@ def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninter
     from tests.trainer.test_fault_tolerance import digests, finish, replica, wait_for_step
 
     out = tmp_path_factory.mktemp("resume")
-    subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(out / "data"), "--train-examples", "6400",
-                    "--train-shards", "8", "--test-examples", "500", "--test-shards", "2", "--seed", "3"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.records",
+            "--out",
+            str(out / "data"),
+            "--train-examples",
+            "6400",
+            "--train-shards",
+            "8",
+            "--test-examples",
+            "500",
+            "--test-shards",
+            "2",
+            "--seed",
+            "3",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     files = ["--train-files", str(out / "data" / "train-*"), "--test-files", str(out / "data" / "test-*")]
     uninterrupted = run_group(2, [*RESUME_FLAGS, *files, "--model-dir", str(out / "uninterrupted")], timeout=400)
     expected = finished_digests(uninterrupted)
 
     scratch = out / "scratch"
     scratch.mkdir()
-    runner = subprocess.Popen([sys.executable, "-m", "scripts.localrun.run_local", "--workers", "2", "--dataset",
-                               "tfrecord", "--skip-prepare", "--epochs", "2", "--job-dir", str(out / "job"), "--",
-                               *RESUME_FLAGS, *files], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True, env={**os.environ,
-                                                                      "TMPDIR": str(scratch)})
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scripts.localrun.run_local",
+            "--workers",
+            "2",
+            "--dataset",
+            "tfrecord",
+            "--skip-prepare",
+            "--epochs",
+            "2",
+            "--job-dir",
+            str(out / "job"),
+            "--",
+            *RESUME_FLAGS,
+            *files,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     wait_for_step(out / "job" / "model", 50, runner)
     replica(runner, "worker-1").kill()
     output = finish(runner, scratch)
