@@ -55,6 +55,11 @@ class Source:
     num_classes: int
 
 
+def share(total: int, index: int, count: int) -> int:
+    """Part `index` of `total` items split as evenly as possible into `count` parts (the first ones take the rest)."""
+    return total // count + (1 if index < total % count else 0)
+
+
 SourceBuilder = Callable[..., Source]
 DATASETS: dict[str, SourceBuilder] = {}
 
@@ -154,7 +159,7 @@ class Generated:
 
     def shard(self, index: int, count: int) -> Shard:
         start = self.first_index + index * (self.size // count) + min(index, self.size % count)
-        size = self.size // count + (1 if index < self.size % count else 0)
+        size = share(self.size, index, count)
 
         def records(seed: tf.Tensor) -> tf.data.Dataset:
             key = tf.stack([tf.cast(seed, tf.int64), tf.constant(index, tf.int64)])
@@ -215,7 +220,7 @@ class RecordFiles:
         fixed_order = tf.data.TFRecordDataset(list(own), num_parallel_reads=min(len(own), 8))
         size = int(fixed_order.reduce(np.int64(0), lambda n, _: n + 1))
         if not by_file:
-            size = size // count + (1 if index < size % count else 0)
+            size = share(size, index, count)
             reads = (
                 f"all {len(own)} file(s), keeping one record in {count} (element sharding): fewer files than "
                 f"workers, so no worker can read only its own files (write at least {count} files to shard "

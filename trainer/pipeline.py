@@ -15,7 +15,6 @@ plus one shuffle buffer; an uncached generated shard skips for free.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -30,11 +29,6 @@ CACHES = ("auto", "memory", "disk", "none")
 AUTO_CACHE_BYTES = 256 * 1024 * 1024
 
 
-def share(total: int, index: int, count: int) -> int:
-    """Worker `index`'s part of `total` items split as evenly as possible over `count` workers."""
-    return total // count + (1 if index < total % count else 0)
-
-
 def epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor, worker: int) -> tf.Tensor:
     return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 1_009 + worker
 
@@ -47,15 +41,8 @@ def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
     return "memory" if shard.size * height * width * channels <= AUTO_CACHE_BYTES else "none"
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainPlan:
-    """What every worker agreed on before training: steps per epoch from the smallest shard."""
-
-    steps_per_epoch: int
-    shard_sizes: tuple[int, ...]  # every worker's training examples, by rank
-
-
-def plan(shard_sizes: list[int], per_worker_batch: int) -> TrainPlan:
+def steps_per_epoch(shard_sizes: list[int], per_worker_batch: int) -> int:
+    """The steps every worker runs per epoch, given every worker's shard size: the smallest shard decides."""
     steps = min(shard_sizes) // per_worker_batch
     if steps < 1:
         raise DataError(
@@ -63,7 +50,7 @@ def plan(shard_sizes: list[int], per_worker_batch: int) -> TrainPlan:
             f"than one per-worker batch of {per_worker_batch}; lower --per-worker-batch-size, use "
             f"fewer workers or more --train-examples"
         )
-    return TrainPlan(steps, tuple(shard_sizes))
+    return steps
 
 
 def train_batches(

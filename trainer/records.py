@@ -38,7 +38,7 @@ def write_split(out_dir: str, split: str, examples: int, shards: int, seed: int,
     offset = 0 if split == "train" else datasets.TEST_INDEX_OFFSET
     paths, first = [], 0
     for shard in range(shards):
-        size = examples // shards + (1 if shard < examples % shards else 0)
+        size = datasets.share(examples, shard, shards)
         generated = tf.data.Dataset.range(first, first + size).map(
             lambda i: (i, *_encoded(*example(offset + i), encoding)),
             num_parallel_calls=tf.data.AUTOTUNE,

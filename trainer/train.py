@@ -56,7 +56,7 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     (log.warning if train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, train_shard.reads)
     sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
     split_sizes = {"train_examples": sum(train for train, _ in sizes), "test_examples": sum(test for _, test in sizes)}
-    steps_per_epoch = pipeline.plan([train for train, _ in sizes], config.per_worker_batch_size).steps_per_epoch
+    steps_per_epoch = pipeline.steps_per_epoch([train for train, _ in sizes], config.per_worker_batch_size)
     total_steps = steps_per_epoch * config.epochs
     log_every = config.effective_log_every
 
@@ -254,7 +254,7 @@ def _metrics_record(config: Config, model: keras.Model, throughput: Throughput,
 
 def _limited(size: int, limit: int, rank: int, workers: int) -> int:
     """A worker's shard size under --train-examples/--test-examples (0 = all): its share of the limit."""
-    return min(size, pipeline.share(limit, rank, workers)) if limit else size
+    return min(size, datasets.share(limit, rank, workers)) if limit else size
 
 
 def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: int,

@@ -29,7 +29,7 @@ def main(out_path: str, argv: list[str]) -> None:
     sizes = strategy.reduce(
         "SUM", strategy.run(lambda: tf.one_hot(cluster.rank, cluster.num_workers) * train.size), axis=None
     )
-    steps = pipeline.plan([int(size) for size in sizes.numpy()], config.per_worker_batch_size).steps_per_epoch
+    steps = pipeline.steps_per_epoch([int(size) for size in sizes.numpy()], config.per_worker_batch_size)
     batches = strategy.distribute_datasets_from_function(
         lambda context: pipeline.train_batches(
             train,

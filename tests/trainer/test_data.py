@@ -70,7 +70,7 @@ def test_generated_shards_are_disjoint_and_cover_the_split(size, workers):
     split = datasets.Generated(lambda i: (i, i), size)
     seen = [sorted(int(i) for i in split.shard(k, workers).records(tf.constant(5, tf.int64))) for k in range(workers)]
     assert sorted(sum(seen, [])) == list(range(size))
-    assert [len(s) for s in seen] == [pipeline.share(size, k, workers) for k in range(workers)]
+    assert [len(s) for s in seen] == [datasets.share(size, k, workers) for k in range(workers)]
 
 
 def ids_split(size):
@@ -131,8 +131,8 @@ def test_record_files_decode_raw_and_png_images_alike_and_resize_them(tmp_path):
 
 def test_a_shard_smaller_than_one_batch_is_refused_naming_the_fixes():
     with pytest.raises(DataError, match="fewer than one per-worker batch of 64; lower --per-worker-batch-size"):
-        pipeline.plan([100, 10], 64)
-    assert pipeline.plan([100, 70], 32).steps_per_epoch == 2  # the smallest shard decides, for every worker
+        pipeline.steps_per_epoch([100, 10], 64)
+    assert pipeline.steps_per_epoch([100, 70], 32) == 2  # the smallest shard decides, for every worker
 
 
 def test_test_batches_keep_every_example_once_with_a_partial_last_batch():
