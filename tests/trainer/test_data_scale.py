@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -119,6 +120,7 @@ def assert_epochs_disjoint_and_covering(records, epochs, per_worker_batch=32):
 
 def test_two_workers_on_eight_files_each_open_only_their_own_four(tmp_path, eight_files):
     directory, files = eight_files
+    assert shutil.which("strace"), "this test records the files each worker opens with strace: apt-get install strace"
     records, traces = probe_group(tmp_path, files, trace=True)
     train_files = [[name for name in opened_files(trace, directory) if name.startswith("train-")] for trace in traces]
     assert train_files[0] == [f"train-{i:05d}-of-00008.tfrecord" for i in (0, 2, 4, 6)]
