@@ -17,7 +17,7 @@ from typing import Any
 from trainer.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
-DATASETS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
+CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
 
 
@@ -28,11 +28,26 @@ def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any
 @dataclasses.dataclass(frozen=True)
 class Config:
     # Data
-    dataset: str = _field("fashion_mnist", "dataset to train on; synthetic needs no download", DATASETS)
+    dataset: str = _field("fashion_mnist", "dataset: synthetic (no download), tfrecord (your files), any TFDS "
+                          "image-classification name, or one registered in --dataset-module")
+    dataset_module: str = _field("", "your Python module that registers datasets with @trainer.datasets.register; "
+                                 "imported before --dataset is looked up")
     data_dir: str = _field("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")
     download: bool = _field(False, "download and prepare the dataset if missing; leave off on workers")
-    train_examples: int = _field(0, "use only the first N training examples (0 = all)")
-    test_examples: int = _field(0, "use only the first N test examples (0 = all)")
+    train_files: str = _field("", "tfrecord: glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
+    test_files: str = _field("", "tfrecord: glob(s) of test TFRecord files, comma-separated")
+    image_shape: str = _field("", "tfrecord: HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
+    num_classes: int = _field(0, "tfrecord: number of classes (labels 0..N-1)")
+    image_feature: str = _field("image", "tfrecord: tf.train.Example feature with the PNG/JPEG or raw uint8 image")
+    label_feature: str = _field("label", "tfrecord: tf.train.Example int64 feature with the class")
+    train_examples: int = _field(0, "synthetic: the training split's size (default 60000); other datasets: use at "
+                                 "most N training examples per epoch, N / workers per worker (0 = all)")
+    test_examples: int = _field(0, "synthetic: the test split's size (default 10000); other datasets: evaluate at "
+                                "most N test examples (0 = all)")
+    shuffle_buffer: int = _field(10_000, "examples each worker holds to shuffle uncached records (memory: this x "
+                                 "one encoded record)")
+    cache: str = _field("auto", "keep each worker's decoded shard: memory, disk (a temporary file), none, or auto "
+                        "(memory when the shard's decoded images fit in 256 MiB)", CACHES)
     # Model and optimisation
     model: str = _field("cnn", "model name from trainer/model.py's MODELS registry")
     epochs: int = _field(3, "passes over the training data")
@@ -68,11 +83,11 @@ class Config:
         return dataclasses.asdict(self)
 
     def validate(self) -> Config:
-        positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every")
+        positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every", "shuffle_buffer")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads"):
+        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads", "num_classes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 KERAS_MODEL = "model.keras"
@@ -25,39 +24,18 @@ LOGS = "logs"
 ARTIFACTS = (KERAS_MODEL, SAVED_MODEL, METRICS, CHECKPOINTS, LOGS)
 
 
-@dataclasses.dataclass(frozen=True)
 class ModelDir:
     """Paths inside one --model-dir."""
 
-    root: str
-
-    def _join(self, *parts: str) -> str:
-        return os.path.join(self.root, *parts)
-
-    @property
-    def keras_model(self) -> str:
-        return self._join(KERAS_MODEL)
-
-    @property
-    def saved_model(self) -> str:
-        return self._join(SAVED_MODEL)
-
-    @property
-    def metrics(self) -> str:
-        return self._join(METRICS)
-
-    @property
-    def status(self) -> str:
-        return self._join(STATUS)
-
-    @property
-    def checkpoints(self) -> str:
-        return self._join(CHECKPOINTS)
-
-    @property
-    def run_setup(self) -> str:
-        return self._join(CHECKPOINTS, RUN_SETUP)
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.keras_model = os.path.join(root, KERAS_MODEL)
+        self.saved_model = os.path.join(root, SAVED_MODEL)
+        self.metrics = os.path.join(root, METRICS)
+        self.status = os.path.join(root, STATUS)
+        self.checkpoints = os.path.join(root, CHECKPOINTS)
+        self.run_setup = os.path.join(root, CHECKPOINTS, RUN_SETUP)
 
     def logs(self, name: str) -> str:
         """TensorBoard directory of one summary stream: train, test or eval."""
-        return self._join(LOGS, name)
+        return os.path.join(self.root, LOGS, name)

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer import data, saving
+from trainer import datasets, pipeline, saving
 from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
@@ -47,14 +47,21 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
     keras.utils.set_random_seed(config.seed)
 
-    splits = data.load_splits(config.dataset, config.data_dir, config.seed, config.download,
-                              config.train_examples, config.test_examples)
-    steps_per_epoch = splits.train_size // global_batch_size
+    # Each worker opens only its own shard; the group then agrees on the steps per epoch.
+    source = datasets.load(config)
+    train_shard = source.train.shard(cluster.rank, workers)
+    test_shard = source.test.shard(cluster.rank, workers)
+    train_size = _limited(train_shard.size, config.train_examples, cluster.rank, workers)
+    test_size = _limited(test_shard.size, config.test_examples, cluster.rank, workers)
+    (log.warning if train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, train_shard.reads)
+    sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
+    split_sizes = {"train_examples": sum(train for train, _ in sizes), "test_examples": sum(test for _, test in sizes)}
+    steps_per_epoch = pipeline.steps_per_epoch([train for train, _ in sizes], config.per_worker_batch_size)
     total_steps = steps_per_epoch * config.epochs
     log_every = config.effective_log_every
 
     with strategy.scope():
-        model = build_model(config.model, splits.image_shape, splits.num_classes)
+        model = build_model(config.model, source.image_shape, source.num_classes)
         optimizer = build_optimizer(learning_rate)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
@@ -65,17 +72,19 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
     _check_same_step_everywhere(strategy, start_step)
-    train_batches = strategy.experimental_distribute_dataset(
-        data.train_pipeline(splits.train, splits.train_size, global_batch_size, config.seed, config.epochs,
-                            start_step=min(start_step, total_steps)))
-    test_batches = strategy.experimental_distribute_dataset(
-        data.test_pipeline(splits.test, global_batch_size))
+    cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
+    train_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
+        train_shard, cluster.rank, context.get_per_replica_batch_size(global_batch_size),
+        steps_per_epoch * config.per_worker_batch_size, config.seed, config.epochs, min(start_step, total_steps),
+        steps_per_epoch, config.shuffle_buffer, cache))
+    test_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.test_batches(
+        test_shard, context.get_per_replica_batch_size(global_batch_size), test_size))
     iterator = iter(train_batches)
     train_steps, evaluate = _step_functions(strategy, model, optimizer, metrics, global_batch_size, test_batches)
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs,
                         enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(_run_summary(config, splits.train_size, workers, global_batch_size, steps_per_epoch,
+    progress.line(_run_summary(config, split_sizes["train_examples"], workers, global_batch_size, steps_per_epoch,
                                learning_rate, start_step))
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
@@ -140,10 +149,10 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
-    record = _metrics_record(config, model, splits, throughput, {**epoch_train_metrics, **test_metrics},
+    record = _metrics_record(config, model, throughput, {**epoch_train_metrics, **test_metrics},
                              workers=workers, global_batch_size=global_batch_size, learning_rate=learning_rate,
                              steps=step, resumed_from_step=start_step, restarts=status.restarts,
-                             steps_per_epoch=steps_per_epoch)
+                             steps_per_epoch=steps_per_epoch, **split_sizes, cache=cache)
     if cluster.is_chief:
         write_json(ModelDir(config.model_dir).metrics, record)
     status.update(state="succeeded", global_step=step, **test_metrics)
@@ -164,7 +173,9 @@ class _Metrics:
         return {"train_loss": float(self.train_loss.result()), "train_accuracy": float(self.train_accuracy.result())}
 
     def test(self) -> dict[str, float]:
-        return {"test_loss": float(self.test_loss.result()), "test_accuracy": float(self.test_accuracy.result())}
+        # Each worker evaluates its own shard, the last batch partial: the summed count shows each example once.
+        return {"test_loss": float(self.test_loss.result()), "test_accuracy": float(self.test_accuracy.result()),
+                "test_examples_evaluated": int(tf.convert_to_tensor(self.test_accuracy.count.value))}
 
     def reset(self) -> None:
         for metric in (self.train_loss, self.train_accuracy, self.test_loss, self.test_accuracy):
@@ -225,8 +236,8 @@ def _run_summary(config: Config, train_size: int, workers: int, global_batch_siz
             + (f", resuming at step {start_step}" if start_step else ""))
 
 
-def _metrics_record(config: Config, model: keras.Model, splits: data.Splits, throughput: Throughput,
-                    results: dict[str, float], **run: int | float) -> dict[str, Any]:
+def _metrics_record(config: Config, model: keras.Model, throughput: Throughput,
+                    results: dict[str, float], **run: int | float | str) -> dict[str, Any]:
     """What metrics.json holds: the last epoch's results, throughput, the run's shape, config and versions."""
     return {
         **results,
@@ -234,13 +245,26 @@ def _metrics_record(config: Config, model: keras.Model, splits: data.Splits, thr
         "time_to_first_step_seconds": throughput.time_to_first_step,
         "duration_seconds": time.time() - throughput.started_at,
         **run,
-        "train_examples": splits.train_size,
-        "test_examples": splits.test_size,
         "weights_sha256": weights_digest(model),
         "config": config.to_dict(),
         "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
                      "keras": keras.__version__},
     }
+
+
+def _limited(size: int, limit: int, rank: int, workers: int) -> int:
+    """A worker's shard size under --train-examples/--test-examples (0 = all): its share of the limit."""
+    return min(size, datasets.share(limit, rank, workers)) if limit else size
+
+
+def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: int,
+                         values: list[int]) -> list[tuple[int, ...]]:
+    """Every worker's `values`, by rank: each fills its own row of a zero matrix and the rows are summed."""
+    rows = np.zeros((workers, len(values)), np.int64)
+    rows[rank] = values
+    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
+    replicas_per_worker = strategy.num_replicas_in_sync // workers  # each local replica added the same rows
+    return [tuple(int(v) // replicas_per_worker for v in row) for row in total.numpy()]
 
 
 def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:

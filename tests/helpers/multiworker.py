@@ -34,13 +34,14 @@ def worker_cluster(workers: int) -> dict[str, list[str]]:
 
 
 def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] | None = None,
-          module: str = "trainer") -> subprocess.Popen:
+          module: str = "trainer", wrapper: Sequence[str] = ()) -> subprocess.Popen:
+    """`python -m module args`, with TF_CONFIG when given; `wrapper` runs it under a command such as strace."""
     environ = {**os.environ, **(env or {})}
     environ.pop("TF_CONFIG", None)
     if tf_config_text is not None:
         environ["TF_CONFIG"] = tf_config_text
     environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "helpers"), environ.get("PYTHONPATH", "")])
-    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
+    return subprocess.Popen([*wrapper, sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 

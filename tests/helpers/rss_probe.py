@@ -1,0 +1,46 @@
+"""Peak RSS of one worker's training pipeline alone: `python -m rss_probe EXAMPLES CACHE BATCHES`.
+
+Builds the synthetic training shard of EXAMPLES examples with the trainer's own pipeline (per-worker
+batch 64, default shuffle buffer), reads BATCHES batches, and prints {"examples", "peak_rss_mb",
+"seconds_to_first_batch"}; the peak is the kernel's figure (getrusage ru_maxrss).
+"""
+
+import json
+import resource
+import sys
+import time
+
+from trainer import datasets, pipeline
+from trainer.config import Config
+
+
+def main(examples: int, cache: str, batches: int) -> None:
+    config = Config(dataset="synthetic", train_examples=examples)
+    shard = datasets.load(config).train.shard(0, 1)
+    steps = shard.size // 64
+    dataset = pipeline.train_batches(
+        shard,
+        0,
+        64,
+        steps * 64,
+        config.seed,
+        1,
+        0,
+        steps,
+        config.shuffle_buffer,
+        pipeline.cache_kind(cache, shard, datasets.SYNTHETIC_SHAPE),
+    )
+    started = time.perf_counter()
+    iterator = iter(dataset)
+    next(iterator)
+    first = time.perf_counter() - started
+    for _ in range(batches - 1):
+        next(iterator)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps({"examples": examples, "peak_rss_mb": round(peak_mb, 1), "seconds_to_first_batch": round(first, 2)})
+    )
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,372 @@
+"""Datasets by name, in one registry like the models: where the examples come from and how each worker
+gets its own part of a split.
+
+Built in: `synthetic` (generated in the graph, any size), `tfrecord` (your own files, `--train-files` /
+`--test-files`), and any TFDS image-classification dataset by its TFDS name (prepared under --data-dir).
+
+To add a dataset: write a function (config) -> Source and decorate it with @register("name"), in
+this file or in your own module passed as `--dataset-module my_pkg.my_data` (imported before the group
+forms). A Source holds two Splits; a Split says how worker `index` of `count` reads its part:
+`RecordFiles` (sharded by file, or by element when there are fewer files than workers),
+`Generated` (an indexed function, sharded by index range), or `TfdsSplit` (per-worker TFDS subsplits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.config import Config
+from trainer.errors import DataError
+
+log = logging.getLogger(__name__)
+
+Example = tuple[tf.Tensor, tf.Tensor]  # (uint8 image HxWxC, int64 label)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One worker's part of a split: its records in a per-epoch order, and how to decode one."""
+
+    records: Callable[[tf.Tensor], tf.data.Dataset]  # epoch seed -> undecoded records, in an order fixed by it
+    decode: Callable[..., Example]
+    size: int  # examples in this shard
+    shuffled: bool  # records(seed) is already a full per-epoch permutation: no shuffle buffer needed
+    reads: str  # what this worker reads, for the one log line
+    every_worker_reads_all: bool = False  # the element-sharding fallback: worth a warning
+
+
+class Split(Protocol):
+    def shard(self, index: int, count: int) -> Shard: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    train: Split
+    test: Split
+    image_shape: tuple[int, int, int]
+    num_classes: int
+
+
+def share(total: int, index: int, count: int) -> int:
+    """Part `index` of `total` items split as evenly as possible into `count` parts (the first ones take the rest)."""
+    return total // count + (1 if index < total % count else 0)
+
+
+SourceBuilder = Callable[..., Source]
+DATASETS: dict[str, SourceBuilder] = {}
+
+
+def register(name: str) -> Callable[[SourceBuilder], SourceBuilder]:
+    def add(builder: SourceBuilder) -> SourceBuilder:
+        DATASETS[name] = builder
+        return builder
+
+    return add
+
+
+def check_dataset(config: Config) -> None:
+    """Validates --dataset (and the flags it needs) without touching data or TensorFlow's runtime: call it
+    before the group forms, so a typo never costs a start-up. Raises DataError."""
+    if config.dataset_module:
+        try:
+            importlib.import_module(config.dataset_module)
+        except ImportError as error:
+            raise DataError(
+                f"--dataset-module {config.dataset_module}: cannot import it ({error}); put its "
+                f"directory on PYTHONPATH or install it in the trainer's environment"
+            ) from None
+    if config.dataset in DATASETS:
+        if config.dataset == "tfrecord":
+            _check_record_flags(config)
+        return
+    if not _is_tfds_name(config.dataset):
+        raise DataError(
+            f"--dataset: unknown dataset {config.dataset!r}; choose one of {', '.join(sorted(DATASETS))}, "
+            f"any TFDS image-classification dataset name, or register your own with "
+            f"@trainer.datasets.register in a module given as --dataset-module"
+        )
+
+
+def load(config: Config) -> Source:
+    """The Source of --dataset; for TFDS names, the prepared builder under --data-dir."""
+    check_dataset(config)
+    builder = DATASETS.get(config.dataset, tfds_source)
+    return builder(config)
+
+
+def _is_tfds_name(name: str) -> bool:
+    import tensorflow_datasets as tfds
+
+    try:
+        tfds.builder_cls(name)
+    except Exception:  # noqa: BLE001 (TFDS raises its own not-found errors, which list every dataset)
+        return False
+    return True
+
+
+# --- synthetic: a task with a known best accuracy --------------------------------------------------------
+
+SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
+SYNTHETIC_CLASSES = 10
+SYNTHETIC_TRAIN_SIZE = 60_000
+SYNTHETIC_TEST_SIZE = 10_000
+# Each label is replaced by a different, uniformly drawn class with this probability. The image shows its
+# true class clearly, so the best any model can score on the (equally noisy) test split is 1 - this.
+SYNTHETIC_LABEL_NOISE = 0.1
+SYNTHETIC_BEST_ACCURACY = 1 - SYNTHETIC_LABEL_NOISE
+TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none is a training example
+
+
+def synthetic_example_fn(seed: int) -> Callable[[tf.Tensor], Example]:
+    """Example i as a pure function of (seed, i): a fixed blocky pattern per class plus noise, and a label
+    that is the true class with probability 1 - SYNTHETIC_LABEL_NOISE."""
+    rng = np.random.default_rng(seed)
+    # 7x7 class patterns blown up to 28x28: structure a small CNN can pick out of the noise.
+    patterns = tf.constant(np.kron(rng.random((SYNTHETIC_CLASSES, 7, 7)), np.ones((4, 4))), tf.float32)
+
+    def example(index: tf.Tensor) -> Example:
+        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
+        true_class = tf.random.stateless_uniform((), key, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
+        noise = tf.random.stateless_uniform((28, 28), key + [0, 1 << 60])
+        image = tf.cast((0.45 * tf.gather(patterns, true_class) + 0.55 * noise) * 255, tf.uint8)[..., tf.newaxis]
+        flip = tf.random.stateless_uniform((), key + [0, 2 << 60]) < SYNTHETIC_LABEL_NOISE
+        other = tf.random.stateless_uniform((), key + [0, 3 << 60], minval=1, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
+        label = tf.where(flip, (true_class + other) % SYNTHETIC_CLASSES, true_class)
+        return image, label
+
+    return example
+
+
+@dataclasses.dataclass(frozen=True)
+class Generated:
+    """Examples first_index .. first_index + size - 1 of `example`; worker k of n gets a contiguous range.
+
+    Each epoch visits the worker's range in a seeded permutation (tf.random.experimental.index_shuffle), a
+    full shuffle in constant memory, and resuming at any position generates nothing it skips.
+    """
+
+    example: Callable[[tf.Tensor], Example]
+    size: int
+    first_index: int = 0
+
+    def shard(self, index: int, count: int) -> Shard:
+        start = self.first_index + index * (self.size // count) + min(index, self.size % count)
+        size = share(self.size, index, count)
+
+        def records(seed: tf.Tensor) -> tf.data.Dataset:
+            key = tf.stack([tf.cast(seed, tf.int64), tf.constant(index, tf.int64)])
+            return tf.data.Dataset.range(size).map(
+                lambda i: start + tf.random.experimental.index_shuffle(i, key, max(size - 1, 0))
+            )
+
+        return Shard(
+            records, self.example, size, shuffled=True, reads=f"generated examples {start}..{start + size - 1}"
+        )
+
+
+@register("synthetic")
+def synthetic(config: Config) -> Source:
+    """Generated in the graph from --seed: any --train-examples (default 60,000), no files, no download."""
+    example = synthetic_example_fn(config.seed)
+    return Source(
+        train=Generated(example, config.train_examples or SYNTHETIC_TRAIN_SIZE),
+        test=Generated(example, config.test_examples or SYNTHETIC_TEST_SIZE, TEST_INDEX_OFFSET),
+        image_shape=SYNTHETIC_SHAPE,
+        num_classes=SYNTHETIC_CLASSES,
+    )
+
+
+# --- your own files: TFRecord of tf.train.Example ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFiles:
+    """TFRecord files of tf.train.Example: `image_feature` holds an encoded PNG/JPEG/GIF/BMP or raw uint8
+    bytes (HxWxC, recognised by their length), `label_feature` an int64. Images are resized to image_shape.
+
+    With at least as many files as workers, worker k reads only files k, k+n, k+2n, ... (its own), in a
+    seeded order per epoch, interleaved. With fewer files, every worker reads every file in the same order
+    and keeps every n-th record (element sharding): correct, but each reads the whole split.
+    """
+
+    files: tuple[str, ...]
+    image_shape: tuple[int, int, int]
+    image_feature: str = "image"
+    label_feature: str = "label"
+
+    def shard(self, index: int, count: int) -> Shard:
+        by_file = len(self.files) >= count
+        own = self.files[index::count] if by_file else self.files
+
+        def records(seed: tf.Tensor) -> tf.data.Dataset:
+            order = tf.data.Dataset.from_tensor_slices(list(own)).shuffle(len(own), seed=seed)
+            interleaved = order.interleave(
+                tf.data.TFRecordDataset,
+                cycle_length=min(len(own), 8),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
+            return interleaved if by_file else interleaved.shard(count, index)
+
+        fixed_order = tf.data.TFRecordDataset(list(own), num_parallel_reads=min(len(own), 8))
+        size = int(fixed_order.reduce(np.int64(0), lambda n, _: n + 1))
+        if not by_file:
+            size = share(size, index, count)
+            reads = (
+                f"all {len(own)} file(s), keeping one record in {count} (element sharding): fewer files than "
+                f"workers, so no worker can read only its own files (write at least {count} files to shard "
+                f"by file)"
+            )
+        else:
+            reads = f"its own {len(own)} of {len(self.files)} files"
+        return Shard(records, self._decode, size, shuffled=False, reads=reads, every_worker_reads_all=not by_file)
+
+    def _decode(self, serialized: tf.Tensor) -> Example:
+        parsed = tf.io.parse_single_example(
+            serialized,
+            {
+                self.image_feature: tf.io.FixedLenFeature([], tf.string),
+                self.label_feature: tf.io.FixedLenFeature([], tf.int64),
+            },
+        )
+        height, width, channels = self.image_shape
+        encoded = parsed[self.image_feature]
+        image = tf.cond(
+            tf.strings.length(encoded) == height * width * channels,
+            lambda: tf.reshape(tf.io.decode_raw(encoded, tf.uint8), self.image_shape),
+            lambda: tf.io.decode_image(encoded, channels=channels, expand_animations=False, dtype=tf.uint8),
+        )
+        image = tf.cond(
+            tf.reduce_all(tf.shape(image)[:2] == [height, width]),
+            lambda: image,
+            lambda: tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, (height, width))), 0, 255), tf.uint8),
+        )
+        return tf.ensure_shape(image, self.image_shape), parsed[self.label_feature]
+
+
+def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
+    """Every file matching the comma-separated globs, sorted (the same list on every worker)."""
+    files = sorted({path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())})
+    if not files:
+        raise DataError(
+            f"{flag} {pattern!r} matches no file; give a glob of TFRecord files (local path or any "
+            f"URL tf.io.gfile opens), e.g. {flag} 'data/train-*.tfrecord'"
+        )
+    return tuple(files)
+
+
+def parse_image_shape(text: str) -> tuple[int, int, int]:
+    try:
+        shape = tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise DataError(f"--image-shape {text!r}: give HEIGHTxWIDTHxCHANNELS, e.g. 28x28x1 or 224x224x3")
+    return shape[0], shape[1], shape[2]
+
+
+def _check_record_flags(config: Config) -> None:
+    missing = [
+        flag
+        for flag, value in (
+            ("--train-files", config.train_files),
+            ("--test-files", config.test_files),
+            ("--image-shape", config.image_shape),
+        )
+        if not value
+    ]
+    if missing or config.num_classes < 2:
+        raise DataError(
+            f"--dataset tfrecord needs {', '.join(missing + ['--num-classes (2 or more)'])}: e.g. "
+            f"--train-files 'data/train-*' --test-files 'data/test-*' --image-shape 28x28x1 "
+            f"--num-classes 10"
+        )
+    parse_image_shape(config.image_shape)
+
+
+@register("tfrecord")
+def tfrecord(config: Config) -> Source:
+    """Your own TFRecord files: --train-files/--test-files globs, --image-shape, --num-classes, and the
+    feature names --image-feature (default image) and --label-feature (default label)."""
+    shape = parse_image_shape(config.image_shape)
+    names = {"image_feature": config.image_feature, "label_feature": config.label_feature}
+    return Source(
+        train=RecordFiles(glob_files(config.train_files, "--train-files"), shape, **names),
+        test=RecordFiles(glob_files(config.test_files, "--test-files"), shape, **names),
+        image_shape=shape,
+        num_classes=config.num_classes,
+    )
+
+
+# --- TFDS -----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsSplit:
+    """A prepared TFDS split; worker k of n reads the subsplit tfds.even_splits(split, n)[k], that is only the
+    file ranges holding its 1/n of the examples (any number of shards, so no fallback is needed)."""
+
+    builder: Any  # a prepared tfds.core.DatasetBuilder
+    split: str
+
+    def shard(self, index: int, count: int) -> Shard:
+        import tensorflow_datasets as tfds
+
+        subsplit = tfds.even_splits(self.split, count)[index] if count > 1 else self.split
+        dataset = self.builder.as_dataset(split=subsplit, as_supervised=True, shuffle_files=False)
+        size = int(dataset.cardinality())
+        if size < 0:
+            size = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+        return Shard(
+            lambda seed: dataset,
+            lambda image, label: (image, label),
+            size,
+            shuffled=False,
+            reads=f"TFDS split {self.split}, part {index + 1} of {count} (tfds.even_splits)",
+        )
+
+
+def tfds_source(config: Config) -> Source:
+    """Any TFDS image-classification dataset: shape and classes from the builder's info."""
+    import tensorflow_datasets as tfds
+
+    data_dir = os.path.expanduser(config.data_dir)
+    builder = tfds.builder(config.dataset, data_dir=data_dir)
+    if config.download:
+        builder.download_and_prepare()
+    elif not builder.is_prepared():
+        raise DataError(
+            f"dataset {config.dataset!r} is not prepared under --data-dir {data_dir}. Prepare it once with "
+            f"`python -m trainer.data --dataset {config.dataset} --data-dir {data_dir}` (on the cluster, the "
+            f"data-preparation Job does this), or pass --download to a single-process run. "
+            f"--dataset synthetic needs no download."
+        )
+    features = builder.info.features
+    if "image" not in features or "label" not in features or not hasattr(features["label"], "num_classes"):
+        raise DataError(
+            f"TFDS dataset {config.dataset!r} is not image classification (it needs 'image' and a "
+            f"class 'label' feature); use --dataset tfrecord with your own files instead"
+        )
+    shape = tuple(features["image"].shape)
+    if None in shape:
+        raise DataError(
+            f"TFDS dataset {config.dataset!r} has images of varying size {shape}; export it to "
+            f"TFRecord files and train with --dataset tfrecord --image-shape HxWxC, which resizes"
+        )
+    splits = builder.info.splits
+    test_split = "validation" if "test" not in splits and "validation" in splits else "test"
+    return Source(
+        train=TfdsSplit(builder, "train"),
+        test=TfdsSplit(builder, test_split),
+        image_shape=shape,
+        num_classes=features["label"].num_classes,
+    )

@@ -1,0 +1,119 @@
+"""Each worker's input pipeline: its own shard, shuffled per epoch, in per-replica batches.
+
+Every worker builds only its shard of the split (trainer/datasets.py decides which files or ranges), so
+its memory and reading follow the shard, not the dataset. The group agrees on steps per epoch first
+(the smallest shard decides), so every worker runs the same number of steps by construction.
+
+Order: epoch e's records come in an order fixed by (seed, e, worker): a seeded file order, a deterministic
+interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
+when it is cached (--cache); an uncached generated shard is a full seeded permutation, no buffer needed.
+Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps already done
+*before* decoding them: a resume costs reading (not decoding) that many records of this worker's shard
+plus one shuffle buffer; an uncached generated shard skips for free.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from trainer.datasets import Shard
+from trainer.errors import DataError
+
+CACHES = ("auto", "memory", "disk", "none")
+# --cache auto keeps a worker's decoded shard in memory below this size: small data stays fast.
+AUTO_CACHE_BYTES = 256 * 1024 * 1024
+
+
+def epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor, worker: int) -> tf.Tensor:
+    return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 1_009 + worker
+
+
+def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
+    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none."""
+    if cache != "auto":
+        return cache
+    height, width, channels = image_shape
+    return "memory" if shard.size * height * width * channels <= AUTO_CACHE_BYTES else "none"
+
+
+def steps_per_epoch(shard_sizes: list[int], per_worker_batch: int) -> int:
+    """The steps every worker runs per epoch, given every worker's shard size: the smallest shard decides."""
+    steps = min(shard_sizes) // per_worker_batch
+    if steps < 1:
+        raise DataError(
+            f"the smallest worker's shard of the training split has {min(shard_sizes)} examples, fewer "
+            f"than one per-worker batch of {per_worker_batch}; lower --per-worker-batch-size, use "
+            f"fewer workers or more --train-examples"
+        )
+    return steps
+
+
+def train_batches(
+    shard: Shard,
+    worker: int,
+    batch_size: int,
+    examples_per_epoch: int,
+    seed: int,
+    epochs: int,
+    start_step: int,
+    steps_per_epoch: int,
+    shuffle_buffer: int,
+    cache: str,
+) -> tf.data.Dataset:
+    """This worker's batches of `batch_size` for every step from `start_step` to the end of the last epoch.
+
+    examples_per_epoch = steps_per_epoch x the worker's examples per step (all its replicas' batches);
+    cache is what cache_kind() resolved: memory, disk or none.
+    """
+    start_epoch, steps_done = divmod(start_step, steps_per_epoch)
+    skip = tf.constant(steps_done * examples_per_epoch // steps_per_epoch, tf.int64)
+    cached = _cached(shard, cache)
+
+    def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = epoch_seed(seed, epoch, worker)
+        if cached is None and shard.shuffled:
+            records = shard.records(order)
+        else:  # a cache holds the shard in one fixed order: the buffer shuffles it anew each epoch
+            records = (cached if cached is not None else shard.records(order)).shuffle(
+                shuffle_buffer, seed=order, reshuffle_each_iteration=False
+            )
+        return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
+
+    records = tf.data.Dataset.range(start_epoch, epochs).flat_map(epoch_records)
+    if cached is None:
+        records = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _deterministic(records.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+def test_batches(shard: Shard, batch_size: int, limit: int) -> tf.data.Dataset:
+    """This worker's test examples, each once, in batches; the last batch is partial (nothing is dropped or
+    repeated), and workers with fewer batches idle while the others finish."""
+    records = shard.records(tf.constant(0, tf.int64)).take(limit)
+    decoded = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _deterministic(decoded.batch(batch_size).prefetch(tf.data.AUTOTUNE))
+
+
+def _cached(shard: Shard, cache: str) -> tf.data.Dataset | None:
+    if cache == "none":
+        return None
+    decoded = shard.records(tf.constant(0, tf.int64)).map(
+        shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    if cache == "memory":
+        return decoded.cache()
+    directory = tempfile.mkdtemp(prefix="trainer-cache-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # a worker's scratch, gone with it
+    return decoded.cache(os.path.join(directory, "shard"))
+
+
+def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.deterministic = True
+    # Each worker's dataset is already its own shard: tf.distribute must not shard it again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
