@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         status.close()
     if cluster.is_distributed:
-        leave_group(cluster, config.startup_timeout)
+        leave_group(cluster, strategy, config.startup_timeout)
     return exit_codes.OK
 
 

@@ -96,7 +96,7 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
     return strategy
 
 
-def leave_group(cluster: Cluster, timeout_s: float) -> None:
+def leave_group(cluster: Cluster, strategy: tf.distribute.Strategy, timeout_s: float) -> None:
     """Ends a finished run so that no worker logs a lost peer (StartAbort UNAVAILABLE "Failed to send RPC to
     coordination service" in a peer that outlived the leader; "The following tasks are unhealthy" in a leader that
     outlived a peer by a heartbeat timeout). Python cannot reach the coordination agent's own Shutdown, whose
@@ -105,6 +105,8 @@ def leave_group(cluster: Cluster, timeout_s: float) -> None:
     once their servers stop accepting connections, at most PEERS_GONE_WAIT_S later."""
     from tensorflow.python.eager import context  # wait_at_barrier has no public name in TF 2.21
 
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return  # the barrier is for MWMS's coordinated tasks; other strategies' tasks never reach it
     try:
         context.context().wait_at_barrier("trainer_finished", int(timeout_s * 1000))
     except tf.errors.OpError as error:
