@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer.preemption import Preempted
     from trainer.preflight import check_inputs_before_the_group_forms
-    from trainer.strategy import create_strategy, is_group_failure
+    from trainer.strategy import create_strategy, is_group_failure, leave_group
     from trainer.train import train_and_evaluate
 
     try:
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.GROUP_FAILED
     finally:
         status.close()
+    if cluster.is_distributed:
+        leave_group(cluster, strategy, config.startup_timeout)
     return exit_codes.OK
 
 

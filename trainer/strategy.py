@@ -5,6 +5,9 @@ has registered with the coordination leader, rank 0. Python threads and signal
 handlers cannot bound that wait, so a small watchdog process does: if the group
 has not formed in time it prints why and kills the trainer, which exits with a
 retryable code (137) that the TFJob restarts.
+
+Leaving the group at the end is ordered too (leave_group): every worker meets at a barrier, the others exit,
+and the leader exits last, once their servers are gone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import tensorflow as tf
 
 from trainer import exit_codes
 from trainer.cluster import TRAINING_TYPES, Cluster
+from trainer.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,12 @@ _COLLECTIVES = {
     "ring": tf.distribute.experimental.CommunicationImplementation.RING,
     "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
+
+# The leader (rank 0) hosts TF 2.21's coordination service, which calls a peer dead once its heartbeats have stopped
+# for heartbeat_timeout_in_ms (10 s by default, a heartbeat every 5 s), while a peer's agent fails at once when the
+# leader's process is gone. So the leader exits after the others (whose exit took 0.7-3.6 s on a busy 2-core
+# machine), waiting for them at most this long.
+PEERS_GONE_WAIT_S = 20.0
 
 # Runs in its own interpreter: waits for the parent to close stdin (group formed, or parent gone).
 _WATCHDOG = """
@@ -84,6 +94,46 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
         watchdog.wait()
     log.info("%s joined: %d workers in sync", cluster.name, strategy.num_replicas_in_sync)
     return strategy
+
+
+def leave_group(cluster: Cluster, strategy: tf.distribute.Strategy, timeout_s: float) -> None:
+    """Ends a finished run so that no worker logs a lost peer (StartAbort UNAVAILABLE "Failed to send RPC to
+    coordination service" in a peer that outlived the leader; "The following tasks are unhealthy" in a leader that
+    outlived a peer by a heartbeat timeout). Python cannot reach the coordination agent's own Shutdown, whose
+    shutdown barrier would do this: TF 2.21 calls it only when the C++ eager context is destroyed, and Python never
+    destroys it. So: every worker waits at a barrier, then the others return (and exit), and the leader returns
+    once their servers stop accepting connections, at most PEERS_GONE_WAIT_S later."""
+    from tensorflow.python.eager import context  # wait_at_barrier has no public name in TF 2.21
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return  # the barrier is for MWMS's coordinated tasks; other strategies' tasks never reach it
+    try:
+        context.context().wait_at_barrier("trainer_finished", int(timeout_s * 1000))
+    except tf.errors.OpError as error:
+        log.warning("%s: the group did not reach the end together (%s); exiting anyway", cluster.name,
+                    first_line(error))
+        return
+    if cluster.is_chief:
+        _wait_until_gone([address for rank, address in enumerate(cluster.training_addresses) if rank != cluster.rank],
+                         time.monotonic() + PEERS_GONE_WAIT_S)
+
+
+def _wait_until_gone(addresses: list[str], deadline: float) -> None:
+    """Waits until no process listens at these host:port addresses any more (or the deadline passes)."""
+    pending = list(addresses)
+    while pending and time.monotonic() < deadline:
+        pending = [address for address in pending if _listening(address)]
+        if pending:
+            time.sleep(0.05)
+
+
+def _listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:  # refused, unreachable, timed out or no longer in DNS: the peer is gone
+        return False
 
 
 def is_group_failure(error: BaseException) -> bool:

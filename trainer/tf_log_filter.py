@@ -45,6 +45,7 @@ def install() -> None:
     real_stderr = os.dup(2)
     proc = subprocess.Popen([sys.executable, "-m", "trainer.tf_log_filter"], stdin=subprocess.PIPE,
                             stdout=real_stderr, start_new_session=True)
+    assert proc.stdin is not None  # stdin=PIPE
     os.dup2(proc.stdin.fileno(), 2)
     proc.stdin.close()
 

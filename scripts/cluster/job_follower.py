@@ -5,11 +5,77 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from scripts.common.manifest import TFJOB_CONTAINER
 
 FINISHED = ("Succeeded", "Failed")
+# How long one API call may keep failing transiently before following gives up, and the back-off between tries.
+RETRY_BUDGET_S, FIRST_RETRY_S, LONGEST_RETRY_S = 300.0, 1.0, 30.0
+
+
+class LostContact(Exception):
+    """An API call failed for good (not transient, or transient for longer than the budget); the job may run on."""
+
+
+def _chain(error: BaseException):
+    """The error and what caused it: the SDK wraps the client's ApiException in RuntimeError/TimeoutError."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def api_status(error: BaseException) -> int | None:
+    """The HTTP status of the API server's answer behind an error, None if no answer came."""
+    from kubernetes.client.exceptions import ApiException
+
+    return next((cause.status for cause in _chain(error) if isinstance(cause, ApiException) and cause.status), None)
+
+
+def transient_reason(error: BaseException) -> str | None:
+    """Why a failed call is worth repeating: HTTP 5xx or 429, a connection error or a timeout. None otherwise
+    (401/403/404/409 and other answers, TLS and configuration errors are not transient)."""
+    import urllib3.exceptions
+
+    status = api_status(error)
+    if status is not None:
+        return describe(error) if status == 429 or status >= 500 else None
+    causes = list(_chain(error))
+    if any(isinstance(cause, urllib3.exceptions.SSLError) for cause in causes):
+        return None
+    for cause in causes:
+        if isinstance(cause, urllib3.exceptions.MaxRetryError) and isinstance(cause.reason,
+                                                                               urllib3.exceptions.SSLError):
+            return None
+        if isinstance(cause, (ConnectionError, TimeoutError, urllib3.exceptions.ProtocolError,
+                              urllib3.exceptions.MaxRetryError, urllib3.exceptions.TimeoutError)):
+            return describe(cause)
+    return None
+
+
+def api_errors() -> tuple[type[BaseException], ...]:
+    """What a call through the Kubernetes client raises when the server answers an error or cannot be reached."""
+    import urllib3.exceptions
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException, urllib3.exceptions.HTTPError, OSError
+
+
+def describe(error: BaseException) -> str:
+    """One line: the server's status and message when it answered, else the error's first line."""
+    from kubernetes.client.exceptions import ApiException
+
+    for cause in _chain(error):
+        if isinstance(cause, ApiException) and cause.status:
+            try:
+                message = json.loads(cause.body or "{}").get("message", "")
+            except (ValueError, AttributeError):
+                message = ""
+            return f"HTTP {cause.status} {cause.reason or ''}".rstrip() + (f": {message}" if message else "")
+    return f"{type(error).__name__}: " + (str(error).splitlines() or [""])[0]
 
 
 def sortable_timestamp(stamp: str) -> str:
@@ -22,18 +88,57 @@ class JobFollower:
     """Reads one TFJob through the Kubeflow SDK and its pods through the Kubernetes API."""
 
     def __init__(self, training_client, core_api, name: str, namespace: str,
-                 out: Callable[[str], None] = print):
+                 out: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, retry_budget_s: float = RETRY_BUDGET_S):
         self.training = training_client
         self.core = core_api
         self.name = name
         self.namespace = namespace
         self.out = out
+        self.sleep = sleep
+        self.clock = clock
+        self.retry_budget_s = retry_budget_s
         self._shown_conditions: set[tuple] = set()
         self._last_log_stamp = ""
 
-    def conditions(self) -> list[Any]:
-        job = self.training.get_job(self.name, namespace=self.namespace)
+    def call(self, what: str, function: Callable[..., Any], *args, **kwargs) -> Any:
+        """function(*args, **kwargs), repeated with back-off while it fails transiently (transient_reason), for at
+        most retry_budget_s; LostContact when it fails otherwise or for longer."""
+        first_failure, delay = None, FIRST_RETRY_S
+        while True:
+            try:
+                return function(*args, **kwargs)
+            except Exception as error:
+                reason = transient_reason(error)
+                if reason is None:
+                    raise LostContact(f"{what} failed: {describe(error)}") from error
+                now = self.clock()
+                first_failure = now if first_failure is None else first_failure
+                if now - first_failure >= self.retry_budget_s:
+                    raise LostContact(f"{what} kept failing for {now - first_failure:.0f} s: {reason}") from error
+                self.out(f"[{self.name}] {what} failed ({reason}); retrying in {delay:.0f} s")
+                self.sleep(delay)
+                delay = min(2 * delay, LONGEST_RETRY_S)
+
+    def job(self) -> Any:
+        return self.call(f"reading TFJob {self.name}", self.training.get_job, self.name, namespace=self.namespace)
+
+    def conditions(self, job: Any = None) -> list[Any]:
+        job = job or self.job()
         return list((job.status and job.status.conditions) or [])
+
+    def current_state(self) -> str | None:
+        """None when no TFJob of this name exists, else Deleting (being deleted), Succeeded, Failed or Running
+        (not finished yet)."""
+        try:
+            job = self.job()
+        except LostContact as lost:
+            if api_status(lost) == 404:
+                return None
+            raise
+        if job.metadata and job.metadata.deletion_timestamp:
+            return "Deleting"
+        return self.finished_state(self.conditions(job)) or "Running"
 
     def finished_state(self, conditions: list[Any]) -> str | None:
         for condition in conditions:
@@ -42,8 +147,9 @@ class JobFollower:
         return None
 
     def follow(self, timeout_s: float = 0, poll_s: float = 5.0) -> str:
-        """Prints progress until the job finishes; returns Succeeded, Failed or Timeout (timeout_s > 0)."""
-        started = time.monotonic()
+        """Prints progress until the job finishes; returns Succeeded, Failed or Timeout (timeout_s > 0).
+        Transient API errors are retried (call); LostContact when the API stays unreachable."""
+        started = self.clock()
         while True:
             conditions = self.conditions()
             self._print_new_conditions(conditions)
@@ -51,9 +157,9 @@ class JobFollower:
             state = self.finished_state(conditions)
             if state:
                 return state
-            if timeout_s and time.monotonic() - started > timeout_s:
+            if timeout_s and self.clock() - started > timeout_s:
                 return "Timeout"
-            time.sleep(poll_s)
+            self.sleep(poll_s)
 
     def _print_new_conditions(self, conditions: list[Any]) -> None:
         for condition in conditions:
@@ -67,8 +173,14 @@ class JobFollower:
         selector = f"training.kubeflow.org/job-name={self.name}"
         if chief_only:
             selector += ",training.kubeflow.org/job-role=master"
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        pods = self.call(f"listing the pods of {self.name}", self.core.list_namespaced_pod, self.namespace,
+                         label_selector=selector).items
         return sorted(pods, key=lambda pod: pod.metadata.name)
+
+    def services(self) -> list[Any]:
+        """The per-replica Services the operator made for this job (not the project's own status Service)."""
+        return self.call(f"listing the services of {self.name}", self.core.list_namespaced_service, self.namespace,
+                         label_selector=f"training.kubeflow.org/job-name={self.name}").items
 
     def _print_chief_logs(self, poll_s: float) -> None:
         for pod in self.pods(chief_only=True):
@@ -76,7 +188,7 @@ class JobFollower:
                 continue
             try:
                 text = self._log(pod.metadata.name, timestamps=True, since_seconds=int(max(60, 4 * poll_s)))
-            except Exception:  # the pod may be between restarts; the next poll reads it
+            except api_errors():  # the pod may be between restarts; the next poll reads it
                 continue
             for line in text.splitlines():
                 stamp, _, message = line.partition(" ")
@@ -116,7 +228,7 @@ class JobFollower:
                      f"last {tail_lines} log lines ---")
             try:
                 self.out(self._log(pod.metadata.name, tail_lines=tail_lines).rstrip())
-            except Exception as error:
+            except api_errors() as error:
                 self.out(f"(no logs: {error})")
 
     def chief_status(self, service: str, port_name: str = "status") -> dict[str, Any] | None:
@@ -125,5 +237,5 @@ class JobFollower:
             response = self.core.connect_get_namespaced_service_proxy_with_path(
                 f"{service}:{port_name}", self.namespace, "status", _preload_content=False)
             return json.loads(response.data)
-        except Exception:  # not running yet, or finished: the caller says so
+        except (*api_errors(), ValueError):  # not running yet, or finished: the caller says so
             return None

@@ -1,14 +1,17 @@
 """Submits the project's TFJob to the current kubectl context and follows it (make submit).
 
 Steps: render k8s/ with kubectl kustomize; apply the command line; check the TFJob
-against the operator's webhook rules and the trainer's own flag parser; import the
-image into k3d; apply the volume claim and the chief's status Service; prepare the
-dataset on the volume (an idempotent Job that exits at once when the data is there);
-create the TFJob with the Kubeflow SDK; follow it to the end.
+against the operator's webhook rules and the trainer's own flag parser; refuse if a
+TFJob of the same name is still running; import the image into k3d; apply the volume
+claim and the chief's status Service; prepare the dataset on the volume (an idempotent
+Job that exits at once when the data is there); delete a finished TFJob of the same
+name and wait until its pods and services are gone; create the TFJob with the Kubeflow
+SDK; follow it to the end. API calls that fail transiently (HTTP 5xx or 429, connection
+errors, timeouts) are retried with back-off for up to 5 minutes.
 
 Exit codes: 0 the job succeeded; 1 the job failed; 2 bad command line or manifest;
-3 a cluster step failed before the job started; 4 stopped following (--timeout or
-Ctrl-C) while the job still runs.
+3 a cluster step failed before the job was created; 4 stopped following (--timeout,
+Ctrl-C, or the API server unreachable for too long) while the job may still run.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ import sys
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
+from . import job_follower
 from . import steps as cluster_steps
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
 SETTINGS = project_settings.load()
 # The image room's build script names the image and the container tool; submit asks it for the tool only.
 BUILD_IMAGE = project_settings.ROOT / "scripts" / "image" / "build-image.sh"
+# How long a finished job's pods may take to go (their grace period, then the garbage collector), and the poll.
+OLD_JOB_GONE_S, OLD_JOB_POLL_S = 180.0, 2.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -89,20 +95,16 @@ def core_api():
     return kubernetes.client.CoreV1Api()
 
 
-def follower(namespace: str):
-    from .job_follower import JobFollower
-
-    return JobFollower(training_client(namespace), core_api(), SETTINGS["JOB_NAME"], namespace)
+def follower(namespace: str) -> job_follower.JobFollower:
+    return job_follower.JobFollower(training_client(namespace), core_api(), SETTINGS["JOB_NAME"], namespace)
 
 
 def show_status(namespace: str) -> int:
     watcher = follower(namespace)
-    try:
-        conditions = watcher.conditions()
-    except RuntimeError:
+    if watcher.current_state() is None:
         print(f"no TFJob {SETTINGS['JOB_NAME']} in namespace {namespace} (make submit creates it)")
         return EXIT_FAILED
-    for condition in conditions:
+    for condition in watcher.conditions():
         print(f"{condition.last_transition_time}  {condition.type}={condition.status}  {condition.message or ''}")
     for pod in watcher.pods():
         restarts = sum(status.restart_count for status in (pod.status.container_statuses or []))
@@ -112,14 +114,21 @@ def show_status(namespace: str) -> int:
     return EXIT_SUCCEEDED
 
 
+def foreground():
+    """Delete options under which the API server keeps the object until its pods and services are deleted."""
+    from kubernetes.client import V1DeleteOptions
+
+    return V1DeleteOptions(propagation_policy="Foreground")
+
+
 def delete_job(namespace: str) -> int:
     try:
-        training_client(namespace).delete_job(SETTINGS["JOB_NAME"], namespace=namespace)
+        training_client(namespace).delete_job(SETTINGS["JOB_NAME"], namespace=namespace, delete_options=foreground())
     except RuntimeError as error:
         print(f"could not delete TFJob {SETTINGS['JOB_NAME']}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"deleted TFJob {SETTINGS['JOB_NAME']}; the volume {SETTINGS['VOLUME_CLAIM']} and its model stay "
-          f"(make fetch-model copies them out)")
+    print(f"deleting TFJob {SETTINGS['JOB_NAME']} and its pods (they stop within their grace period); the volume "
+          f"{SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)")
     return EXIT_SUCCEEDED
 
 
@@ -147,36 +156,55 @@ def container_tool() -> str:
                           check=True).stdout.strip()
 
 
-def replace_finished_job(watcher) -> None:
-    """A TFJob name is unique: a finished job of the same name is deleted first, a running one is not."""
-    import time
+def earlier_job(watcher: job_follower.JobFollower) -> str | None:
+    """The state of a TFJob of the same name (None: there is none; Deleting: make delete is under way); refuses one
+    that is still running, before anything on the cluster changes."""
+    state = watcher.current_state()
+    if state == "Running":
+        raise cluster_steps.StepError(
+            f"TFJob {watcher.name} is still running in {watcher.namespace}: follow it with `make status`, or "
+            f"`make delete` it first")
+    return state
 
-    name, namespace = watcher.name, watcher.namespace
-    try:
-        conditions = watcher.conditions()
-    except RuntimeError:
-        return
-    if watcher.finished_state(conditions) is None:
-        raise tfjob_manifest.ManifestError(
-            f"TFJob {name} is still running in {namespace}: follow it with `make status`, or `make delete` it first")
-    print(f"deleting the finished TFJob {name} from an earlier run")
-    watcher.training.delete_job(name, namespace=namespace)
-    for _ in range(60):
-        try:
-            watcher.conditions()
-        except RuntimeError:
+
+def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> None:
+    """A TFJob name is unique, and so are its pods' and services' names: a finished TFJob goes first with its pods
+    and services (Foreground: the API server keeps the TFJob until the garbage collector has deleted them), and
+    what an earlier deletion (make delete) left terminating is waited for, before the new job is created."""
+    name = watcher.name
+    if state in job_follower.FINISHED:
+        print(f"deleting the {state.lower()} TFJob {name} from an earlier run, and its pods and services")
+        watcher.call(f"deleting TFJob {name}", watcher.training.delete_job, name, namespace=watcher.namespace,
+                     delete_options=foreground())
+    started, announced = watcher.clock(), state in job_follower.FINISHED
+    while True:
+        left = [f"pod/{pod.metadata.name}" for pod in watcher.pods()]
+        left += [f"service/{service.metadata.name}" for service in watcher.services()]
+        if watcher.current_state() is not None:
+            left.append(f"tfjob/{name}")
+        if not left:
             return
-        time.sleep(2)
-    raise tfjob_manifest.ManifestError(f"TFJob {name} is still being deleted after 2 minutes; try again shortly")
+        if not announced:
+            print(f"waiting for what is left of an earlier TFJob {name} to go: {', '.join(left)}")
+            announced = True
+        if watcher.clock() - started >= OLD_JOB_GONE_S:
+            raise cluster_steps.StepError(
+                f"the earlier TFJob {name} is not gone after {OLD_JOB_GONE_S:.0f} s, still there: {', '.join(left)}. "
+                f"Pods stop after their grace period; see `kubectl get pods,svc,tfjob -n {watcher.namespace} "
+                f"-l training.kubeflow.org/job-name={name}` and run make submit again once they are gone")
+        watcher.sleep(OLD_JOB_POLL_S)
 
 
 def submit(objects: list[dict], args: argparse.Namespace) -> int:
     context = cluster_steps.current_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
+    watcher = follower(args.namespace)
+    earlier = earlier_job(watcher)
     if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
         cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], container_tool())
     else:
-        print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}")
+        print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull "
+              f"{args.image}")
     cluster_steps.apply(tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
                         + [tfjob_manifest.the_one(objects, "Service", component="training")], args.namespace)
     if args.tensorboard:
@@ -186,8 +214,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(f"TensorBoard: kubectl port-forward -n {args.namespace} svc/{SETTINGS['JOB_NAME']}-tensorboard 6006:6006")
     prepare_data(objects, args)
 
-    watcher = follower(args.namespace)
-    replace_finished_job(watcher)
+    delete_earlier_job(watcher, earlier)
     watcher.training.create_job(job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")),
                                 namespace=args.namespace)
     print(f"created TFJob {SETTINGS['JOB_NAME']} with {args.workers} worker(s) running {args.image}")
@@ -196,15 +223,22 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         state = watcher.follow(timeout_s=args.timeout)
     except KeyboardInterrupt:
         state = "Interrupted"
+    except job_follower.LostContact as lost:
+        print(f"error: {lost}", file=sys.stderr)
+        state = "lost contact with the API server"
     if state == "Succeeded":
         print(f"TFJob {SETTINGS['JOB_NAME']} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
               f"{SETTINGS['TRAINER_MODEL_DIR']}: `make fetch-model` copies it to ./artifacts/")
         return EXIT_SUCCEEDED
     if state == "Failed":
         print(f"TFJob {SETTINGS['JOB_NAME']} failed", file=sys.stderr)
-        watcher.failure_report()
+        try:
+            watcher.failure_report()
+        except job_follower.LostContact as lost:
+            print(f"no failure report: {lost}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"stopped following ({state}); TFJob {SETTINGS['JOB_NAME']} keeps running: `make status`, `make logs`")
+    print(f"stopped following ({state}); TFJob {SETTINGS['JOB_NAME']} may still be running: `make status`, "
+          f"`make logs`")
     return EXIT_STILL_RUNNING
 
 
@@ -213,8 +247,9 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
     import kubernetes
     import urllib3
 
-    return (cluster_steps.StepError, tfjob_manifest.ManifestError, RuntimeError, TimeoutError,
-            kubernetes.config.ConfigException, kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
+    return (cluster_steps.StepError, tfjob_manifest.ManifestError, job_follower.LostContact, RuntimeError,
+            TimeoutError, kubernetes.config.ConfigException, kubernetes.client.ApiException,
+            urllib3.exceptions.HTTPError)
 
 
 def main(argv: list[str] | None = None) -> int:

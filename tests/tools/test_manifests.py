@@ -13,9 +13,10 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SETTINGS = project_settings.load()
 # Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/settings.env).
@@ -37,7 +38,7 @@ def component(objects: list[dict], kind: str, name: str) -> dict:
 
 
 def env_of(container: dict) -> dict[str, str]:
-    return {entry["name"]: entry["value"] for entry in container.get("env", [])}
+    return {entry["name"]: entry["value"] for entry in container.get("env", []) if "value" in entry}
 
 
 def validate_core_object(obj: dict) -> None:
@@ -215,6 +216,19 @@ def test_run_policy_matches_the_trainer_exit_codes(tfjob):
     assert policy["backoffLimit"] >= 1 and policy["activeDeadlineSeconds"] > 0
     assert policy["ttlSecondsAfterFinished"] >= 86400
     assert tfjob["spec"]["successPolicy"] == "AllWorkers"
+
+
+def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
+    # TensorFlow would size its pools to the node's cores and be throttled to the limit; the kubelet writes
+    # the limit (whole CPUs, rounded up) into TRAINER_THREADS, which the trainer's --threads reads.
+    container = tfjob_manifest.trainer_container(tfjob)
+    (threads,) = [entry for entry in container["env"] if entry["name"] == "TRAINER_THREADS"]
+    assert threads == {"name": "TRAINER_THREADS", "valueFrom": {"resourceFieldRef": {
+        "containerName": tfjob_manifest.TFJOB_CONTAINER, "resource": "limits.cpu", "divisor": "1"}}}
+    assert "cpu" in container["resources"]["limits"]
+    from trainer.config import parse_config
+
+    assert parse_config([], {"TRAINER_THREADS": "2"}).threads == 2
 
 
 def test_every_container_has_resource_requests_and_a_memory_limit(rendered):

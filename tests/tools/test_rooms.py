@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
 ROOM_TESTS = {
     "bench": ["tests/tools/test_bench.py"],
-    "cluster": ["tests/tools/test_submit.py", "tests/tools/test_cluster_scripts.py"],
+    "cluster": ["tests/tools/test_submit.py", "tests/tools/test_submit_api.py", "tests/tools/test_cluster_scripts.py"],
 }
 IMPORT_EVERY_MODULE = """
 import pkgutil, importlib, scripts
@@ -68,7 +68,7 @@ def test_no_module_touches_sys_path():
 @pytest.mark.parametrize("room", sorted(ROOM_TESTS))
 def test_the_project_works_without_an_optional_room(tmp_path, room):
     project = copy_without(room, tmp_path / "project")
-    run = dict(cwd=project, capture_output=True, text=True, timeout=300)
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 300}
 
     imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
     assert imported.returncode == 0, imported.stderr[-3000:]

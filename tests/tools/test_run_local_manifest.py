@@ -1,5 +1,6 @@
 """How run-local reads a pod template: env and its references, volumes, commands, ports and overrides."""
 
+import math
 import os
 import pathlib
 import sys
@@ -70,6 +71,33 @@ def test_value_from_a_config_map_key_and_the_containers_resources():
     assert problems.errors == []
 
 
+@pytest.mark.parametrize("limits, ref, expected", [
+    ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1"}, "2"),
+    ({"cpu": "0.1"}, {"resource": "limits.cpu"}, "1"),
+    ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1m"}, "1500"),
+    ({"memory": "1G"}, {"resource": "limits.memory", "divisor": "1Mi"}, "954"),
+    ({"memory": "1000Ki"}, {"resource": "limits.memory", "divisor": "1Mi"}, "1"),
+])
+def test_resource_fields_are_rounded_up_to_the_divisor_as_the_kubelet_does(limits, ref, expected):
+    # kubernetes pkg/api/v1/resource/helpers.go: convertResourceCPUToString and convertResourceMemoryToString
+    # return math.Ceil(value / divisor) (CPU in millicores, memory in bytes).
+    container = {"name": "tensorflow", "resources": {"limits": limits},
+                 "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}]}
+    problems = Problems()
+    assert EnvResolver({}).resolve(container, {"containers": [container]}, "w", problems) == {"V": expected}
+    assert problems.errors == []
+
+
+def test_each_replica_of_the_project_gets_the_threads_the_kubelet_would_give_its_pod(tmp_path):
+    project = manifests.parse(render(), "k8s")
+    problems = Problems()
+    replicas = Planner(project, tmp_path, problems).replicas()
+    assert problems.errors == [] and len(replicas) >= 2
+    (job,) = [obj for obj in render() if obj["kind"] == "TFJob"]
+    limit = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    assert [plan.env["TRAINER_THREADS"] for _, plan in replicas] == [str(math.ceil(float(limit)))] * len(replicas)
+
+
 def test_an_unset_cpu_limit_reads_as_this_machines_cores():
     container = {"name": "tensorflow",
                  "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
@@ -133,7 +161,8 @@ def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_
 def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
     container = {"name": "tensorflow", "image": "img", "command": ["python", "-m", "trainer"],
                  "args": ["--model-dir=/mnt/training/model", "--data-dir", "$(DATA)", "--other=/mnt/trainingX"],
-                 "env": [{"name": "DATA", "value": "/mnt/training/data"}, {"name": "LIST", "value": "/mnt/training/a:/x"}]}
+                 "env": [{"name": "DATA", "value": "/mnt/training/data"},
+                         {"name": "LIST", "value": "/mnt/training/a:/x"}]}
     planner = Planner(parsed(tfjob(container)), tmp_path / "job", Problems())
     (_, plan), _ = planner.replicas()
     local = str((tmp_path / "job").resolve())
@@ -181,8 +210,10 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
     container = {"name": "tensorflow", "image": "img", "args": ["--dataset=mnist"],
                  "env": [{"name": "TRAINER_EPOCHS", "value": "5"}]}
     prep = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
-            "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
-    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1, trainer_args=["--seed", "7"])
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
+    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1,
+                        trainer_args=["--seed", "7"])
     result = manifests.parse(objects, "test")
     worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     tf_container = worker["template"]["spec"]["containers"][0]

@@ -60,14 +60,29 @@ def test_a_healthy_cpu_run_prints_no_tensorflow_warning_or_error(tmp_path):
     assert "finished: test accuracy" in result.stdout
 
 
-@pytest.mark.slow
-def test_a_healthy_two_worker_run_prints_no_tensorflow_warning_or_error_until_it_finishes(tmp_path):
-    # Before: also "Input of GeneratorDatasetOp::Dataset will not be optimized" from tf.distribute's iterator.
-    # After "finished", a worker that outlives the coordination leader may still log a heartbeat error
-    # (the MWMS shutdown race): not filtered, and not covered here.
-    finished = run_group(2, ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "512",
-                             "--test-examples", "128", "--model-dir", str(tmp_path / "m")])
+def two_worker_run(tmp_path, module: str = "trainer", env: dict[str, str] | None = None) -> dict:
+    return run_group(2, ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "512",
+                         "--test-examples", "128", "--model-dir", str(tmp_path / "m")], module=module, env=env)
+
+
+def assert_clean_until_exit(finished: dict) -> None:
+    """Each worker's whole output, to its exit, has its finished line and no TensorFlow warning or error."""
     for worker in finished.values():
         assert worker.returncode == 0, worker.output[-3000:]
-        before_the_end = worker.output.split(f"{worker.name} finished:")[0]
-        assert tf_warnings_and_errors(before_the_end) == [], worker.name
+        assert f"{worker.name} finished:" in worker.output
+        assert tf_warnings_and_errors(worker.output) == [], worker.name
+
+
+@pytest.mark.slow
+def test_a_healthy_two_worker_run_prints_no_tensorflow_warning_or_error_until_both_exit(tmp_path):
+    # Before: also "Input of GeneratorDatasetOp::Dataset will not be optimized" from tf.distribute's iterator.
+    assert_clean_until_exit(two_worker_run(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("late, seconds", [("0", "20"), ("1", "3")], ids=["leader-last", "peer-last"])
+def test_workers_that_finish_apart_leave_the_group_without_a_lost_peer_error(tmp_path, late, seconds):
+    # Before, after both finished lines: the leader, still up 10 s after its peer exited, logged "StartAbort
+    # UNAVAILABLE ... The following tasks are unhealthy (stopped sending heartbeats)"; a peer still up when the
+    # leader exited logged "StartAbort UNAVAILABLE: Failed to send RPC to coordination service".
+    assert_clean_until_exit(two_worker_run(tmp_path, "late_finisher", {"LATE_TASK": late, "LATE_S": seconds}))
