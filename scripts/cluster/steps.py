@@ -1,7 +1,7 @@
 """The cluster-side steps before a TFJob starts: image import, apply, data preparation.
 
 They shell out to the tools the user already has (kubectl, k3d, the container tool that
-built the image), so what runs is what the README tells the user to run by hand.
+built the image), so what runs is what docs/cluster.md tells the user to run by hand.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run(command: list[str], stdin: str | None = None, check: bool = True,
         quiet: bool = False) -> subprocess.CompletedProcess:
     """Runs a command (echoed with its output unless quiet); StepError with its stderr if it fails."""
     if shutil.which(command[0]) is None:
-        raise StepError(f"{command[0]} is not installed or not on PATH (see README, 'Cluster walk-through')")
+        raise StepError(f"{command[0]} is not installed or not on PATH (see docs/cluster.md)")
     if not quiet:
         print("+ " + " ".join(command), flush=True)
     result = subprocess.run(command, input=stdin, capture_output=True, text=True)
