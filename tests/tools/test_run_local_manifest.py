@@ -133,7 +133,8 @@ def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_
 def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
     container = {"name": "tensorflow", "image": "img", "command": ["python", "-m", "trainer"],
                  "args": ["--model-dir=/mnt/training/model", "--data-dir", "$(DATA)", "--other=/mnt/trainingX"],
-                 "env": [{"name": "DATA", "value": "/mnt/training/data"}, {"name": "LIST", "value": "/mnt/training/a:/x"}]}
+                 "env": [{"name": "DATA", "value": "/mnt/training/data"},
+                         {"name": "LIST", "value": "/mnt/training/a:/x"}]}
     planner = Planner(parsed(tfjob(container)), tmp_path / "job", Problems())
     (_, plan), _ = planner.replicas()
     local = str((tmp_path / "job").resolve())
@@ -181,8 +182,10 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
     container = {"name": "tensorflow", "image": "img", "args": ["--dataset=mnist"],
                  "env": [{"name": "TRAINER_EPOCHS", "value": "5"}]}
     prep = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
-            "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
-    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1, trainer_args=["--seed", "7"])
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
+    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1,
+                        trainer_args=["--seed", "7"])
     result = manifests.parse(objects, "test")
     worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     tf_container = worker["template"]["spec"]["containers"][0]
@@ -190,7 +193,9 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
     assert tf_container["args"] == ["--dataset=synthetic", "--seed", "7"]
     assert {"name": "TRAINER_EPOCHS", "value": "1"} in tf_container["env"]
     assert {"name": "TRAINER_DATASET", "value": "synthetic"} in tf_container["env"]
-    assert result.jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"] == ["--dataset", "synthetic"]
+    # The data preparation reads the trainer's flags, so it gets the same ones (the files it checks).
+    prep_args = result.jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert prep_args == ["--dataset", "synthetic", "--seed", "7"]
 
 
 @pytest.mark.parametrize("change, message", [
