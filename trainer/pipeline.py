@@ -100,11 +100,14 @@ def train_batches(
     return _deterministic(batches.prefetch(tf.data.AUTOTUNE))
 
 
-def test_batches(shard: Shard, batch_size: int, limit: int) -> tf.data.Dataset:
+def test_batches(shard: Shard, batch_size: int, limit: int, cache: str = "none") -> tf.data.Dataset:
     """This worker's test examples, each once, in batches; the last batch is partial (nothing is dropped or
-    repeated), and workers with fewer batches idle while the others finish."""
+    repeated), and workers with fewer batches idle while the others finish. cache (as cache_kind() resolved
+    it for this shard) keeps the decoded examples for the evaluations after the first."""
     records = shard.records(tf.constant(0, tf.int64)).take(limit)
     decoded = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if cache != "none":
+        decoded = _stored(decoded, cache)
     return _deterministic(decoded.batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
@@ -114,6 +117,11 @@ def _cached(shard: Shard, cache: str) -> tf.data.Dataset | None:
     decoded = shard.records(tf.constant(0, tf.int64)).map(
         shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
+    return _stored(decoded, cache)
+
+
+def _stored(decoded: tf.data.Dataset, cache: str) -> tf.data.Dataset:
+    """decoded, filled once and then read from memory or from a scratch file (cache: memory or disk)."""
     if cache == "memory":
         return decoded.cache()
     directory = tempfile.mkdtemp(prefix="trainer-cache-")
