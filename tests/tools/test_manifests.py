@@ -13,10 +13,10 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
 # Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/settings.env).
 K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
