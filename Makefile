@@ -38,7 +38,7 @@ endif
 .PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
 
 help: ## list the targets
-	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON_FOR_VENV) -m venv $(VENV)

@@ -127,7 +127,8 @@ def _parse_bool(text: str, source: str) -> bool:
 
 def _from_env(field: dataclasses.Field, environ: dict[str, str]) -> Any:
     env = _env_name(field.name)
-    if env not in environ:
+    # Empty is unset: k8s/settings.env leaves the optional data settings empty, and the manifests carry them.
+    if not environ.get(env):
         return field.default
     text = environ[env]
     if field.type == "bool":

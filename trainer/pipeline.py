@@ -76,25 +76,38 @@ def train_batches(
 
     def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
         order = epoch_seed(seed, epoch, worker)
-        if cached is None and shard.shuffled:
-            records = shard.records(order)
-        else:  # a cache holds the shard in one fixed order: the buffer shuffles it anew each epoch
-            records = (cached if cached is not None else shard.records(order)).shuffle(
-                shuffle_buffer, seed=order, reshuffle_each_iteration=False
-            )
+        records = shard.records(order)
+        if not shard.shuffled:
+            records = records.shuffle(shuffle_buffer, seed=order, reshuffle_each_iteration=False)
         return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
 
-    records = tf.data.Dataset.range(start_epoch, epochs).flat_map(epoch_records)
+    def epoch_cached_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        # A cache holds the shard in one fixed order: the buffer shuffles it anew each epoch. Batched before
+        # take/skip (whole batches, since an epoch and a skip are whole steps), so those cost per batch.
+        assert cached is not None
+        shuffled = cached.shuffle(shuffle_buffer, seed=epoch_seed(seed, epoch, worker), reshuffle_each_iteration=False)
+        batches = shuffled.batch(batch_size, drop_remainder=True).take(examples_per_epoch // batch_size)
+        return batches.skip(tf.where(epoch == start_epoch, skip // batch_size, 0))
+
+    epochs_range = tf.data.Dataset.range(start_epoch, epochs)
     if cached is None:
-        records = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return _deterministic(records.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+        records = epochs_range.flat_map(epoch_records)  # skipped records are never decoded
+        batches = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(
+            batch_size, drop_remainder=True
+        )
+    else:
+        batches = epochs_range.flat_map(epoch_cached_batches)
+    return _deterministic(batches.prefetch(tf.data.AUTOTUNE))
 
 
-def test_batches(shard: Shard, batch_size: int, limit: int) -> tf.data.Dataset:
+def test_batches(shard: Shard, batch_size: int, limit: int, cache: str = "none") -> tf.data.Dataset:
     """This worker's test examples, each once, in batches; the last batch is partial (nothing is dropped or
-    repeated), and workers with fewer batches idle while the others finish."""
+    repeated), and workers with fewer batches idle while the others finish. cache (as cache_kind() resolved
+    it for this shard) keeps the decoded examples for the evaluations after the first."""
     records = shard.records(tf.constant(0, tf.int64)).take(limit)
     decoded = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if cache != "none":
+        decoded = _stored(decoded, cache)
     return _deterministic(decoded.batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
@@ -104,6 +117,11 @@ def _cached(shard: Shard, cache: str) -> tf.data.Dataset | None:
     decoded = shard.records(tf.constant(0, tf.int64)).map(
         shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
+    return _stored(decoded, cache)
+
+
+def _stored(decoded: tf.data.Dataset, cache: str) -> tf.data.Dataset:
+    """decoded, filled once and then read from memory or from a scratch file (cache: memory or disk)."""
     if cache == "memory":
         return decoded.cache()
     directory = tempfile.mkdtemp(prefix="trainer-cache-")

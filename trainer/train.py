@@ -77,8 +77,9 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         train_shard, cluster.rank, context.get_per_replica_batch_size(global_batch_size),
         steps_per_epoch * config.per_worker_batch_size, config.seed, config.epochs, min(start_step, total_steps),
         steps_per_epoch, config.shuffle_buffer, cache))
+    test_cache = pipeline.cache_kind(config.cache, test_shard, source.image_shape)
     test_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.test_batches(
-        test_shard, context.get_per_replica_batch_size(global_batch_size), test_size))
+        test_shard, context.get_per_replica_batch_size(global_batch_size), test_size, test_cache))
     iterator = iter(train_batches)
     train_steps, evaluate = _step_functions(strategy, model, optimizer, metrics, global_batch_size, test_batches)
 

@@ -6,7 +6,12 @@ Runs, interleaved round by round so machine drift hits every variant alike:
   peer_two_workers     scripts/bench/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
 Each run reports steady-state examples/s (warm-up excluded), seconds from process
 start to the first finished step, and the peak RSS of every worker (from the
-kernel's accounting of the exited process). Writes bench/results.json and
+kernel's accounting of the exited process). Then, on TFRecord files written by trainer.records (PNG),
+interleaved the same way:
+  input_pipeline       worker 0 of 2's input pipeline alone (scripts/bench/input_pipeline.py, decode included)
+  trainer_on_files     python -m trainer, two local workers on the same files, --cache none
+and the ratio of the first to the second's examples/s per worker (the step's demand on one worker's input),
+which must be at least 3: input never starves the step. Writes bench/results.json and
 bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers. Trainer flags for every
 trainer run go after `--`:  python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
 """
@@ -40,6 +45,9 @@ from trainer.layout import ModelDir
 from .chart import TARGETS, draw
 
 PEER_MODULE = "scripts.bench.tutorial_fit"
+INPUT_MODULE = "scripts.bench.input_pipeline"
+INPUT_WORKERS = 2
+INPUT_SHARDS = 8  # at least INPUT_WORKERS: each worker reads only its own files
 VARIANTS = {
     "trainer_one_process": {"label": "trainer, 1 process", "program": "trainer", "workers": 1},
     "trainer_two_workers": {"label": "trainer, 2 workers", "program": "trainer", "workers": 2},
@@ -61,14 +69,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      epilog="Everything after -- is appended to every trainer run's flags, the "
                                             "one-process baseline included (the peer gets none).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2")
+    parser.add_argument("--global-batch-size", type=int, default=128,
+                        help="G: one process's batch; each of two workers gets G/2")
     parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
     parser.add_argument("--warmup-steps", type=int, default=48,
                         help="steps left out of examples/s (rounded up to the trainer's steps per loop)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
-    parser.add_argument("--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed")
-    parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="also sweep the trainer over 1..N workers (0 = no sweep)")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds before a run counts as hung and is killed")
+    parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench",
+                        help="where results.json and bench.png go")
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
     if args.global_batch_size < 2 or args.global_batch_size % 2:
@@ -95,12 +107,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
-            model_dir: pathlib.Path) -> list[str]:
+            model_dir: pathlib.Path, files: pathlib.Path | None = None) -> list[str]:
+    """files: a trainer.records directory to train on (--cache none) instead of the synthetic task."""
     if program == "peer":
         return [sys.executable, "-m", PEER_MODULE, "--per-worker-batch-size", str(per_worker_batch),
                 "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)]
     global_batch = per_worker_batch * workers
-    return [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--epochs", "1",
+    data = (["--dataset", "synthetic"] if files is None else
+            ["--dataset", "tfrecord", "--train-files", str(files / "train-*"), "--test-files", str(files / "test-*"),
+             "--image-shape", "28x28x1", "--num-classes", "10", "--cache", "none"])
+    return [sys.executable, "-m", "trainer", *data, "--epochs", "1",
             "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
             "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
             # No periodic checkpoints: the peer writes none either.
@@ -124,11 +140,11 @@ def busy_cpu_seconds() -> float:
 
 
 def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.Namespace,
-             run_dir: pathlib.Path) -> dict[str, Any]:
+             run_dir: pathlib.Path, files: pathlib.Path | None = None) -> dict[str, Any]:
     """Starts the workers together, waits for all, and returns the run's measurements."""
     run_dir.mkdir(parents=True)
     model_dir = run_dir / "model"
-    argv = command(program, per_worker_batch, workers, args, model_dir)
+    argv = command(program, per_worker_batch, workers, args, model_dir, files)
     ports = free_ports(workers)
     env = clean_environment()
     busy_before = busy_cpu_seconds()
@@ -225,10 +241,70 @@ def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, 
             result = run_once(program, workers, per_worker_batch, args, scratch / f"{tag}-{name}-{round_index}")
             result["round"] = round_index
             runs[name].append(result)
-            print(f"{result['examples_per_second']:,.0f} ex/s, first step {result['time_to_first_step_seconds']:.1f} s, "
+            print(f"{result['examples_per_second']:,.0f} ex/s, "
+                  f"first step {result['time_to_first_step_seconds']:.1f} s, "
                   f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, "
                   f"other processes {100 * result['background_cpu_share']:.0f}% of the CPUs", flush=True)
     return runs
+
+
+def write_records(args: argparse.Namespace, directory: pathlib.Path) -> pathlib.Path:
+    """The TFRecord dataset of the input figures: enough train examples for every step of one epoch."""
+    result = subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(directory), "--train-examples",
+                             str(args.steps * args.global_batch_size), "--train-shards", str(INPUT_SHARDS),
+                             "--test-examples", str(args.global_batch_size), "--test-shards", str(INPUT_WORKERS)],
+                            cwd=ROOT, env=clean_environment(), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BenchError(f"python -m trainer.records failed:\n{result.stderr[-3000:]}")
+    return directory
+
+
+def input_pipeline_once(args: argparse.Namespace, files: pathlib.Path, run_dir: pathlib.Path) -> dict[str, Any]:
+    """Worker 0's pipeline alone, in its own process (TensorFlow stays out of this one)."""
+    run_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", INPUT_MODULE, "--files", str(files / "train-*"), "--workers", str(INPUT_WORKERS),
+            "--batch", str(args.global_batch_size // INPUT_WORKERS), "--steps", str(args.steps),
+            "--warmup-steps", str(args.warmup_steps)]
+    try:
+        result = subprocess.run(argv, cwd=ROOT, env=clean_environment(), capture_output=True, text=True,
+                                timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{INPUT_MODULE} did not finish within --timeout {args.timeout:.0f} s") from None
+    (run_dir / "input_pipeline.log").write_text(result.stdout + result.stderr)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise BenchError(f"{INPUT_MODULE} exited with code {result.returncode}:\n{result.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def run_input_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, list[dict[str, Any]]]:
+    """Pipeline alone, then the trainer's two workers on the same files, `--repeats` rounds."""
+    files = write_records(args, scratch / "records")
+    runs: dict[str, list[dict[str, Any]]] = {"input_pipeline": [], "trainer_on_files": []}
+    for round_index in range(args.repeats):
+        print(f"[input round {round_index + 1}/{args.repeats}] input_pipeline ...", end=" ", flush=True)
+        alone = input_pipeline_once(args, files, scratch / f"input-pipeline-{round_index}")
+        alone["round"] = round_index
+        runs["input_pipeline"].append(alone)
+        print(f"{alone['examples_per_second']:,.0f} ex/s; trainer_on_files ...", end=" ", flush=True)
+        trained = run_once("trainer", INPUT_WORKERS, args.global_batch_size // INPUT_WORKERS, args,
+                           scratch / f"input-trainer-{round_index}", files)
+        trained["round"] = round_index
+        trained["examples_per_second_per_worker"] = trained["examples_per_second"] / INPUT_WORKERS
+        runs["trainer_on_files"].append(trained)
+        print(f"{trained['examples_per_second_per_worker']:,.0f} ex/s per worker: input "
+              f"{alone['examples_per_second'] / trained['examples_per_second_per_worker']:.1f}x the step's demand",
+              flush=True)
+    return runs
+
+
+def input_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    alone = [run["examples_per_second"] for run in runs["input_pipeline"]]
+    demand = [run["examples_per_second_per_worker"] for run in runs["trainer_on_files"]]
+    return {"input_pipeline_examples_per_second": spread(alone),
+            "step_examples_per_second_per_worker": spread(demand),
+            "input_over_step": {"of_medians": statistics.median(alone) / statistics.median(demand),
+                                "per_round": [a / d for a, d in zip(alone, demand, strict=True)]}}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -251,11 +327,11 @@ def ratio(numerator: list[dict[str, Any]], denominator: list[dict[str, Any]]) ->
     """Ratio of medians, plus the ratio within each round (both variants ran back to back)."""
     top = [run["examples_per_second"] for run in numerator]
     bottom = [run["examples_per_second"] for run in denominator]
-    per_round = [a / b for a, b in zip(top, bottom)]
+    per_round = [a / b for a, b in zip(top, bottom, strict=True)]
     return {"of_medians": statistics.median(top) / statistics.median(bottom), "per_round": per_round}
 
 
-def check_targets(summaries: dict[str, Any], ratios: dict[str, Any]) -> list[dict[str, Any]]:
+def check_targets(summaries: dict[str, Any], ratios: dict[str, Any], inputs: dict[str, Any]) -> list[dict[str, Any]]:
     trainer = [name for name in summaries if name.startswith("trainer")]
     first_step = max(summaries[name]["time_to_first_step_seconds"]["median"] for name in trainer)
     rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
@@ -266,6 +342,8 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any]) -> list[dic
          ratios["two_workers_over_one_process"]["of_medians"], ">="),
         ("time_to_first_step_seconds", "trainer time to first step, s (slowest variant's median)", first_step, "<="),
         ("peak_rss_bytes", "trainer peak RSS per worker, bytes (largest seen)", rss, "<="),
+        ("input_over_step", "one worker's input pipeline alone / the step's examples/s per worker (TFRecord files)",
+         inputs["input_over_step"]["of_medians"], ">="),
     ]
     return [{"key": key, "name": name, "measured": measured, "target": f"{sign} {TARGETS[key]:g}",
              "met": measured >= TARGETS[key] if sign == ">=" else measured <= TARGETS[key]}
@@ -326,6 +404,12 @@ def print_table(results: dict[str, Any]) -> None:
     for sweep_row in results.get("sweep", []):
         print(f"sweep {sweep_row['workers']} worker(s): {sweep_row['examples_per_second']['median']:,.0f} ex/s, "
               f"speedup {sweep_row['speedup']:.2f}x, scaling efficiency {100 * sweep_row['scaling_efficiency']:.0f}%")
+    inputs = results["input"]
+    print(f"input pipeline alone (worker 0 of {inputs['workers']}, decode included): "
+          f"{inputs['input_pipeline_examples_per_second']['median']:,.0f} ex/s; the step on the same files: "
+          f"{inputs['step_examples_per_second_per_worker']['median']:,.0f} ex/s per worker; input/step "
+          f"{inputs['input_over_step']['of_medians']:.1f}x (per round: "
+          f"{', '.join(f'{r:.1f}x' for r in inputs['input_over_step']['per_round'])})")
     for target in results["targets"]:
         print(f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
               f"(target {target['target']})")
@@ -341,19 +425,23 @@ def main(argv: list[str] | None = None) -> int:
     plan = {name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
             for name, variant in VARIANTS.items()}
     sweep_plan = {f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)}
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
         scratch = pathlib.Path(scratch_name)
         try:
             runs = run_rounds(plan, args, scratch, "main")
             sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
+            input_runs = run_input_rounds(args, scratch)
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
     summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
+    inputs = {**input_summary(input_runs), "runs": input_runs, "workers": INPUT_WORKERS,
+              "data": f"trainer.records PNG 28x28x1, {INPUT_SHARDS} train files, --cache none"}
     ratios = {"two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
               "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"])}
-    shares = [run["background_cpu_share"] for variant_runs in runs.values() for run in variant_runs]
+    shares = [run["background_cpu_share"] for variant_runs in [*runs.values(), input_runs["trainer_on_files"]]
+              for run in variant_runs]
     warnings = []
     if max(shares) > BUSY_SHARE:
         warnings.append(f"other processes used up to {100 * max(shares):.0f}% of the CPUs during a run (median "
@@ -361,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "schema_version": 1,
         "started_utc": started.isoformat(timespec="seconds"),
-        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m scripts.bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(),
         "versions": versions(),
@@ -376,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
                             "runs": runs[name], "summary": summaries[name]} for name in plan},
         "ratios": ratios,
-        "targets": check_targets(summaries, ratios),
+        "input": inputs,
+        "targets": check_targets(summaries, ratios, inputs),
         "warnings": warnings,
     }
     if sweep_runs:

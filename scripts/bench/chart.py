@@ -1,4 +1,4 @@
-"""Draws bench/results.json as one PNG: throughput, start-up, memory (and the worker sweep, if run)."""
+"""Draws bench/results.json as one PNG: throughput, start-up, memory, input vs step (and the worker sweep, if run)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on CI machines or in containers
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 COLOURS = {"trainer_one_process": "#9ecae1", "trainer_two_workers": "#2171b5", "peer_two_workers": "#fd8d3c"}
 MET, MISSED = "#238b45", "#cb181d"
 # The bench's targets: bench.py checks the figures against them, the chart draws them as lines.
 TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
-           "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9}
+           "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9, "input_over_step": 3.0}
+INPUT_COLOURS = ("#74c476", "#2171b5")
 
 
 def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, fmt: str) -> None:
@@ -50,7 +51,7 @@ def _sweep(axis, sweep: list[dict[str, Any]], cpus: int) -> None:
     ideal = [measured[0] * n for n in workers]
     axis.plot(workers, ideal, linestyle="--", color="grey", label="linear scaling")
     axis.plot(workers, measured, marker="o", color=COLOURS["trainer_two_workers"], label="trainer (median)")
-    for row, value in zip(sweep, measured):
+    for row, value in zip(sweep, measured, strict=True):
         axis.annotate(f"{100 * row['scaling_efficiency']:.0f}%", (row["workers"], value), textcoords="offset points",
                       xytext=(0, 8), ha="center", fontsize=9)
     axis.set_xticks(workers)
@@ -63,11 +64,29 @@ def _sweep(axis, sweep: list[dict[str, Any]], cpus: int) -> None:
     axis.legend(fontsize=8, loc="upper left")
 
 
+def _input(axis, inputs: dict[str, Any], met: bool) -> None:
+    """One worker's input pipeline alone beside the step's demand on it, with the 3x line."""
+    bars = [("input pipeline alone\n(worker 0 of 2, decode)", inputs["input_pipeline_examples_per_second"]),
+            ("training step\n(per worker, same files)", inputs["step_examples_per_second_per_worker"])]
+    for position, ((_, summary), colour) in enumerate(zip(bars, INPUT_COLOURS, strict=True)):
+        height = summary["median"]
+        axis.bar(position, height, color=colour, width=0.6)
+        axis.errorbar(position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black",
+                      capsize=5)
+        axis.scatter([position] * len(summary["values"]), summary["values"], color="black", s=10, zorder=3)
+        axis.text(position, height / 2, f"{height:,.0f}", ha="center", va="center", fontsize=11, fontweight="bold",
+                  bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+    axis.set_xticks(range(len(bars)), [label for label, _ in bars])
+    axis.grid(axis="y", alpha=0.3)
+    axis.set_title(f"Input vs step on TFRecord files (examples/s): {inputs['input_over_step']['of_medians']:.1f}x")
+    need = TARGETS["input_over_step"] * inputs["step_examples_per_second_per_worker"]["median"]
+    _target_line(axis, need, f"target {TARGETS['input_over_step']:g}x the step = {need:,.0f}", met)
+
+
 def draw(results: dict[str, Any], path: pathlib.Path) -> None:
     """Writes the chart as PNG to `path` (whatever its suffix)."""
     sweep = results.get("sweep")
-    rows = 2 if sweep else 1
-    figure, grid = plt.subplots(rows, 2 if sweep else 3, figsize=(13, 5.6 * rows), squeeze=False)
+    figure, grid = plt.subplots(2, 3 if sweep else 2, figsize=(13 if sweep else 11, 11.2), squeeze=False)
     axes = grid.flatten()
     met = {row["key"]: row["met"] for row in results["targets"]}
     peer = results["variants"]["peer_two_workers"]["summary"]["examples_per_second"]["median"]
@@ -91,8 +110,10 @@ def draw(results: dict[str, Any], path: pathlib.Path) -> None:
     rss_gb = TARGETS["peak_rss_bytes"] / 1e9
     _target_line(axes[2], rss_gb, f"target {rss_gb:g} GB", met["peak_rss_bytes"])
 
+    _input(axes[3], results["input"], met["input_over_step"])
     if sweep:
-        _sweep(axes[3], sweep, results["machine"]["logical_cpus"])
+        _sweep(axes[4], sweep, results["machine"]["logical_cpus"])
+        axes[5].set_visible(False)
 
     ratios = results["ratios"]
     config, machine = results["config"], results["machine"]

@@ -16,7 +16,8 @@ import pathlib
 import re
 import shutil
 import subprocess
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import yaml
 
@@ -24,6 +25,7 @@ from trainer.config import ENV_PREFIX
 
 from . import settings
 from .settings import ROOT
+
 K8S_DIR = ROOT / "k8s"
 TFJOB_CONTAINER = "tensorflow"
 # The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
@@ -131,7 +133,8 @@ def customize(objects: list[Manifest], *, workers: int | None = None, dataset: s
     workers scales the Worker replicas; dataset and epochs become TRAINER_* variables (and replace explicit
     flags) in every TFJob replica's `tensorflow` container, the dataset also in every other container that
     reads it (the data preparation), so both always agree; trainer_args are appended to every TFJob
-    replica's `tensorflow` container (a Chief's too); image goes into every container.
+    replica's `tensorflow` container (a Chief's too) and to the data preparation's (it checks the same
+    files the trainer reads); image goes into every container.
     """
     if image is not None and not image:
         raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
@@ -156,9 +159,12 @@ def customize(objects: list[Manifest], *, workers: int | None = None, dataset: s
             for container in template["spec"]["containers"]:
                 if image is not None:
                     container["image"] = image
-                if dataset is not None and (any(container is t for t in trainers)
-                                            or _reads_setting(container, "dataset")):
+                is_trainer = any(container is t for t in trainers)
+                if dataset is not None and (is_trainer or _reads_setting(container, "dataset")):
                     _set_setting(container, "dataset", dataset)
+                if trainer_args and not is_trainer and _reads_setting(container, "dataset"):
+                    # python -m trainer.data reads the trainer's flags: --train-files and the like reach it too.
+                    container["args"] = list(container.get("args") or []) + list(trainer_args)
     return result
 
 
@@ -196,7 +202,8 @@ def to_tfjob(document: Manifest):
     from kubeflow.training.utils.utils import FakeResponse
 
     if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "TFJob":
-        raise ManifestError(f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}")
+        raise ManifestError(
+            f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}")
     return ApiClient().deserialize(FakeResponse(document), "KubeflowOrgV1TFJob")
 
 

@@ -61,8 +61,17 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     for ratio in ("two_workers_over_one_process", "trainer_over_peer"):
         assert results["ratios"][ratio]["of_medians"] > 0
         assert len(results["ratios"][ratio]["per_round"]) == 2
+    inputs = results["input"]
+    assert [run["round"] for run in inputs["runs"]["input_pipeline"]] == [0, 1]
+    assert all(run["shard_files"] == "its own 4 of 8 files" for run in inputs["runs"]["input_pipeline"])
+    assert all(run["workers"] == 2 for run in inputs["runs"]["trainer_on_files"])
+    assert inputs["input_pipeline_examples_per_second"]["median"] > 0
+    assert inputs["step_examples_per_second_per_worker"]["median"] > 0
+    assert inputs["input_over_step"]["of_medians"] > 0 and len(inputs["input_over_step"]["per_round"]) == 2
+    assert "input/step" in result.stdout
     assert {target["key"] for target in results["targets"]} == {
-        "trainer_over_peer", "two_workers_over_one_process", "time_to_first_step_seconds", "peak_rss_bytes"}
+        "trainer_over_peer", "two_workers_over_one_process", "time_to_first_step_seconds", "peak_rss_bytes",
+        "input_over_step"}
     assert all(isinstance(target["met"], bool) for target in results["targets"])
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
@@ -76,3 +85,15 @@ def test_trainer_flags_go_after_the_double_dash_and_the_trainers_parser_checks_t
     result = run_bench("--repeats", "1", "--", "--steps-per-loop", "-3", timeout=60)
     assert result.returncode == 2
     assert "trainer flags after --" in result.stderr and "steps-per-loop" in result.stderr
+
+
+def test_the_input_figure_reads_one_workers_own_files_and_decodes_them(tmp_path):
+    # In this process, at toy size: the same shard and pipeline the trainer feeds worker 0 of 2.
+    from scripts.bench import input_pipeline
+    from trainer import records
+
+    records.write_split(str(tmp_path), "train", 256, 4, seed=1, encoding="png")
+    figure = input_pipeline.measure(str(tmp_path / "train-*"), workers=2, batch=16, steps=12, warmup_steps=2,
+                                    image_shape="28x28x1")
+    assert figure["shard_files"] == "its own 2 of 4 files"
+    assert figure["steps"] == 10 and figure["examples_per_second"] > 0

@@ -17,7 +17,6 @@ from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 SETTINGS = project_settings.load()
 # Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/settings.env).
 K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
@@ -142,8 +141,7 @@ def test_tfjob_takes_its_names_ports_and_counts_from_settings(tfjob):
     assert ports == {"tfjob-port": int(SETTINGS["TFJOB_PORT"]), "status": int(SETTINGS["TRAINER_STATUS_PORT"])}
     assert container["image"] == SETTINGS["IMAGE_NAME"]
     assert "command" not in container, "the image's ENTRYPOINT runs the trainer; see the Dockerfile test"
-    assert env_of(container) == {key: SETTINGS[key] for key in
-                                 ("TRAINER_DATASET", "TRAINER_DATA_DIR", "TRAINER_MODEL_DIR", "TRAINER_STATUS_PORT")}
+    assert env_of(container) == {key: SETTINGS[key] for key in SETTINGS if key.startswith("TRAINER_")}
     for claim in worker["template"]["spec"]["volumes"]:
         assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS["VOLUME_CLAIM"]
 
@@ -179,6 +177,27 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
     trainer_env = env_of(tfjob_manifest.trainer_container(tfjob))
     for key, value in env_of(container).items():
         assert trainer_env[key] == value
+    assert set(DATA_SETTINGS) <= set(env_of(container))
+
+
+# What says which data there is: the data Job checks exactly what the trainer will read.
+DATA_SETTINGS = ("TRAINER_DATASET", "TRAINER_DATA_DIR", "TRAINER_TRAIN_FILES", "TRAINER_TEST_FILES",
+                 "TRAINER_IMAGE_SHAPE", "TRAINER_NUM_CLASSES", "TRAINER_IMAGE_FEATURE", "TRAINER_LABEL_FEATURE",
+                 "TRAINER_DATASET_MODULE")
+
+
+def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(monkeypatch):
+    # As `TRAINER_TRAIN_FILES=... make submit` exports it: the environment overrides settings.env.
+    files = {"TRAINER_DATASET": "tfrecord", "TRAINER_TRAIN_FILES": "/mnt/training/data/mine/train-*",
+             "TRAINER_TEST_FILES": "/mnt/training/data/mine/test-*", "TRAINER_IMAGE_SHAPE": "64x64x3",
+             "TRAINER_NUM_CLASSES": "5"}
+    for key, value in files.items():
+        monkeypatch.setenv(key, value)
+    objects = tfjob_manifest.render()
+    job = component(objects, "Job", "prepare-data")
+    data_env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    trainer_env = env_of(tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
+    assert {key: data_env[key] for key in files} == {key: trainer_env[key] for key in files} == files
 
 
 def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):

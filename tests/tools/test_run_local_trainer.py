@@ -79,3 +79,41 @@ def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_pat
     assert result["replicas"]["worker-1"]["exit_codes"][0] == 137
     assert result["replicas"]["worker-1"]["recreations"] >= 1
     assert "resumed from" in chief_log.read_text()
+
+
+def write_records(out: pathlib.Path) -> dict[str, str]:
+    """A small trainer.records dataset; returns the settings that point the manifests at it."""
+    subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(out), "--train-examples", "256",
+                    "--train-shards", "2", "--test-examples", "64", "--test-shards", "1"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return {"TRAINER_TRAIN_FILES": str(out / "train-*"), "TRAINER_TEST_FILES": str(out / "test-*"),
+            "TRAINER_IMAGE_SHAPE": "28x28x1", "TRAINER_NUM_CLASSES": "10"}
+
+
+def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(tmp_path):
+    # The settings route (k8s/settings.env, or the environment as make exports it) reaches both Jobs' env.
+    job_dir, console = tmp_path / "job", tmp_path / "console.txt"
+    env = {**os.environ, **write_records(tmp_path / "data")}
+    with console.open("w") as out:
+        proc = subprocess.Popen([sys.executable, *RUNNER, "--job-dir", str(job_dir), "--workers", "1",
+                                 "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
+    text = console.read_text()
+    ready = "dataset tfrecord is ready: train 2 files 256 examples, test 1 files 64 examples"
+    assert ready in text and text.index(ready) < text.index("worker-0 reads its own 2 of 2 files"), text[-5000:]
+    assert status(job_dir)["state"] == "Succeeded"
+
+
+def test_a_glob_matching_no_file_stops_at_the_data_job_before_any_worker_starts(tmp_path):
+    job_dir, console = tmp_path / "job", tmp_path / "console.txt"
+    missing = str(tmp_path / "nothing-*")
+    # The ARGS route (flags after --) reaches the data Job too: it reads the trainer's flags.
+    proc = start(job_dir, console, "--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--",
+                 "--train-files", missing, "--test-files", missing, "--image-shape", "28x28x1", "--num-classes", "10")
+    code = finish(proc, console, timeout=240)
+    text = console.read_text()
+    assert code == 1, text[-5000:]  # the data Job Failed (its exit code 2 is in the table), so run-local did
+    assert re.search(r"prepare-data +Failed +2 ", text), text[-5000:]
+    assert f"error: --train-files '{missing}' matches no file" in text, text[-5000:]
+    assert "the TFJob is not started" in text and not re.search(r"^worker-0 +\| ", text, re.M), text[-5000:]

@@ -79,3 +79,10 @@ def test_cli_unwritable_model_dir_fails_before_training(tmp_path):
     result = run_trainer("--dataset", "synthetic", "--model-dir", str(blocker / "model"))
     assert result.returncode == 2
     assert "--model-dir" in result.stderr and "not writable" in result.stderr
+
+
+def test_an_empty_variable_means_the_default_as_settings_env_leaves_the_data_settings():
+    # Before, TRAINER_NUM_CLASSES= stopped every pod with "expected a int", and TRAINER_IMAGE_FEATURE= read no image.
+    empty = {"TRAINER_NUM_CLASSES": "", "TRAINER_IMAGE_FEATURE": "", "TRAINER_TRAIN_FILES": ""}
+    config = parse_config([], environ=empty)
+    assert (config.num_classes, config.image_feature, config.train_files) == (0, "image", "")

@@ -140,6 +140,15 @@ def test_test_batches_keep_every_example_once_with_a_partial_last_batch():
     assert [len(b) for b in got] == [32, 32, 6] and sorted(sum(got, [])) == list(range(70))
 
 
+@pytest.mark.parametrize("cache", ["memory", "disk"])
+def test_cached_test_batches_are_the_same_batches_at_every_evaluation(cache):
+    plain = pipeline.test_batches(ids_split(70).shard(0, 1), 32, 70)
+    cached = pipeline.test_batches(ids_split(70).shard(0, 1), 32, 70, cache)
+    expected = [labels.numpy().tolist() for _, labels in plain]
+    for _ in range(2):  # the first evaluation fills the cache, the second reads it
+        assert [labels.numpy().tolist() for _, labels in cached] == expected
+
+
 def test_auto_cache_keeps_small_file_shards_in_memory_only(record_split):
     small, large = record_split.shard(0, 1), dataclasses.replace(record_split.shard(0, 1), size=600_000)
     assert pipeline.cache_kind("auto", small, (28, 28, 1)) == "memory"

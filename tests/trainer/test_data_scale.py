@@ -118,6 +118,7 @@ def assert_epochs_disjoint_and_covering(records, epochs, per_worker_batch=32):
     assert not set(tested[0]) & set(tested[1]) and sorted(tested[0] + tested[1]) == list(range(TEST))
 
 
+@pytest.mark.slow  # strace is the honest record of what each process opened; CI installs it, a fresh machine may not
 def test_two_workers_on_eight_files_each_open_only_their_own_four(tmp_path, eight_files):
     directory, files = eight_files
     assert shutil.which("strace"), "this test records the files each worker opens with strace: apt-get install strace"
