@@ -84,8 +84,10 @@ def cnn_batch_norm(input_shape: tuple[int, ...], num_classes: int) -> keras.Mode
 
 def check_model_name(name: str) -> None:
     if name not in MODELS:
-        raise ConfigError(f"--model: unknown model {name!r}; choose one of {', '.join(sorted(MODELS))} "
-                          f"or register a new one in trainer/model.py")
+        raise ConfigError(
+            f"--model: unknown model {name!r}; choose one of {', '.join(sorted(MODELS))} "
+            f"or register a new one in trainer/model.py"
+        )
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:

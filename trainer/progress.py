@@ -10,8 +10,9 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, total_steps: int, steps_per_epoch: int, epochs: int,
-                 enabled: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, total_steps: int, steps_per_epoch: int, epochs: int, enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self.epochs = epochs
@@ -27,8 +28,10 @@ class Progress:
         epoch = self.epoch_of(step)
         in_epoch = step - (epoch - 1) * self.steps_per_epoch
         speed = f"{examples_per_second:,.0f} ex/s" if examples_per_second else "warming up"
-        text = (f"epoch {epoch}/{self.epochs} step {in_epoch}/{self.steps_per_epoch} "
-                f"(global {step}/{self.total_steps}) loss {loss:.4f} accuracy {accuracy:.4f} {speed}")
+        text = (
+            f"epoch {epoch}/{self.epochs} step {in_epoch}/{self.steps_per_epoch} "
+            f"(global {step}/{self.total_steps}) loss {loss:.4f} accuracy {accuracy:.4f} {speed}"
+        )
         if self.live:
             filled = int(30 * in_epoch / self.steps_per_epoch)
             self.stream.write(f"\r[{'=' * filled}{'.' * (30 - filled)}] {text}\x1b[K")
@@ -43,9 +46,11 @@ class Progress:
 
     def epoch_done(self, epoch: int, results: dict[str, float]) -> None:
         """The line that closes an epoch: its train and test loss and accuracy."""
-        self.line(f"epoch {epoch}/{self.epochs} done: "
-                  f"train loss {results['train_loss']:.4f} accuracy {results['train_accuracy']:.4f} | "
-                  f"test loss {results['test_loss']:.4f} accuracy {results['test_accuracy']:.4f}")
+        self.line(
+            f"epoch {epoch}/{self.epochs} done: "
+            f"train loss {results['train_loss']:.4f} accuracy {results['train_accuracy']:.4f} | "
+            f"test loss {results['test_loss']:.4f} accuracy {results['test_accuracy']:.4f}"
+        )
 
     def line(self, text: str) -> None:
         """A line that stays, e.g. an epoch's test results."""

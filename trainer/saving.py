@@ -29,8 +29,10 @@ def check_model_dir(model_dir: str) -> None:
         with tempfile.NamedTemporaryFile(dir=model_dir, prefix=".write-check-"):
             pass
     except OSError as error:
-        raise ModelDirError(f"--model-dir {model_dir} is not writable ({error.strerror}); "
-                            f"point it at a writable directory (on the cluster: the mounted volume)") from None
+        raise ModelDirError(
+            f"--model-dir {model_dir} is not writable ({error.strerror}); "
+            f"point it at a writable directory (on the cluster: the mounted volume)"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -51,8 +51,12 @@ class StatusReporter:
         self.enabled = enabled
         self.restarts = _restarts_so_far(self.path) if enabled else 0
         self._lock = threading.Lock()
-        self._status: dict[str, Any] = {"state": "starting", "started_at": _now(), "updated_at": _now(),
-                                        "restarts": self.restarts}
+        self._status: dict[str, Any] = {
+            "state": "starting",
+            "started_at": _now(),
+            "updated_at": _now(),
+            "restarts": self.restarts,
+        }
         self._registry = prometheus_client.CollectorRegistry()
         gauge = lambda name, doc: prometheus_client.Gauge(f"trainer_{name}", doc, registry=self._registry)  # noqa: E731
         self._gauges = {
@@ -68,8 +72,7 @@ class StatusReporter:
             "workers": gauge("workers", "Workers training together"),
             "restarts": gauge("restarts", "Times the chief started again before the run succeeded"),
         }
-        self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES),
-                                             registry=self._registry)
+        self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES), registry=self._registry)
         self._server: http.server.ThreadingHTTPServer | None = None
 
     def serve(self, host: str, port: int) -> None:
@@ -78,8 +81,10 @@ class StatusReporter:
             try:
                 self._server = _serve(self, host, port)
             except OSError as error:
-                raise StatusPortError(f"--status-port {port} on --status-host {host} cannot be bound "
-                                      f"({error.strerror}); choose a free port, or 0 to turn the server off") from None
+                raise StatusPortError(
+                    f"--status-port {port} on --status-host {host} cannot be bound "
+                    f"({error.strerror}); choose a free port, or 0 to turn the server off"
+                ) from None
 
     @property
     def port(self) -> int | None:
@@ -152,6 +157,7 @@ def read_status(source: str) -> dict[str, Any]:
 
 def render(status: dict[str, Any]) -> str:
     """A one-screen human view of a status."""
+
     def number(key: str, fmt: str) -> str:
         value = status.get(key)
         return format(value, fmt) if isinstance(value, (int, float)) else "-"
@@ -174,23 +180,22 @@ def render(status: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.status",
-                                     description="Show a training run's live status, as the chief reports it.")
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.status", description="Show a training run's live status, as the chief reports it."
+    )
     parser.add_argument("source", help="the run's --model-dir, its status.json, or the chief's http://host:port")
     parser.add_argument("--json", action="store_true", help="print the raw JSON instead")
     args = parser.parse_args(argv)
     try:
         status = read_status(args.source)
     except FileNotFoundError:
-        print(f"error: no {STATUS} at {args.source}: has the chief started with this --model-dir?",
-              file=sys.stderr)
+        print(f"error: no {STATUS} at {args.source}: has the chief started with this --model-dir?", file=sys.stderr)
         return 1
     except OSError as error:
         print(f"error: cannot read the status from {args.source}: {error}", file=sys.stderr)
         return 1
     except ValueError:
-        print(f"error: {args.source} is not a trainer status (expected the JSON of {STATUS})",
-              file=sys.stderr)
+        print(f"error: {args.source} is not a trainer status (expected the JSON of {STATUS})", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render(status))
     return 0

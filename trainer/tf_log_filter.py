@@ -28,7 +28,8 @@ NOISE = re.compile(
     r"port\.cc:\d+\] oneDNN custom operations are on"
     r"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
-    r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized)")
+    r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized)"
+)
 WAIT_AT_EXIT_S = 5.0
 
 
@@ -43,8 +44,12 @@ def install() -> None:
     sys.stderr.flush()
     # Its own session: a signal to the trainer's process group must not end the filter before the last lines.
     real_stderr = os.dup(2)
-    proc = subprocess.Popen([sys.executable, "-m", "trainer.tf_log_filter"], stdin=subprocess.PIPE,
-                            stdout=real_stderr, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer.tf_log_filter"],
+        stdin=subprocess.PIPE,
+        stdout=real_stderr,
+        start_new_session=True,
+    )
     assert proc.stdin is not None  # stdin=PIPE
     os.dup2(proc.stdin.fileno(), 2)
     proc.stdin.close()

@@ -64,28 +64,41 @@ class BenchError(RuntimeError):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
-    ours, trainer_flags = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench.bench", description=__doc__.split("\n\n")[0],
-                                     epilog="Everything after -- is appended to every trainer run's flags, the "
-                                            "one-process baseline included (the peer gets none).",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--global-batch-size", type=int, default=128,
-                        help="G: one process's batch; each of two workers gets G/2")
+    ours, trainer_flags = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.bench.bench",
+        description=__doc__.split("\n\n")[0],
+        epilog="Everything after -- is appended to every trainer run's flags, the "
+        "one-process baseline included (the peer gets none).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2"
+    )
     parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
-    parser.add_argument("--warmup-steps", type=int, default=48,
-                        help="steps left out of examples/s (rounded up to the trainer's steps per loop)")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=48,
+        help="steps left out of examples/s (rounded up to the trainer's steps per loop)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="also sweep the trainer over 1..N workers (0 = no sweep)")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds before a run counts as hung and is killed")
-    parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench",
-                        help="where results.json and bench.png go")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds before a run counts as hung and is killed"
+    )
+    parser.add_argument(
+        "--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go"
+    )
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
     if args.global_batch_size < 2 or args.global_batch_size % 2:
-        parser.error(f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
-                     f"got {args.global_batch_size}")
+        parser.error(
+            f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
+            f"got {args.global_batch_size}"
+        )
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.workers and not 1 <= args.workers <= 8:
@@ -97,8 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"trainer flags after --: {error}")
     warmup = config.effective_log_every
     if args.steps < warmup + config.steps_per_loop:
-        parser.error(f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
-                     f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps")
+        parser.error(
+            f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
+            f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
+        )
     args.warmup_steps = warmup
     return args
 
@@ -106,21 +121,68 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- launching one run -------------------------------------------------------------------------
 
 
-def command(program: str, per_worker_batch: int, workers: int, args: argparse.Namespace,
-            model_dir: pathlib.Path, files: pathlib.Path | None = None) -> list[str]:
+def command(
+    program: str,
+    per_worker_batch: int,
+    workers: int,
+    args: argparse.Namespace,
+    model_dir: pathlib.Path,
+    files: pathlib.Path | None = None,
+) -> list[str]:
     """files: a trainer.records directory to train on (--cache none) instead of the synthetic task."""
     if program == "peer":
-        return [sys.executable, "-m", PEER_MODULE, "--per-worker-batch-size", str(per_worker_batch),
-                "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)]
+        return [
+            sys.executable,
+            "-m",
+            PEER_MODULE,
+            "--per-worker-batch-size",
+            str(per_worker_batch),
+            "--steps",
+            str(args.steps),
+            "--warmup-steps",
+            str(args.warmup_steps),
+        ]
     global_batch = per_worker_batch * workers
-    data = (["--dataset", "synthetic"] if files is None else
-            ["--dataset", "tfrecord", "--train-files", str(files / "train-*"), "--test-files", str(files / "test-*"),
-             "--image-shape", "28x28x1", "--num-classes", "10", "--cache", "none"])
-    return [sys.executable, "-m", "trainer", *data, "--epochs", "1",
-            "--train-examples", str(args.steps * global_batch), "--test-examples", str(global_batch),
-            "--per-worker-batch-size", str(per_worker_batch), "--log-every", str(args.warmup_steps),
-            # No periodic checkpoints: the peer writes none either.
-            "--checkpoint-every", "0", "--model-dir", str(model_dir), *args.trainer_flags]
+    data = (
+        ["--dataset", "synthetic"]
+        if files is None
+        else [
+            "--dataset",
+            "tfrecord",
+            "--train-files",
+            str(files / "train-*"),
+            "--test-files",
+            str(files / "test-*"),
+            "--image-shape",
+            "28x28x1",
+            "--num-classes",
+            "10",
+            "--cache",
+            "none",
+        ]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "trainer",
+        *data,
+        "--epochs",
+        "1",
+        "--train-examples",
+        str(args.steps * global_batch),
+        "--test-examples",
+        str(global_batch),
+        "--per-worker-batch-size",
+        str(per_worker_batch),
+        "--log-every",
+        str(args.warmup_steps),
+        # No periodic checkpoints: the peer writes none either.
+        "--checkpoint-every",
+        "0",
+        "--model-dir",
+        str(model_dir),
+        *args.trainer_flags,
+    ]
 
 
 def clean_environment() -> dict[str, str]:
@@ -139,8 +201,14 @@ def busy_cpu_seconds() -> float:
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
-def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.Namespace,
-             run_dir: pathlib.Path, files: pathlib.Path | None = None) -> dict[str, Any]:
+def run_once(
+    program: str,
+    workers: int,
+    per_worker_batch: int,
+    args: argparse.Namespace,
+    run_dir: pathlib.Path,
+    files: pathlib.Path | None = None,
+) -> dict[str, Any]:
     """Starts the workers together, waits for all, and returns the run's measurements."""
     run_dir.mkdir(parents=True)
     model_dir = run_dir / "model"
@@ -155,8 +223,11 @@ def run_once(program: str, workers: int, per_worker_batch: int, args: argparse.N
         worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
         worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
         log = open(run_dir / f"worker-{index}.log", "w")
-        processes.append(subprocess.Popen(argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
         log.close()
     usages = wait_for(processes, args.timeout, run_dir)
     wall_seconds = time.monotonic() - started
@@ -191,8 +262,10 @@ def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib
                 process.returncode = os.waitstatus_to_exitcode(status)
                 usages[index] = usage
                 if process.returncode != 0:
-                    raise BenchError(f"worker {index} exited with code {process.returncode}; its log is "
-                                     f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}")
+                    raise BenchError(
+                        f"worker {index} exited with code {process.returncode}; its log is "
+                        f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}"
+                    )
             if time.monotonic() > deadline:
                 raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
             time.sleep(0.1)
@@ -221,18 +294,24 @@ def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) ->
         report = json.loads(text)
     except json.JSONDecodeError:
         raise BenchError(f"no machine-readable result in {source}; see the logs in {run_dir}") from None
-    missing = [key for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
-               if report.get(key) is None]
+    missing = [
+        key
+        for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
+        if report.get(key) is None
+    ]
     if missing:
-        raise BenchError(f"{source} lacks {', '.join(missing)}; the run may have been too short to measure "
-                         f"(raise --steps)")
+        raise BenchError(
+            f"{source} lacks {', '.join(missing)}; the run may have been too short to measure (raise --steps)"
+        )
     return report
 
 
 # ---- the session: interleaved rounds -----------------------------------------------------------
 
-def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, scratch: pathlib.Path,
-               tag: str) -> dict[str, list[dict[str, Any]]]:
+
+def run_rounds(
+    plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, scratch: pathlib.Path, tag: str
+) -> dict[str, list[dict[str, Any]]]:
     """Every entry of the plan once per round, `--repeats` rounds: A B C A B C ..."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in plan}
     for round_index in range(args.repeats):
@@ -241,19 +320,39 @@ def run_rounds(plan: dict[str, tuple[str, int, int]], args: argparse.Namespace, 
             result = run_once(program, workers, per_worker_batch, args, scratch / f"{tag}-{name}-{round_index}")
             result["round"] = round_index
             runs[name].append(result)
-            print(f"{result['examples_per_second']:,.0f} ex/s, "
-                  f"first step {result['time_to_first_step_seconds']:.1f} s, "
-                  f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, "
-                  f"other processes {100 * result['background_cpu_share']:.0f}% of the CPUs", flush=True)
+            print(
+                f"{result['examples_per_second']:,.0f} ex/s, "
+                f"first step {result['time_to_first_step_seconds']:.1f} s, "
+                f"peak RSS {max(result['peak_rss_bytes']) / 1e9:.2f} GB, "
+                f"other processes {100 * result['background_cpu_share']:.0f}% of the CPUs",
+                flush=True,
+            )
     return runs
 
 
 def write_records(args: argparse.Namespace, directory: pathlib.Path) -> pathlib.Path:
     """The TFRecord dataset of the input figures: enough train examples for every step of one epoch."""
-    result = subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(directory), "--train-examples",
-                             str(args.steps * args.global_batch_size), "--train-shards", str(INPUT_SHARDS),
-                             "--test-examples", str(args.global_batch_size), "--test-shards", str(INPUT_WORKERS)],
-                            cwd=ROOT, env=clean_environment(), capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.records",
+            "--out",
+            str(directory),
+            "--train-examples",
+            str(args.steps * args.global_batch_size),
+            "--train-shards",
+            str(INPUT_SHARDS),
+            "--test-examples",
+            str(args.global_batch_size),
+            "--test-shards",
+            str(INPUT_WORKERS),
+        ],
+        cwd=ROOT,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         raise BenchError(f"python -m trainer.records failed:\n{result.stderr[-3000:]}")
     return directory
@@ -262,12 +361,25 @@ def write_records(args: argparse.Namespace, directory: pathlib.Path) -> pathlib.
 def input_pipeline_once(args: argparse.Namespace, files: pathlib.Path, run_dir: pathlib.Path) -> dict[str, Any]:
     """Worker 0's pipeline alone, in its own process (TensorFlow stays out of this one)."""
     run_dir.mkdir(parents=True)
-    argv = [sys.executable, "-m", INPUT_MODULE, "--files", str(files / "train-*"), "--workers", str(INPUT_WORKERS),
-            "--batch", str(args.global_batch_size // INPUT_WORKERS), "--steps", str(args.steps),
-            "--warmup-steps", str(args.warmup_steps)]
+    argv = [
+        sys.executable,
+        "-m",
+        INPUT_MODULE,
+        "--files",
+        str(files / "train-*"),
+        "--workers",
+        str(INPUT_WORKERS),
+        "--batch",
+        str(args.global_batch_size // INPUT_WORKERS),
+        "--steps",
+        str(args.steps),
+        "--warmup-steps",
+        str(args.warmup_steps),
+    ]
     try:
-        result = subprocess.run(argv, cwd=ROOT, env=clean_environment(), capture_output=True, text=True,
-                                timeout=args.timeout)
+        result = subprocess.run(
+            argv, cwd=ROOT, env=clean_environment(), capture_output=True, text=True, timeout=args.timeout
+        )
     except subprocess.TimeoutExpired:
         raise BenchError(f"{INPUT_MODULE} did not finish within --timeout {args.timeout:.0f} s") from None
     (run_dir / "input_pipeline.log").write_text(result.stdout + result.stderr)
@@ -287,30 +399,47 @@ def run_input_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[st
         alone["round"] = round_index
         runs["input_pipeline"].append(alone)
         print(f"{alone['examples_per_second']:,.0f} ex/s; trainer_on_files ...", end=" ", flush=True)
-        trained = run_once("trainer", INPUT_WORKERS, args.global_batch_size // INPUT_WORKERS, args,
-                           scratch / f"input-trainer-{round_index}", files)
+        trained = run_once(
+            "trainer",
+            INPUT_WORKERS,
+            args.global_batch_size // INPUT_WORKERS,
+            args,
+            scratch / f"input-trainer-{round_index}",
+            files,
+        )
         trained["round"] = round_index
         trained["examples_per_second_per_worker"] = trained["examples_per_second"] / INPUT_WORKERS
         runs["trainer_on_files"].append(trained)
-        print(f"{trained['examples_per_second_per_worker']:,.0f} ex/s per worker: input "
-              f"{alone['examples_per_second'] / trained['examples_per_second_per_worker']:.1f}x the step's demand",
-              flush=True)
+        print(
+            f"{trained['examples_per_second_per_worker']:,.0f} ex/s per worker: input "
+            f"{alone['examples_per_second'] / trained['examples_per_second_per_worker']:.1f}x the step's demand",
+            flush=True,
+        )
     return runs
 
 
 def input_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     alone = [run["examples_per_second"] for run in runs["input_pipeline"]]
     demand = [run["examples_per_second_per_worker"] for run in runs["trainer_on_files"]]
-    return {"input_pipeline_examples_per_second": spread(alone),
-            "step_examples_per_second_per_worker": spread(demand),
-            "input_over_step": {"of_medians": statistics.median(alone) / statistics.median(demand),
-                                "per_round": [a / d for a, d in zip(alone, demand, strict=True)]}}
+    return {
+        "input_pipeline_examples_per_second": spread(alone),
+        "step_examples_per_second_per_worker": spread(demand),
+        "input_over_step": {
+            "of_medians": statistics.median(alone) / statistics.median(demand),
+            "per_round": [a / d for a, d in zip(alone, demand, strict=True)],
+        },
+    }
 
 
 def spread(values: list[float]) -> dict[str, Any]:
     median = statistics.median(values)
-    return {"median": median, "min": min(values), "max": max(values),
-            "spread_percent": 100 * (max(values) - min(values)) / median if median else None, "values": values}
+    return {
+        "median": median,
+        "min": min(values),
+        "max": max(values),
+        "spread_percent": 100 * (max(values) - min(values)) / median if median else None,
+        "values": values,
+    }
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -336,29 +465,57 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any], inputs: dic
     first_step = max(summaries[name]["time_to_first_step_seconds"]["median"] for name in trainer)
     rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
     rows = [
-        ("trainer_over_peer", "trainer 2 workers / tutorial fit 2 workers (examples/s)",
-         ratios["trainer_over_peer"]["of_medians"], ">="),
-        ("two_workers_over_one_process", "trainer 2 workers / trainer 1 process (examples/s)",
-         ratios["two_workers_over_one_process"]["of_medians"], ">="),
+        (
+            "trainer_over_peer",
+            "trainer 2 workers / tutorial fit 2 workers (examples/s)",
+            ratios["trainer_over_peer"]["of_medians"],
+            ">=",
+        ),
+        (
+            "two_workers_over_one_process",
+            "trainer 2 workers / trainer 1 process (examples/s)",
+            ratios["two_workers_over_one_process"]["of_medians"],
+            ">=",
+        ),
         ("time_to_first_step_seconds", "trainer time to first step, s (slowest variant's median)", first_step, "<="),
         ("peak_rss_bytes", "trainer peak RSS per worker, bytes (largest seen)", rss, "<="),
-        ("input_over_step", "one worker's input pipeline alone / the step's examples/s per worker (TFRecord files)",
-         inputs["input_over_step"]["of_medians"], ">="),
+        (
+            "input_over_step",
+            "one worker's input pipeline alone / the step's examples/s per worker (TFRecord files)",
+            inputs["input_over_step"]["of_medians"],
+            ">=",
+        ),
     ]
-    return [{"key": key, "name": name, "measured": measured, "target": f"{sign} {TARGETS[key]:g}",
-             "met": measured >= TARGETS[key] if sign == ">=" else measured <= TARGETS[key]}
-            for key, name, measured, sign in rows]
+    return [
+        {
+            "key": key,
+            "name": name,
+            "measured": measured,
+            "target": f"{sign} {TARGETS[key]:g}",
+            "met": measured >= TARGETS[key] if sign == ">=" else measured <= TARGETS[key],
+        }
+        for key, name, measured, sign in rows
+    ]
 
 
 def sweep_summary(plan: dict[str, tuple[str, int, int]], runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    throughput = {workers: spread([run["examples_per_second"] for run in runs[name]])
-                  for name, (_, workers, _) in plan.items()}
+    throughput = {
+        workers: spread([run["examples_per_second"] for run in runs[name]]) for name, (_, workers, _) in plan.items()
+    }
     one = throughput[1]["median"]
-    return [{"workers": n, "examples_per_second": eps, "speedup": eps["median"] / one,
-             "scaling_efficiency": eps["median"] / (n * one)} for n, eps in throughput.items()]
+    return [
+        {
+            "workers": n,
+            "examples_per_second": eps,
+            "speedup": eps["median"] / one,
+            "scaling_efficiency": eps["median"] / (n * one),
+        }
+        for n, eps in throughput.items()
+    ]
 
 
 # ---- machine, versions ------------------------------------------------------------------------
+
 
 def machine() -> dict[str, Any]:
     import psutil
@@ -366,8 +523,9 @@ def machine() -> dict[str, Any]:
     model = platform.processor() or platform.machine()
     cpuinfo = pathlib.Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
         model = names[0] if names else model
     return {
         "cpu_model": model,
@@ -394,25 +552,36 @@ def versions() -> dict[str, Any]:
 
 # ---- output ------------------------------------------------------------------------------------
 
+
 def print_table(results: dict[str, Any]) -> None:
     print(f"\n{'variant':<22}{'examples/s (median, min-max)':>34}{'first step s':>14}{'peak RSS GB':>13}")
     for name, variant in results["variants"].items():
-        eps, first, rss = (variant["summary"][key] for key in
-                           ("examples_per_second", "time_to_first_step_seconds", "peak_rss_bytes_per_worker"))
-        print(f"{name:<22}{eps['median']:>14,.0f} ({eps['min']:,.0f}-{eps['max']:,.0f}){'':>4}"
-              f"{first['median']:>12.1f}{rss['max'] / 1e9:>13.2f}")
+        eps, first, rss = (
+            variant["summary"][key]
+            for key in ("examples_per_second", "time_to_first_step_seconds", "peak_rss_bytes_per_worker")
+        )
+        print(
+            f"{name:<22}{eps['median']:>14,.0f} ({eps['min']:,.0f}-{eps['max']:,.0f}){'':>4}"
+            f"{first['median']:>12.1f}{rss['max'] / 1e9:>13.2f}"
+        )
     for sweep_row in results.get("sweep", []):
-        print(f"sweep {sweep_row['workers']} worker(s): {sweep_row['examples_per_second']['median']:,.0f} ex/s, "
-              f"speedup {sweep_row['speedup']:.2f}x, scaling efficiency {100 * sweep_row['scaling_efficiency']:.0f}%")
+        print(
+            f"sweep {sweep_row['workers']} worker(s): {sweep_row['examples_per_second']['median']:,.0f} ex/s, "
+            f"speedup {sweep_row['speedup']:.2f}x, scaling efficiency {100 * sweep_row['scaling_efficiency']:.0f}%"
+        )
     inputs = results["input"]
-    print(f"input pipeline alone (worker 0 of {inputs['workers']}, decode included): "
-          f"{inputs['input_pipeline_examples_per_second']['median']:,.0f} ex/s; the step on the same files: "
-          f"{inputs['step_examples_per_second_per_worker']['median']:,.0f} ex/s per worker; input/step "
-          f"{inputs['input_over_step']['of_medians']:.1f}x (per round: "
-          f"{', '.join(f'{r:.1f}x' for r in inputs['input_over_step']['per_round'])})")
+    print(
+        f"input pipeline alone (worker 0 of {inputs['workers']}, decode included): "
+        f"{inputs['input_pipeline_examples_per_second']['median']:,.0f} ex/s; the step on the same files: "
+        f"{inputs['step_examples_per_second_per_worker']['median']:,.0f} ex/s per worker; input/step "
+        f"{inputs['input_over_step']['of_medians']:.1f}x (per round: "
+        f"{', '.join(f'{r:.1f}x' for r in inputs['input_over_step']['per_round'])})"
+    )
     for target in results["targets"]:
-        print(f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
-              f"(target {target['target']})")
+        print(
+            f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
+            f"(target {target['target']})"
+        )
     if results["warnings"]:
         print("\n".join(f"warning: {text}" for text in results["warnings"]))
 
@@ -422,8 +591,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the workers (in their own sessions) are killed, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     half = args.global_batch_size // 2
-    plan = {name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
-            for name, variant in VARIANTS.items()}
+    plan = {
+        name: (variant["program"], variant["workers"], args.global_batch_size // variant["workers"])
+        for name, variant in VARIANTS.items()
+    }
     sweep_plan = {f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)}
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
@@ -436,16 +607,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
     summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
-    inputs = {**input_summary(input_runs), "runs": input_runs, "workers": INPUT_WORKERS,
-              "data": f"trainer.records PNG 28x28x1, {INPUT_SHARDS} train files, --cache none"}
-    ratios = {"two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
-              "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"])}
-    shares = [run["background_cpu_share"] for variant_runs in [*runs.values(), input_runs["trainer_on_files"]]
-              for run in variant_runs]
+    inputs = {
+        **input_summary(input_runs),
+        "runs": input_runs,
+        "workers": INPUT_WORKERS,
+        "data": f"trainer.records PNG 28x28x1, {INPUT_SHARDS} train files, --cache none",
+    }
+    ratios = {
+        "two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),
+        "trainer_over_peer": ratio(runs["trainer_two_workers"], runs["peer_two_workers"]),
+    }
+    shares = [
+        run["background_cpu_share"]
+        for variant_runs in [*runs.values(), input_runs["trainer_on_files"]]
+        for run in variant_runs
+    ]
     warnings = []
     if max(shares) > BUSY_SHARE:
-        warnings.append(f"other processes used up to {100 * max(shares):.0f}% of the CPUs during a run (median "
-                        f"{100 * statistics.median(shares):.0f}%): the figures are noisy; rerun on an idle machine")
+        warnings.append(
+            f"other processes used up to {100 * max(shares):.0f}% of the CPUs during a run (median "
+            f"{100 * statistics.median(shares):.0f}%): the figures are noisy; rerun on an idle machine"
+        )
     results = {
         "schema_version": 1,
         "started_utc": started.isoformat(timespec="seconds"),
@@ -453,16 +635,33 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m scripts.bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(),
         "versions": versions(),
-        "config": {"model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
-                   "data": "synthetic 28x28x1, 10 classes", "global_batch_size": args.global_batch_size,
-                   "per_worker_batch_size_two_workers": half, "steps": args.steps,
-                   "warmup_steps": args.warmup_steps, "repeats": args.repeats, "order": "interleaved by round",
-                   "trainer_flags": args.trainer_flags,
-                   "commands": {name: [part.replace(f"{ROOT}{os.sep}", "") for part in
-                                       command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]]
-                                for name, (program, workers, batch) in plan.items()}},
-        "variants": {name: {"label": VARIANTS[name]["label"], "workers": VARIANTS[name]["workers"],
-                            "runs": runs[name], "summary": summaries[name]} for name in plan},
+        "config": {
+            "model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
+            "data": "synthetic 28x28x1, 10 classes",
+            "global_batch_size": args.global_batch_size,
+            "per_worker_batch_size_two_workers": half,
+            "steps": args.steps,
+            "warmup_steps": args.warmup_steps,
+            "repeats": args.repeats,
+            "order": "interleaved by round",
+            "trainer_flags": args.trainer_flags,
+            "commands": {
+                name: [
+                    part.replace(f"{ROOT}{os.sep}", "")
+                    for part in command(program, batch, workers, args, pathlib.Path("MODEL_DIR"))[1:]
+                ]
+                for name, (program, workers, batch) in plan.items()
+            },
+        },
+        "variants": {
+            name: {
+                "label": VARIANTS[name]["label"],
+                "workers": VARIANTS[name]["workers"],
+                "runs": runs[name],
+                "summary": summaries[name],
+            }
+            for name in plan
+        },
         "ratios": ratios,
         "input": inputs,
         "targets": check_targets(summaries, ratios, inputs),

@@ -13,8 +13,13 @@ import matplotlib.pyplot as plt
 COLOURS = {"trainer_one_process": "#9ecae1", "trainer_two_workers": "#2171b5", "peer_two_workers": "#fd8d3c"}
 MET, MISSED = "#238b45", "#cb181d"
 # The bench's targets: bench.py checks the figures against them, the chart draws them as lines.
-TARGETS = {"trainer_over_peer": 1.8, "two_workers_over_one_process": 0.9,
-           "time_to_first_step_seconds": 15.0, "peak_rss_bytes": 1.5e9, "input_over_step": 3.0}
+TARGETS = {
+    "trainer_over_peer": 1.8,
+    "two_workers_over_one_process": 0.9,
+    "time_to_first_step_seconds": 15.0,
+    "peak_rss_bytes": 1.5e9,
+    "input_over_step": 3.0,
+}
 INPUT_COLOURS = ("#74c476", "#2171b5")
 
 
@@ -30,8 +35,17 @@ def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, 
         points = summary["values"]
         axis.scatter([position] * len(points), [p / scale for p in points], color="black", s=10, zorder=3)
         # The median, written inside its bar so it cannot collide with whiskers or target lines.
-        axis.text(position, height / 2, fmt.format(height), ha="center", va="center", fontsize=11,
-                  fontweight="bold", color="black", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        axis.text(
+            position,
+            height / 2,
+            fmt.format(height),
+            ha="center",
+            va="center",
+            fontsize=11,
+            fontweight="bold",
+            color="black",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+        )
     axis.set_xticks(range(len(names)), [results["variants"][name]["label"].replace(", ", "\n") for name in names])
     axis.grid(axis="y", alpha=0.3)
 
@@ -52,8 +66,14 @@ def _sweep(axis, sweep: list[dict[str, Any]], cpus: int) -> None:
     axis.plot(workers, ideal, linestyle="--", color="grey", label="linear scaling")
     axis.plot(workers, measured, marker="o", color=COLOURS["trainer_two_workers"], label="trainer (median)")
     for row, value in zip(sweep, measured, strict=True):
-        axis.annotate(f"{100 * row['scaling_efficiency']:.0f}%", (row["workers"], value), textcoords="offset points",
-                      xytext=(0, 8), ha="center", fontsize=9)
+        axis.annotate(
+            f"{100 * row['scaling_efficiency']:.0f}%",
+            (row["workers"], value),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=9,
+        )
     axis.set_xticks(workers)
     axis.set_xlabel("workers (same per-worker batch); % = scaling efficiency")
     # Workers beyond the core count share cores, so the linear line is out of reach by construction there.
@@ -66,16 +86,27 @@ def _sweep(axis, sweep: list[dict[str, Any]], cpus: int) -> None:
 
 def _input(axis, inputs: dict[str, Any], met: bool) -> None:
     """One worker's input pipeline alone beside the step's demand on it, with the 3x line."""
-    bars = [("input pipeline alone\n(worker 0 of 2, decode)", inputs["input_pipeline_examples_per_second"]),
-            ("training step\n(per worker, same files)", inputs["step_examples_per_second_per_worker"])]
+    bars = [
+        ("input pipeline alone\n(worker 0 of 2, decode)", inputs["input_pipeline_examples_per_second"]),
+        ("training step\n(per worker, same files)", inputs["step_examples_per_second_per_worker"]),
+    ]
     for position, ((_, summary), colour) in enumerate(zip(bars, INPUT_COLOURS, strict=True)):
         height = summary["median"]
         axis.bar(position, height, color=colour, width=0.6)
-        axis.errorbar(position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black",
-                      capsize=5)
+        axis.errorbar(
+            position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black", capsize=5
+        )
         axis.scatter([position] * len(summary["values"]), summary["values"], color="black", s=10, zorder=3)
-        axis.text(position, height / 2, f"{height:,.0f}", ha="center", va="center", fontsize=11, fontweight="bold",
-                  bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        axis.text(
+            position,
+            height / 2,
+            f"{height:,.0f}",
+            ha="center",
+            va="center",
+            fontsize=11,
+            fontweight="bold",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+        )
     axis.set_xticks(range(len(bars)), [label for label, _ in bars])
     axis.grid(axis="y", alpha=0.3)
     axis.set_title(f"Input vs step on TFRecord files (examples/s): {inputs['input_over_step']['of_medians']:.1f}x")
@@ -95,10 +126,18 @@ def draw(results: dict[str, Any], path: pathlib.Path) -> None:
     _bars(axes[0], results, "examples_per_second", 1, False, "{:,.0f}")
     axes[0].set_title("Throughput (examples/s, higher is better)")
     over_peer, over_one = TARGETS["trainer_over_peer"] * peer, TARGETS["two_workers_over_one_process"] * one
-    _target_line(axes[0], over_peer, f"target {TARGETS['trainer_over_peer']:g}x tutorial fit = {over_peer:,.0f}",
-                 met["trainer_over_peer"])
-    _target_line(axes[0], over_one, f"target {TARGETS['two_workers_over_one_process']:g}x 1 process = {over_one:,.0f}",
-                 met["two_workers_over_one_process"])
+    _target_line(
+        axes[0],
+        over_peer,
+        f"target {TARGETS['trainer_over_peer']:g}x tutorial fit = {over_peer:,.0f}",
+        met["trainer_over_peer"],
+    )
+    _target_line(
+        axes[0],
+        over_one,
+        f"target {TARGETS['two_workers_over_one_process']:g}x 1 process = {over_one:,.0f}",
+        met["two_workers_over_one_process"],
+    )
 
     _bars(axes[1], results, "time_to_first_step_seconds", 1, False, "{:.1f} s")
     axes[1].set_title("Process start to first step (s, lower is better)")
@@ -126,10 +165,12 @@ def draw(results: dict[str, Any], path: pathlib.Path) -> None:
         f"{', trainer flags: ' + config['trainer_flags'] if config.get('trainer_flags') else ''}\n"
         f"{machine['cpu_model']}, {machine['logical_cpus']} CPUs, TensorFlow {tensorflow}, "
         f"{results['started_utc'][:10]}, revision {results['versions']['project_revision']}",
-        fontsize=10)
+        fontsize=10,
+    )
     if results["warnings"]:
-        figure.text(0.5, 0.005, "\n".join(results["warnings"]), ha="center", va="bottom", fontsize=8, color=MISSED,
-                    wrap=True)
+        figure.text(
+            0.5, 0.005, "\n".join(results["warnings"]), ha="center", va="bottom", fontsize=8, color=MISSED, wrap=True
+        )
     figure.tight_layout(rect=(0, 0.04 if results["warnings"] else 0, 1, 1))
     figure.savefig(path, format="png", dpi=110)
     plt.close(figure)

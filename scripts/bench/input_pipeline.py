@@ -25,21 +25,37 @@ def measure(files: str, workers: int, batch: int, steps: int, warmup_steps: int,
     defaults = parse_config([], environ={})
     steps_per_epoch = pipeline.steps_per_epoch([shard.size], batch)
     epochs = -(-steps // steps_per_epoch)
-    batches = pipeline.train_batches(shard, 0, batch, steps_per_epoch * batch, defaults.seed, epochs, 0,
-                                     steps_per_epoch, defaults.shuffle_buffer, "none")
+    batches = pipeline.train_batches(
+        shard,
+        0,
+        batch,
+        steps_per_epoch * batch,
+        defaults.seed,
+        epochs,
+        0,
+        steps_per_epoch,
+        defaults.shuffle_buffer,
+        "none",
+    )
     iterator = iter(batches.take(steps))
     for _ in range(warmup_steps):
         next(iterator)
     started = time.perf_counter()
     measured = sum(1 for _ in iterator)
     seconds = time.perf_counter() - started
-    return {"examples_per_second": measured * batch / seconds, "steps": measured, "batch": batch,
-            "shard_files": shard.reads, "workers": workers}
+    return {
+        "examples_per_second": measured * batch / seconds,
+        "steps": measured,
+        "batch": batch,
+        "shard_files": shard.reads,
+        "workers": workers,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench.input_pipeline",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.bench.input_pipeline", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--files", required=True, help="glob of the TFRecord files (trainer.records' train-*)")
     parser.add_argument("--workers", type=int, default=2, help="the group size: worker 0 reads its share")
     parser.add_argument("--batch", type=int, required=True, help="the per-worker batch")
@@ -49,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps <= args.warmup_steps:
         parser.error(f"--steps ({args.steps}) must be more than --warmup-steps ({args.warmup_steps})")
-    print(json.dumps(measure(args.files, args.workers, args.batch, args.steps, args.warmup_steps, args.image_shape)),
-          flush=True)
+    print(
+        json.dumps(measure(args.files, args.workers, args.batch, args.steps, args.warmup_steps, args.image_shape)),
+        flush=True,
+    )
     return 0
 
 

@@ -62,17 +62,19 @@ def synthetic_dataset(examples: int, global_batch_size: int, seed: int) -> tf.da
 
 def build_and_compile_cnn_model() -> tf.keras.Model:
     """The book's CNN, compiled as the tutorial compiles its model."""
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=IMAGE_SHAPE),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu"),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(CLASSES),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=IMAGE_SHAPE),
+            tf.keras.layers.Conv2D(32, 3, activation="relu"),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Conv2D(64, 3, activation="relu"),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Conv2D(64, 3, activation="relu"),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(CLASSES),
+        ]
+    )
     model.compile(
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         optimizer=tf.keras.optimizers.Adam(learning_rate=1e-3),

@@ -47,11 +47,20 @@ def transient_reason(error: BaseException) -> str | None:
     if any(isinstance(cause, urllib3.exceptions.SSLError) for cause in causes):
         return None
     for cause in causes:
-        if isinstance(cause, urllib3.exceptions.MaxRetryError) and isinstance(cause.reason,
-                                                                               urllib3.exceptions.SSLError):
+        if isinstance(cause, urllib3.exceptions.MaxRetryError) and isinstance(
+            cause.reason, urllib3.exceptions.SSLError
+        ):
             return None
-        if isinstance(cause, (ConnectionError, TimeoutError, urllib3.exceptions.ProtocolError,
-                              urllib3.exceptions.MaxRetryError, urllib3.exceptions.TimeoutError)):
+        if isinstance(
+            cause,
+            (
+                ConnectionError,
+                TimeoutError,
+                urllib3.exceptions.ProtocolError,
+                urllib3.exceptions.MaxRetryError,
+                urllib3.exceptions.TimeoutError,
+            ),
+        ):
             return describe(cause)
     return None
 
@@ -87,9 +96,17 @@ def sortable_timestamp(stamp: str) -> str:
 class JobFollower:
     """Reads one TFJob through the Kubeflow SDK and its pods through the Kubernetes API."""
 
-    def __init__(self, training_client, core_api, name: str, namespace: str,
-                 out: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, retry_budget_s: float = RETRY_BUDGET_S):
+    def __init__(
+        self,
+        training_client,
+        core_api,
+        name: str,
+        namespace: str,
+        out: Callable[[str], None] = print,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        retry_budget_s: float = RETRY_BUDGET_S,
+    ):
         self.training = training_client
         self.core = core_api
         self.name = name
@@ -173,14 +190,19 @@ class JobFollower:
         selector = f"training.kubeflow.org/job-name={self.name}"
         if chief_only:
             selector += ",training.kubeflow.org/job-role=master"
-        pods = self.call(f"listing the pods of {self.name}", self.core.list_namespaced_pod, self.namespace,
-                         label_selector=selector).items
+        pods = self.call(
+            f"listing the pods of {self.name}", self.core.list_namespaced_pod, self.namespace, label_selector=selector
+        ).items
         return sorted(pods, key=lambda pod: pod.metadata.name)
 
     def services(self) -> list[Any]:
         """The per-replica Services the operator made for this job (not the project's own status Service)."""
-        return self.call(f"listing the services of {self.name}", self.core.list_namespaced_service, self.namespace,
-                         label_selector=f"training.kubeflow.org/job-name={self.name}").items
+        return self.call(
+            f"listing the services of {self.name}",
+            self.core.list_namespaced_service,
+            self.namespace,
+            label_selector=f"training.kubeflow.org/job-name={self.name}",
+        ).items
 
     def _print_chief_logs(self, poll_s: float) -> None:
         for pod in self.pods(chief_only=True):
@@ -200,7 +222,8 @@ class JobFollower:
     def _log(self, pod_name: str, **options) -> str:
         # Raw bytes: the client would otherwise parse a log that happens to be JSON.
         response = self.core.read_namespaced_pod_log(
-            pod_name, self.namespace, container=TFJOB_CONTAINER, _preload_content=False, **options)
+            pod_name, self.namespace, container=TFJOB_CONTAINER, _preload_content=False, **options
+        )
         return response.data.decode("utf-8", errors="replace")
 
     def events(self, pods: list[Any]) -> list[str]:
@@ -209,7 +232,8 @@ class JobFollower:
         found = []
         for object_name in names:
             listed = self.core.list_namespaced_event(
-                self.namespace, field_selector=f"involvedObject.name={object_name}").items
+                self.namespace, field_selector=f"involvedObject.name={object_name}"
+            ).items
             for event in listed:
                 when = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
                 found.append((str(when), f"{when} {event.type} {object_name} {event.reason}: {event.message}"))
@@ -222,10 +246,15 @@ class JobFollower:
         for line in self.events(pods):
             self.out(line)
         for pod in pods:
-            exit_codes = [str(status.state.terminated.exit_code) for status in (pod.status.container_statuses or [])
-                          if status.state and status.state.terminated]
-            self.out(f"--- {pod.metadata.name} ({pod.status.phase}, exit code {', '.join(exit_codes) or 'none'}), "
-                     f"last {tail_lines} log lines ---")
+            exit_codes = [
+                str(status.state.terminated.exit_code)
+                for status in (pod.status.container_statuses or [])
+                if status.state and status.state.terminated
+            ]
+            self.out(
+                f"--- {pod.metadata.name} ({pod.status.phase}, exit code {', '.join(exit_codes) or 'none'}), "
+                f"last {tail_lines} log lines ---"
+            )
             try:
                 self.out(self._log(pod.metadata.name, tail_lines=tail_lines).rstrip())
             except api_errors() as error:
@@ -235,7 +264,8 @@ class JobFollower:
         """The chief's /status JSON through the API server's service proxy; None if unreachable."""
         try:
             response = self.core.connect_get_namespaced_service_proxy_with_path(
-                f"{service}:{port_name}", self.namespace, "status", _preload_content=False)
+                f"{service}:{port_name}", self.namespace, "status", _preload_content=False
+            )
             return json.loads(response.data)
         except (*api_errors(), ValueError):  # not running yet, or finished: the caller says so
             return None

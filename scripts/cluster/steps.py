@@ -22,8 +22,9 @@ class StepError(RuntimeError):
     """A step failed; the message says which and what to try."""
 
 
-def run(command: list[str], stdin: str | None = None, check: bool = True,
-        quiet: bool = False) -> subprocess.CompletedProcess:
+def run(
+    command: list[str], stdin: str | None = None, check: bool = True, quiet: bool = False
+) -> subprocess.CompletedProcess:
     """Runs a command (echoed with its output unless quiet); StepError with its stderr if it fails."""
     if shutil.which(command[0]) is None:
         raise StepError(f"{command[0]} is not installed or not on PATH (see docs/cluster.md)")
@@ -65,8 +66,10 @@ def import_image(image: str, cluster: str, container_tool: str) -> None:
 def apply(objects: list[Manifest], namespace: str) -> None:
     """Server-side apply: creates or updates, and re-running changes nothing."""
     if objects:
-        run(["kubectl", "apply", "--server-side", "--field-manager=submit-py", "-n", namespace, "-f", "-"],
-            stdin=yaml.safe_dump_all(objects, sort_keys=False))
+        run(
+            ["kubectl", "apply", "--server-side", "--field-manager=submit-py", "-n", namespace, "-f", "-"],
+            stdin=yaml.safe_dump_all(objects, sort_keys=False),
+        )
 
 
 def recreate_job(job: Manifest, namespace: str) -> None:
@@ -80,9 +83,20 @@ def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.
     """Waits until a batch Job is Complete or Failed; returns which ("Timeout" if neither)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        result = run(["kubectl", "get", "job", name, "-n", namespace, "-o",
-                      "jsonpath={range .status.conditions[?(@.status==\"True\")]}{.type}{\"\\n\"}{end}"],
-                     check=False, quiet=True)
+        result = run(
+            [
+                "kubectl",
+                "get",
+                "job",
+                name,
+                "-n",
+                namespace,
+                "-o",
+                'jsonpath={range .status.conditions[?(@.status=="True")]}{.type}{"\\n"}{end}',
+            ],
+            check=False,
+            quiet=True,
+        )
         states = set(result.stdout.split())
         for state in ("Complete", "Failed"):
             if state in states:

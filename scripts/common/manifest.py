@@ -77,8 +77,11 @@ def of_kind(objects: Iterable[Manifest], kind: str) -> list[Manifest]:
 
 def the_one(objects: Iterable[Manifest], kind: str, component: str | None = None) -> Manifest:
     """The single object of `kind` (and app.kubernetes.io/component label, if given)."""
-    found = [obj for obj in of_kind(objects, kind)
-             if component is None or obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+    found = [
+        obj
+        for obj in of_kind(objects, kind)
+        if component is None or obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
     if len(found) != 1:
         which = f"{kind}" + (f" with component {component}" if component else "")
         raise ManifestError(f"k8s/ must render exactly one {which}, found {len(found)}")
@@ -106,8 +109,9 @@ def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
 def _reads_setting(container: Manifest, name: str) -> bool:
     env_name = setting_env_name(name)
     argv = list(container.get("command") or []) + list(container.get("args") or [])
-    return (any(entry.get("name") == env_name for entry in container.get("env") or [])
-            or any(True for _ in flag_arguments(argv, "--" + name)))
+    return any(entry.get("name") == env_name for entry in container.get("env") or []) or any(
+        True for _ in flag_arguments(argv, "--" + name)
+    )
 
 
 def _set_setting(container: Manifest, name: str, value: str) -> None:
@@ -126,8 +130,15 @@ def _set_setting(container: Manifest, name: str, value: str) -> None:
                 argv[index] = prefix + value
 
 
-def customize(objects: list[Manifest], *, workers: int | None = None, dataset: str | None = None,
-              epochs: int | None = None, trainer_args: Sequence[str] = (), image: str | None = None) -> list[Manifest]:
+def customize(
+    objects: list[Manifest],
+    *,
+    workers: int | None = None,
+    dataset: str | None = None,
+    epochs: int | None = None,
+    trainer_args: Sequence[str] = (),
+    image: str | None = None,
+) -> list[Manifest]:
     """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
 
     workers scales the Worker replicas; dataset and epochs become TRAINER_* variables (and replace explicit
@@ -180,7 +191,8 @@ def trainer_config(args: Sequence[str], environ: dict[str, str]):
         raise ManifestError(f"trainer flags: {error}") from None
     except SystemExit:
         raise ManifestError(
-            f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)") from None
+            f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)"
+        ) from None
 
 
 def tensorflow_container(template: Manifest) -> Manifest:
@@ -203,7 +215,8 @@ def to_tfjob(document: Manifest):
 
     if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "TFJob":
         raise ManifestError(
-            f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}")
+            f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}"
+        )
     return ApiClient().deserialize(FakeResponse(document), "KubeflowOrgV1TFJob")
 
 
@@ -224,8 +237,10 @@ def webhook_problems(document: Manifest) -> list[str]:
     problems = []
     name = document.get("metadata", {}).get("name", "")
     if not DNS_1035_LABEL.match(name) or len(name) > DNS_LABEL_MAX:
-        problems.append(f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
-                        f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/settings.env")
+        problems.append(
+            f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
+            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/settings.env"
+        )
     specs = document.get("spec", {}).get("tfReplicaSpecs")
     if not specs:
         return problems + ["spec.tfReplicaSpecs is required"]
@@ -240,8 +255,10 @@ def webhook_problems(document: Manifest) -> list[str]:
             if not container.get("image"):
                 problems.append(f"{path}.template.spec.containers[{index}].image is required")
         if not any(container.get("name") == TFJOB_CONTAINER for container in containers):
-            problems.append(f"{path}.template.spec.containers: no container named {TFJOB_CONTAINER!r}; "
-                            f"the operator requires one (it is the container that gets TF_CONFIG)")
+            problems.append(
+                f"{path}.template.spec.containers: no container named {TFJOB_CONTAINER!r}; "
+                f"the operator requires one (it is the container that gets TF_CONFIG)"
+            )
         longest = f"{name}-{replica_type.lower()}-{max(0, int((spec or {}).get('replicas') or 1) - 1)}"
         if len(longest) > DNS_LABEL_MAX:
             problems.append(f"pod name {longest!r} is longer than {DNS_LABEL_MAX} characters: shorten JOB_NAME")

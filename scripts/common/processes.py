@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trainer.config import ENV_PREFIX
 
@@ -36,14 +37,21 @@ def _die_with(parent_pid: int):
         # The runner may have died between fork and prctl: then nobody would send the signal.
         if os.getppid() != parent_pid:
             os._exit(128 + signal.SIGKILL)
+
     return in_child
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen:
     """A replica in its own process group, its stdout and stderr on one pipe."""
     return subprocess.Popen(
-        list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with(os.getpid()),
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with(os.getpid()),
     )
 
 

@@ -11,7 +11,7 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 SETTINGS_FILE = ROOT / "k8s" / "settings.env"

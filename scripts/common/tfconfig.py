@@ -8,7 +8,7 @@ every replica type in the cluster (evaluator included), and no whitespace.
 from __future__ import annotations
 
 import json
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from .manifest import CHIEF_TYPES
 

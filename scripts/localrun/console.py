@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 import pathlib
 import sys
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO
 
 RUNNER = "run-local"
 
@@ -59,7 +60,8 @@ class Console:
             self._print(name, line)
 
     def mark(self, name: str, text: str) -> None:
-        """A line in the replica's log file (not its output) where it was restarted, as `kubectl logs --previous` would split."""
+        """A line in the replica's log file (not its output) where it was restarted, as `kubectl logs --previous`
+        would split."""
         self._log(name).write(f"--- {text} ---\n")
 
     def say(self, text: str) -> None:

@@ -12,12 +12,27 @@ import decimal
 import math
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-_SUFFIXES = {"": 1, "m": decimal.Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-             "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIXES = {
+    "": 1,
+    "m": decimal.Decimal("0.001"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 RESOURCE_FIELDS = ("limits.cpu", "requests.cpu", "limits.memory", "requests.memory")
 
 
@@ -82,7 +97,7 @@ def resource_field(ref: Mapping[str, Any], resources: Mapping[str, Any]) -> str:
     if kind == "limits":
         value = quantity(limits[resource]) if resource in limits else node_allocatable(resource)
     else:
-        value = quantity((requests.get(resource) or limits.get(resource) or "0"))
+        value = quantity(requests.get(resource) or limits.get(resource) or "0")
     divisor = quantity(ref.get("divisor", "1"))
     return str(math.ceil(value / divisor))
 
@@ -91,34 +106,51 @@ class EnvResolver:
     """Resolves env/envFrom of containers against the ConfigMaps of the rendered output."""
 
     def __init__(self, config_maps: Mapping[str, Mapping[str, Any]]):
-        self.config_maps = {name: {k: str(v) for k, v in (obj.get("data") or {}).items()}
-                            for name, obj in config_maps.items()}
+        self.config_maps = {
+            name: {k: str(v) for k, v in (obj.get("data") or {}).items()} for name, obj in config_maps.items()
+        }
 
-    def _lookup(self, name: str, key: str | None, optional: bool, where: str,
-                problems: Problems) -> dict[str, str] | str | None:
+    def _lookup(
+        self, name: str, key: str | None, optional: bool, where: str, problems: Problems
+    ) -> dict[str, str] | str | None:
         if name not in self.config_maps:
             similar = sorted(other for other in self.config_maps if other.startswith(name + "-"))
-            hint = (f" The rendered output has {', '.join(similar)}: kustomize appended a hash to the name "
-                    f"but did not rewrite this reference (TFJob is a custom resource; give kustomize a "
-                    f"nameReference configuration for it, or set disableNameSuffixHash)."
-                    if similar else " Add the ConfigMap to the kustomization, or mark the reference optional.")
-            consequence = (" (optional: left unset)" if optional else
-                           " On a cluster the pod would not start (CreateContainerConfigError).")
-            problems.add(f"{where}: no ConfigMap named {name!r} in the rendered manifests.{consequence}{hint}",
-                         optional)
+            hint = (
+                f" The rendered output has {', '.join(similar)}: kustomize appended a hash to the name "
+                f"but did not rewrite this reference (TFJob is a custom resource; give kustomize a "
+                f"nameReference configuration for it, or set disableNameSuffixHash)."
+                if similar
+                else " Add the ConfigMap to the kustomization, or mark the reference optional."
+            )
+            consequence = (
+                " (optional: left unset)"
+                if optional
+                else " On a cluster the pod would not start (CreateContainerConfigError)."
+            )
+            problems.add(
+                f"{where}: no ConfigMap named {name!r} in the rendered manifests.{consequence}{hint}", optional
+            )
             return None
         data = self.config_maps[name]
         if key is None:
             return data
         if key not in data:
             message = f"{where}: ConfigMap {name!r} has no key {key!r} (it has: {', '.join(sorted(data)) or 'none'})."
-            problems.add(message + (" (optional: left unset)" if optional else
-                                    " On a cluster the pod would not start (CreateContainerConfigError)."), optional)
+            problems.add(
+                message
+                + (
+                    " (optional: left unset)"
+                    if optional
+                    else " On a cluster the pod would not start (CreateContainerConfigError)."
+                ),
+                optional,
+            )
             return None
         return data[key]
 
-    def resolve(self, container: Mapping[str, Any], pod_spec: Mapping[str, Any], where: str,
-                problems: Problems) -> dict[str, str]:
+    def resolve(
+        self, container: Mapping[str, Any], pod_spec: Mapping[str, Any], where: str, problems: Problems
+    ) -> dict[str, str]:
         """The container's variables in the order Kubernetes defines them: envFrom, then env (later wins)."""
         env: dict[str, str] = {}
         for index, source in enumerate(container.get("envFrom") or []):
@@ -127,14 +159,21 @@ class EnvResolver:
                 problems.unsupported(f"envFrom[{index}].{kinds}", where)
                 continue
             prefix, ref = source.get("prefix", ""), source["configMapRef"]
-            data = self._lookup(ref.get("name", ""), None, bool(ref.get("optional")),
-                                f"{where} envFrom configMapRef {ref.get('name')!r}", problems)
+            data = self._lookup(
+                ref.get("name", ""),
+                None,
+                bool(ref.get("optional")),
+                f"{where} envFrom configMapRef {ref.get('name')!r}",
+                problems,
+            )
             for key, value in (data or {}).items():
                 if _ENV_NAME.match(prefix + key):
                     env[prefix + key] = value
                 else:
-                    problems.notes.append(f"{where}: envFrom ConfigMap key {key!r} is not a valid variable name; "
-                                          f"skipped, as the kubelet skips it")
+                    problems.notes.append(
+                        f"{where}: envFrom ConfigMap key {key!r} is not a valid variable name; "
+                        f"skipped, as the kubelet skips it"
+                    )
         for item in container.get("env") or []:
             name = item["name"]
             if "valueFrom" not in item:
@@ -145,12 +184,24 @@ class EnvResolver:
                 env[name] = value
         return env
 
-    def _value_from(self, ref: Mapping[str, Any], container: Mapping[str, Any], pod_spec: Mapping[str, Any],
-                    field: str, where: str, problems: Problems) -> str | None:
+    def _value_from(
+        self,
+        ref: Mapping[str, Any],
+        container: Mapping[str, Any],
+        pod_spec: Mapping[str, Any],
+        field: str,
+        where: str,
+        problems: Problems,
+    ) -> str | None:
         if "configMapKeyRef" in ref:
             key_ref = ref["configMapKeyRef"]
-            value = self._lookup(key_ref.get("name", ""), key_ref.get("key", ""), bool(key_ref.get("optional")),
-                                 f"{where} {field}: configMapKeyRef {key_ref.get('name')!r}", problems)
+            value = self._lookup(
+                key_ref.get("name", ""),
+                key_ref.get("key", ""),
+                bool(key_ref.get("optional")),
+                f"{where} {field}: configMapKeyRef {key_ref.get('name')!r}",
+                problems,
+            )
             return value if isinstance(value, str) else None
         if "resourceFieldRef" in ref:
             field_ref = ref["resourceFieldRef"]

@@ -8,7 +8,7 @@ with a new failure), tensorflow/tfjob_controller.go UpdateJobStatus (success pol
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from scripts.common.manifest import CHIEF_TYPES
 
@@ -82,9 +82,17 @@ class Outcome:
 
 
 class JobRules:
-    def __init__(self, name: str, namespace: str, replicas: Sequence[Replica], backoff_limit: int | None,
-                 active_deadline_s: float | None, success_policy: str = "", kind: str = "TFJob",
-                 clean_pod_policy: str = ""):
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        replicas: Sequence[Replica],
+        backoff_limit: int | None,
+        active_deadline_s: float | None,
+        success_policy: str = "",
+        kind: str = "TFJob",
+        clean_pod_policy: str = "",
+    ):
         self.name, self.namespace, self.kind = name, namespace, kind
         # The TFJob default (tensorflow_defaults.go): None. Running and All delete running pods once finished.
         self.clean_pod_policy = clean_pod_policy or "None"
@@ -104,8 +112,9 @@ class JobRules:
         """Container restarts of running pods, summed over replicas whose policy restarts them."""
         if self.backoff_limit is None:
             return False
-        total = sum(r.restart_count for r in self.replicas
-                    if r.restart_policy in COUNTED_IN_BACKOFF and r.phase == "Running")
+        total = sum(
+            r.restart_count for r in self.replicas if r.restart_policy in COUNTED_IN_BACKOFF and r.phase == "Running"
+        )
         return total > 0 if self.backoff_limit == 0 else total >= self.backoff_limit
 
     def past_deadline(self, elapsed_s: float) -> Condition | None:
@@ -133,8 +142,11 @@ class JobRules:
             if self.past_backoff_limit():
                 return Outcome(condition=self._backoff_failed())
             delay = replica.backoff.delay(finished_at)
-            return Outcome(restart_after=delay, note=f"restarted in place by the kubelet ({policy})"
-                           + (f" after a {delay:.0f} s crash-loop back-off" if delay else ""))
+            return Outcome(
+                restart_after=delay,
+                note=f"restarted in place by the kubelet ({policy})"
+                + (f" after a {delay:.0f} s crash-loop back-off" if delay else ""),
+            )
         if exit_code != 0 and self.backoff_limit == 0:
             self._end_pod(replica, exit_code)
             return Outcome(condition=self._backoff_failed())
@@ -143,12 +155,19 @@ class JobRules:
             replica.restart_count = 0
             replica.backoff = KubeletBackoff()
             message = f"{self.kind} {self.name} is restarting because {replica.rtype} replica(s) failed."
-            return Outcome(recreate=True, condition=Condition("Restarting", f"{self.kind}Restarting", message),
-                           note=f"exit code {exit_code} is retryable (>= {RETRYABLE_EXIT_CODE}): pod recreated")
+            return Outcome(
+                recreate=True,
+                condition=Condition("Restarting", f"{self.kind}Restarting", message),
+                note=f"exit code {exit_code} is retryable (>= {RETRYABLE_EXIT_CODE}): pod recreated",
+            )
         self._end_pod(replica, exit_code)
-        note = ("" if exit_code == 0 else
-                f"exit code {exit_code} is permanent (1-127) under ExitCode" if policy == "ExitCode" else
-                f"not restarted (restartPolicy {policy})")
+        note = (
+            ""
+            if exit_code == 0
+            else f"exit code {exit_code} is permanent (1-127) under ExitCode"
+            if policy == "ExitCode"
+            else f"not restarted (restartPolicy {policy})"
+        )
         return Outcome(condition=self.status_condition(), note=note)
 
     def status_condition(self) -> Condition | None:
@@ -161,14 +180,18 @@ class JobRules:
             expected = len(group) - sum(r.phase == "Succeeded" for r in group)
             failed = sum(r.phase == "Failed" for r in group)
             if failed:
-                return self._failed(f"{self.kind} {self.namespace}/{self.name} has failed because {failed} "
-                                    f"{rtype} replica(s) failed.")
+                return self._failed(
+                    f"{self.kind} {self.namespace}/{self.name} has failed because {failed} {rtype} replica(s) failed."
+                )
             if self.has_chief:
                 done = rtype in CHIEF_TYPES and expected == 0
             else:
                 worker0_done = any(r.index == 0 and r.phase == "Succeeded" for r in group)
                 done = rtype == "Worker" and (expected == 0 or (worker0_done and self.success_policy != "AllWorkers"))
             if done:
-                succeeded_condition = Condition("Succeeded", f"{self.kind}Succeeded",
-                                                f"{self.kind} {self.namespace}/{self.name} successfully completed.")
+                succeeded_condition = Condition(
+                    "Succeeded",
+                    f"{self.kind}Succeeded",
+                    f"{self.kind} {self.namespace}/{self.name} successfully completed.",
+                )
         return succeeded_condition

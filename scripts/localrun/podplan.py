@@ -16,7 +16,8 @@ import pathlib
 import re
 import shutil
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from scripts.common import tfconfig
 from scripts.common.manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container, trainer_config
@@ -56,7 +57,7 @@ def without_init(argv: list[str]) -> list[str]:
     if argv and pathlib.PurePosixPath(argv[0]).name in INITS:
         rest = argv[1:]
         if "--" in rest:
-            return rest[rest.index("--") + 1:]
+            return rest[rest.index("--") + 1 :]
         while rest and rest[0].startswith("-"):
             rest = rest[1:]
         return rest
@@ -65,8 +66,10 @@ def without_init(argv: list[str]) -> list[str]:
 
 def local_ports(container: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     declared = [port for port in container.get("ports") or [] if port.get("name") != TFJOB_PORT_NAME]
-    return {port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), local)
-            for port, local in zip(declared, free_ports(len(declared)))}
+    return {
+        port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), local)
+        for port, local in zip(declared, free_ports(len(declared)), strict=True)
+    }
 
 
 def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
@@ -122,12 +125,14 @@ class Planner:
             mapped = mapper.rewrite(working_dir)
             if mapped != working_dir:
                 return mapped
-            self.problems.notes.append(f"{where}: workingDir {working_dir} is a path in the image; "
-                                       f"running in {ROOT} instead")
+            self.problems.notes.append(
+                f"{where}: workingDir {working_dir} is a path in the image; running in {ROOT} instead"
+            )
         return str(ROOT)
 
-    def plan_container(self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any],
-                       where: str) -> ProcessPlan:
+    def plan_container(
+        self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any], where: str
+    ) -> ProcessPlan:
         mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems))
         ports = local_ports(container)
         resolved = self.resolver.resolve(container, pod_spec, where, self.problems)
@@ -136,9 +141,15 @@ class Planner:
         env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
         env.update(container_env)
         argv = [_rewrite_port(a, ports) for a in self._argv(container, container_env, mapper, where)]
-        return ProcessPlan(name=name, pod_name=pod_name, argv=argv, env=env, cwd=self._cwd(container, mapper, where),
-                           grace_s=float(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
-                           ports=ports)
+        return ProcessPlan(
+            name=name,
+            pod_name=pod_name,
+            argv=argv,
+            env=env,
+            cwd=self._cwd(container, mapper, where),
+            grace_s=float(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
+            ports=ports,
+        )
 
     def replicas(self) -> list[tuple[Replica, ProcessPlan]]:
         """One process per replica of the TFJob, with the TF_CONFIG the operator would give it."""
@@ -146,7 +157,7 @@ class Planner:
         specs = replica_specs(tfjob)
         counts = {rtype: replica_count(spec) for rtype, spec in specs.items()}
         tasks = [(rtype, i) for rtype, n in counts.items() for i in range(n)]
-        ports = dict(zip(tasks, free_ports(len(tasks))))
+        ports = dict(zip(tasks, free_ports(len(tasks)), strict=True))
         address = lambda rtype, i: f"127.0.0.1:{ports[(rtype, i)]}"  # noqa: E731 (the operator's Service names, made local)
         chief = tfconfig.chief_of(counts)
         planned = []
@@ -158,8 +169,10 @@ class Planner:
             container = tensorflow_container(spec["template"])
             for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
                 if other is not container:
-                    self.problems.notes.append(f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
-                                               f"run locally (only {TFJOB_CONTAINER!r} is)")
+                    self.problems.notes.append(
+                        f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
+                        f"run locally (only {TFJOB_CONTAINER!r} is)"
+                    )
             for index in range(counts[rtype]):
                 replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
                 pod_name = f"{job}-{rtype.lower()}-{index}"

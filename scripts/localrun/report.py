@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import signal
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer.atomic_file import write_json
 from trainer.layout import ARTIFACTS
@@ -37,11 +37,20 @@ def replica_phase(replica: Replica, result: JobResult) -> str:
     return "Stopped" if replica.name in result.stopped else replica.phase
 
 
-def summarize(kind: str, namespace: str, job: str, result: JobResult, replicas: Mapping[str, Replica],
-              console: Console, model_dir: pathlib.Path | None, status_file: pathlib.Path) -> int:
+def summarize(
+    kind: str,
+    namespace: str,
+    job: str,
+    result: JobResult,
+    replicas: Mapping[str, Replica],
+    console: Console,
+    model_dir: pathlib.Path | None,
+    status_file: pathlib.Path,
+) -> int:
     state, exit_code = outcome(result)
     if state == "Failed" and result.failed_replica:
-        console.say(f"last {TAIL_LINES} lines of {result.failed_replica}'s log ({shown(console.log_path(result.failed_replica))}):")
+        log = shown(console.log_path(result.failed_replica))
+        console.say(f"last {TAIL_LINES} lines of {result.failed_replica}'s log ({log}):")
         for line in console.tail(result.failed_replica, TAIL_LINES):
             console.say(f"  {result.failed_replica} | {line.rstrip()}")
     message = f" ({result.condition.message})" if result.condition is not None else ""
@@ -49,26 +58,49 @@ def summarize(kind: str, namespace: str, job: str, result: JobResult, replicas: 
     rows = [("replica", "phase", "exit code", "restarts", "log")]
     for name, replica in replicas.items():
         last = result.last_exit.get(name)
-        rows.append((name, replica_phase(replica, result), "-" if last is None else str(last),
-                     str(replica.restarts), shown(console.log_path(name))))
+        rows.append(
+            (
+                name,
+                replica_phase(replica, result),
+                "-" if last is None else str(last),
+                str(replica.restarts),
+                shown(console.log_path(name)),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        console.say("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        console.say("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     artifacts = []
     if model_dir is not None:
         artifacts = [a + ("/" if (model_dir / a).is_dir() else "") for a in ARTIFACTS if (model_dir / a).exists()]
-        console.say(f"model: {shown(model_dir)} ({', '.join(artifacts)})" if artifacts else
-                    f"model: none at {shown(model_dir)}")
+        console.say(
+            f"model: {shown(model_dir)} ({', '.join(artifacts)})" if artifacts else f"model: none at {shown(model_dir)}"
+        )
     status = {
-        "kind": kind, "namespace": namespace, "name": job, "state": state, "exit_code": exit_code,
-        "condition": None if result.condition is None else {
-            "type": result.condition.type, "reason": result.condition.reason, "message": result.condition.message},
-        "duration_s": round(result.duration_s, 3), "failed_replica": result.failed_replica,
-        "replicas": {name: {"phase": replica_phase(r, result), "exit_codes": r.exit_codes,
-                            "last_exit": result.last_exit.get(name), "restarts": r.restarts,
-                            "in_place_restarts": r.in_place_restarts, "recreations": r.recreations,
-                            "log": str(console.log_path(name))} for name, r in replicas.items()},
-        "model_dir": None if model_dir is None else str(model_dir), "model_artifacts": artifacts,
+        "kind": kind,
+        "namespace": namespace,
+        "name": job,
+        "state": state,
+        "exit_code": exit_code,
+        "condition": None
+        if result.condition is None
+        else {"type": result.condition.type, "reason": result.condition.reason, "message": result.condition.message},
+        "duration_s": round(result.duration_s, 3),
+        "failed_replica": result.failed_replica,
+        "replicas": {
+            name: {
+                "phase": replica_phase(r, result),
+                "exit_codes": r.exit_codes,
+                "last_exit": result.last_exit.get(name),
+                "restarts": r.restarts,
+                "in_place_restarts": r.in_place_restarts,
+                "recreations": r.recreations,
+                "log": str(console.log_path(name)),
+            }
+            for name, r in replicas.items()
+        },
+        "model_dir": None if model_dir is None else str(model_dir),
+        "model_artifacts": artifacts,
     }
     write_json(str(status_file), status, sort_keys=False)
     return exit_code

@@ -31,19 +31,28 @@ SYNTHETIC = "synthetic"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.localrun.run_local", description=__doc__.split("\n\n")[0],
+        prog="python -m scripts.localrun.run_local",
+        description=__doc__.split("\n\n")[0],
         epilog="Everything after -- is appended to the trainer's arguments in every replica. Exit code: 0 the job "
-               "Succeeded, 1 it Failed, 2 the manifests cannot run, 130/143 stopped by SIGINT/SIGTERM.")
+        "Succeeded, 1 it Failed, 2 the manifests cannot run, 130/143 stopped by SIGINT/SIGTERM.",
+    )
     parser.add_argument("--workers", type=int, help="Worker replicas (default: the manifest's)")
     parser.add_argument("--dataset", help="dataset for the trainer and the data preparation (default: the manifest's)")
     parser.add_argument("--epochs", type=int, help="epochs (default: the manifest's)")
-    parser.add_argument("--kustomize", type=pathlib.Path, default=ROOT / "k8s",
-                        help="kustomization to render with `kubectl kustomize` (default: %(default)s)")
+    parser.add_argument(
+        "--kustomize",
+        type=pathlib.Path,
+        default=ROOT / "k8s",
+        help="kustomization to render with `kubectl kustomize` (default: %(default)s)",
+    )
     parser.add_argument("--manifest", type=pathlib.Path, help="rendered YAML to run instead of rendering --kustomize")
-    parser.add_argument("--job-dir", type=pathlib.Path,
-                        help="local directory that stands in for the job's volume (default: runs/<job-name>)")
+    parser.add_argument(
+        "--job-dir",
+        type=pathlib.Path,
+        help="local directory that stands in for the job's volume (default: runs/<job-name>)",
+    )
     parser.add_argument("--clean", action="store_true", help="delete the job directory first (a fresh volume)")
     parser.add_argument("--skip-prepare", action="store_true", help="do not run the data-preparation Job")
     args = parser.parse_args(ours)
@@ -61,16 +70,31 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
         source, text = f"kubectl kustomize {args.kustomize}", tfjob_manifest.render_text(args.kustomize)
     objects = manifest_io.load_text(text, source)
     if sum(obj.get("kind") == "TFJob" for obj in objects) == 1:
-        objects = tfjob_manifest.customize(objects, workers=args.workers, dataset=args.dataset, epochs=args.epochs,
-                                           trainer_args=args.trainer_flags)
+        objects = tfjob_manifest.customize(
+            objects, workers=args.workers, dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_flags
+        )
     return manifest_io.parse(objects, source)
 
 
-def run_job(rules: JobRules, processes: dict[str, tuple[Replica, ProcessPlan]], console: Console, watchdog: Watchdog,
-            job_dir: pathlib.Path, model_dir: pathlib.Path | None) -> int:
+def run_job(
+    rules: JobRules,
+    processes: dict[str, tuple[Replica, ProcessPlan]],
+    console: Console,
+    watchdog: Watchdog,
+    job_dir: pathlib.Path,
+    model_dir: pathlib.Path | None,
+) -> int:
     result = Supervisor(rules, processes, console, watchdog).run()
-    return summarize(rules.kind, rules.namespace, rules.name, result, {n: r for n, (r, _) in processes.items()},
-                     console, model_dir, job_dir / "run-local" / f"{rules.name}.status.json")
+    return summarize(
+        rules.kind,
+        rules.namespace,
+        rules.name,
+        result,
+        {n: r for n, (r, _) in processes.items()},
+        console,
+        model_dir,
+        job_dir / "run-local" / f"{rules.name}.status.json",
+    )
 
 
 def preparations_to_run(preparations: list[ProcessPlan], dataset: str, args: argparse.Namespace) -> list[ProcessPlan]:
@@ -86,8 +110,10 @@ def clean(job_dir: pathlib.Path) -> None:
     if not job_dir.exists():
         return
     if any(job_dir.iterdir()) and not (job_dir / "run-local").is_dir():
-        raise manifest_io.ManifestError(f"--clean: {job_dir} was not made by run-local (it has no run-local/ "
-                                        f"directory); delete it yourself if you mean it")
+        raise manifest_io.ManifestError(
+            f"--clean: {job_dir} was not made by run-local (it has no run-local/ "
+            f"directory); delete it yourself if you mean it"
+        )
     shutil.rmtree(job_dir)
 
 
@@ -118,33 +144,48 @@ def main(argv: list[str] | None = None) -> int:
     spec = manifests.tfjob["spec"]
     run_policy = spec.get("runPolicy") or {}
     if run_policy.get("suspend"):
-        print(f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod", file=sys.stderr)
+        print(
+            f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod",
+            file=sys.stderr,
+        )
         return 2
     chief = planner.chief
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
-        console.say(f"TFJob {manifests.namespace}/{manifests.name}: {len(replicas)} replica(s); "
-                    f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)} "
-                    f"(kept between runs like the claim; --clean starts afresh)")
+        console.say(
+            f"TFJob {manifests.namespace}/{manifests.name}: {len(replicas)} replica(s); "
+            f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)} "
+            f"(kept between runs like the claim; --clean starts afresh)"
+        )
         console.say(f"logs: {shown(console.log_dir)}/<replica>.log")
         for replica, plan in replicas:
             for port_name, (container_port, local) in plan.ports.items():
                 console.say(f"{plan.name}: container port {port_name} ({container_port}) is 127.0.0.1:{local} here")
             if replica.restart_policy == "Always":
-                console.say(f"{plan.name}: restartPolicy Always restarts the replica even after exit 0, so the job "
-                            f"can only end by backoffLimit or activeDeadlineSeconds, as on a cluster")
+                console.say(
+                    f"{plan.name}: restartPolicy Always restarts the replica even after exit 0, so the job "
+                    f"can only end by backoffLimit or activeDeadlineSeconds, as on a cluster"
+                )
         if args.skip_prepare:
-            console.say("--skip-prepare: the data-preparation Job does not run; the trainer reads what is on the volume")
+            console.say(
+                "--skip-prepare: the data-preparation Job does not run; the trainer reads what is on the volume"
+            )
         for plan in preparations:
             rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
             code = run_job(rules, {plan.name: (rules.replicas[0], plan)}, console, watchdog, job_dir, None)
             if code != 0:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
-        rules = JobRules(manifests.name, manifests.namespace, [r for r, _ in replicas], run_policy.get("backoffLimit"),
-                         run_policy.get("activeDeadlineSeconds"), spec.get("successPolicy", ""),
-                         clean_pod_policy=run_policy.get("cleanPodPolicy", ""))
+        rules = JobRules(
+            manifests.name,
+            manifests.namespace,
+            [r for r, _ in replicas],
+            run_policy.get("backoffLimit"),
+            run_policy.get("activeDeadlineSeconds"),
+            spec.get("successPolicy", ""),
+            clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
+        )
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

@@ -15,7 +15,7 @@ import selectors
 import signal
 import subprocess
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from scripts.common.processes import signal_group, spawn
 
@@ -49,8 +49,14 @@ class JobResult:
 
 
 class Supervisor:
-    def __init__(self, rules: JobRules, replicas: Mapping[str, tuple[Replica, ProcessPlan]],
-                 console: Console, watchdog: Watchdog, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        rules: JobRules,
+        replicas: Mapping[str, tuple[Replica, ProcessPlan]],
+        console: Console,
+        watchdog: Watchdog,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._rules = rules
         self._replicas = dict(replicas)
         self._console = console
@@ -151,7 +157,9 @@ class Supervisor:
         outcome = self._rules.on_exit(replica, code, now)
         if code != 0:
             self._last_failure = name
-        self._console.say(f"{name} ended with {describe_exit(returncode)}" + (f": {outcome.note}" if outcome.note else ""))
+        self._console.say(
+            f"{name} ended with {describe_exit(returncode)}" + (f": {outcome.note}" if outcome.note else "")
+        )
         if outcome.condition is not None:
             self._set_condition(outcome.condition, now)
         if self._finished_or_stopping():
@@ -175,14 +183,18 @@ class Supervisor:
         self._cancel("restart")
         if self._rules.clean_pod_policy in ("Running", "All") and self._procs:
             # common/job.go DeletePodsAndServices: a finished job's running pods are deleted.
-            self._console.say(f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas "
-                              f"{', '.join(sorted(self._procs))}")
+            self._console.say(
+                f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas "
+                f"{', '.join(sorted(self._procs))}"
+            )
             for name in list(self._procs):
                 self._stop(name, now)
         elif condition.type == "Failed":
             if self._procs:
-                self._console.say("cleanPodPolicy None: on a cluster the running pods would keep running after the "
-                                  "job failed; stopping them here")
+                self._console.say(
+                    "cleanPodPolicy None: on a cluster the running pods would keep running after the "
+                    "job failed; stopping them here"
+                )
             for name in list(self._procs):
                 self._stop(name, now)
         else:
@@ -196,8 +208,10 @@ class Supervisor:
             self._end = now
             self._cancel("restart")
             grace = max((self._replicas[n][1].grace_s for n in self._procs), default=0)
-            self._console.say(f"{signal.Signals(signum).name}: stopping every replica (SIGTERM now, SIGKILL after "
-                              f"{grace:.0f} s; press Ctrl-C again to kill them at once)")
+            self._console.say(
+                f"{signal.Signals(signum).name}: stopping every replica (SIGTERM now, SIGKILL after "
+                f"{grace:.0f} s; press Ctrl-C again to kill them at once)"
+            )
             for name in list(self._procs):
                 self._stop(name, now)
         else:
@@ -231,8 +245,9 @@ class Supervisor:
         os.set_blocking(wake_write, False)
         self._selector.register(wake_read, selectors.EVENT_READ, None)
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-        previous = {s: signal.signal(s, lambda signum, _frame: self._pending_signals.append(signum))
-                    for s in STOP_SIGNALS}
+        previous = {
+            s: signal.signal(s, lambda signum, _frame: self._pending_signals.append(signum)) for s in STOP_SIGNALS
+        }
         # A Python handler makes a child's exit write to the wake-up pipe, so the loop reaps at once.
         previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         try:
@@ -245,8 +260,9 @@ class Supervisor:
                 self._schedule(self._start + self._rules.active_deadline_s, "deadline")
             while self._procs or not self._finished_or_stopping():
                 if not self._procs and not any(t[2] == "restart" for t in self._timers):
-                    self._console.say("every replica has ended and the job has no outcome; the operator would "
-                                      "leave it Running")
+                    self._console.say(
+                        "every replica has ended and the job has no outcome; the operator would leave it Running"
+                    )
                     break
                 now = self._clock()
                 timeout = min(0.5, max(0.0, self._timers[0][0] - now)) if self._timers else 0.5
@@ -274,5 +290,11 @@ class Supervisor:
             os.close(wake_write)
         end = self._end if self._end is not None else self._clock()
         failed = self._condition is not None and self._condition.type == "Failed"
-        return JobResult(condition=self._condition, stop_signal=self._stop_signal, duration_s=end - self._start,
-                         failed_replica=self._last_failure if failed else None, last_exit=dict(self._last_exit), stopped=set(self._stopped))
+        return JobResult(
+            condition=self._condition,
+            stop_signal=self._stop_signal,
+            duration_s=end - self._start,
+            failed_replica=self._last_failure if failed else None,
+            last_exit=dict(self._last_exit),
+            stopped=set(self._stopped),
+        )

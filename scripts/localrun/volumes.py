@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .envvars import Problems
 
@@ -30,12 +31,18 @@ def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathli
 
 
 def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
-    return [v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or []
-            if "persistentVolumeClaim" in v]
+    return [
+        v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or [] if "persistentVolumeClaim" in v
+    ]
 
 
-def container_mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any], claims: Mapping[str, pathlib.Path],
-                     where: str, problems: Problems) -> list[Mount]:
+def container_mounts(
+    container: Mapping[str, Any],
+    pod_spec: Mapping[str, Any],
+    claims: Mapping[str, pathlib.Path],
+    where: str,
+    problems: Problems,
+) -> list[Mount]:
     """Local directories for the container's volumeMounts; only PersistentVolumeClaim volumes are supported."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
     for name, volume in volumes.items():

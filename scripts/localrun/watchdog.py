@@ -31,8 +31,9 @@ def main() -> int:
     groups = {g for g in groups if group_alive(g)}
     if not groups:
         return 0
-    print(f"run-local watchdog: the runner is gone; stopping process groups {sorted(groups)}",
-          file=sys.stderr, flush=True)
+    print(
+        f"run-local watchdog: the runner is gone; stopping process groups {sorted(groups)}", file=sys.stderr, flush=True
+    )
     for pgid in groups:
         signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -48,8 +49,9 @@ class Watchdog:
 
     def __init__(self, grace_s: float):
         read_fd, write_fd = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(grace_s)], stdin=read_fd, cwd=ROOT,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(grace_s)], stdin=read_fd, cwd=ROOT, start_new_session=True
+        )
         os.close(read_fd)
         self._pipe = os.fdopen(write_fd, "w", buffering=1)
 

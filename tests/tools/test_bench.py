@@ -37,8 +37,21 @@ def test_too_few_steps_for_the_warm_up_is_refused_with_the_fix():
 
 @pytest.mark.slow
 def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
-    result = run_bench("--repeats", "2", "--steps", "32", "--warmup-steps", "16", "--global-batch-size", "16",
-                       "--workers", "2", "--output-dir", str(tmp_path), timeout=900)
+    result = run_bench(
+        "--repeats",
+        "2",
+        "--steps",
+        "32",
+        "--warmup-steps",
+        "16",
+        "--global-batch-size",
+        "16",
+        "--workers",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     results = json.loads((tmp_path / "results.json").read_text())
@@ -70,8 +83,12 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert inputs["input_over_step"]["of_medians"] > 0 and len(inputs["input_over_step"]["per_round"]) == 2
     assert "input/step" in result.stdout
     assert {target["key"] for target in results["targets"]} == {
-        "trainer_over_peer", "two_workers_over_one_process", "time_to_first_step_seconds", "peak_rss_bytes",
-        "input_over_step"}
+        "trainer_over_peer",
+        "two_workers_over_one_process",
+        "time_to_first_step_seconds",
+        "peak_rss_bytes",
+        "input_over_step",
+    }
     assert all(isinstance(target["met"], bool) for target in results["targets"])
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
@@ -93,7 +110,8 @@ def test_the_input_figure_reads_one_workers_own_files_and_decodes_them(tmp_path)
     from trainer import records
 
     records.write_split(str(tmp_path), "train", 256, 4, seed=1, encoding="png")
-    figure = input_pipeline.measure(str(tmp_path / "train-*"), workers=2, batch=16, steps=12, warmup_steps=2,
-                                    image_shape="28x28x1")
+    figure = input_pipeline.measure(
+        str(tmp_path / "train-*"), workers=2, batch=16, steps=12, warmup_steps=2, image_shape="28x28x1"
+    )
     assert figure["shard_files"] == "its own 2 of 4 files"
     assert figure["steps"] == 10 and figure["examples_per_second"] > 0

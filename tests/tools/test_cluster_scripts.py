@@ -40,15 +40,24 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
 
 
 def run_script(name: str, path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "cluster" / name)], capture_output=True, text=True,
-                          env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp")}, timeout=60)
+    return subprocess.run(
+        [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / name)],
+        capture_output=True,
+        text=True,
+        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp")},
+        timeout=60,
+    )
 
 
 def test_k3d_up_names_every_missing_tool_with_where_to_get_it(tmp_path):
     result = run_script("k3d-up.sh", path_with(tmp_path, {}))
     assert result.returncode == 1
-    for tool, hint in (("docker", "docs.docker.com"), ("k3d", "k3d.io"), ("kubectl", "kubernetes.io/docs/tasks/tools"),
-                       ("git", "git-scm.com")):
+    for tool, hint in (
+        ("docker", "docs.docker.com"),
+        ("k3d", "k3d.io"),
+        ("kubectl", "kubernetes.io/docs/tasks/tools"),
+        ("git", "git-scm.com"),
+    ):
         assert f"error: {tool} is not installed" in result.stderr and hint in result.stderr, result.stderr
 
 
@@ -76,14 +85,21 @@ def test_a_buildah_image_reaches_k3d_under_the_name_pods_ask_for(tmp_path):
     storage = tmp_path / "storage.conf"
     storage.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path}/graph"\nrunroot = "{tmp_path}/run"\n')
     recorded = tmp_path / "k3d-saw.json"
-    stubs = path_with(tmp_path, {"k3d": f'{shutil.which("tar")} -xOf "$3" manifest.json > {recorded}; echo "$@" >> {recorded}.args'})
+    stubs = path_with(
+        tmp_path, {"k3d": f'{shutil.which("tar")} -xOf "$3" manifest.json > {recorded}; echo "$@" >> {recorded}.args'}
+    )
     env = {"CONTAINERS_STORAGE_CONF": str(storage), "BUILDAH_ISOLATION": "chroot"}
     buildah = [shutil.which("buildah")]
     run_env = dict(os.environ, **env)
-    container = subprocess.run([*buildah, "from", "scratch"], env=run_env, capture_output=True, text=True,
-                               check=True).stdout.strip()
-    subprocess.run([*buildah, "commit", "-q", container, "tf-multiworker-trainer:rev123"], env=run_env, check=True,
-                   capture_output=True)
+    container = subprocess.run(
+        [*buildah, "from", "scratch"], env=run_env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        [*buildah, "commit", "-q", container, "tf-multiworker-trainer:rev123"],
+        env=run_env,
+        check=True,
+        capture_output=True,
+    )
     old_path = os.environ["PATH"]
     os.environ.update(env, PATH=f"{stubs}:{old_path}")
     try:
@@ -99,11 +115,16 @@ def test_a_buildah_image_reaches_k3d_under_the_name_pods_ask_for(tmp_path):
 
 def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
     # `images | head -n 1` under pipefail failed with 141 (SIGPIPE) after a good build when the list was long.
-    docker = ('if [[ $1 == images ]]; then for ((i = 0; i < 200000; i++)); do echo 1.7GB; done; fi; exit 0')
+    docker = "if [[ $1 == images ]]; then for ((i = 0; i < 200000; i++)); do echo 1.7GB; done; fi; exit 0"
     stubs = path_with(tmp_path, {"docker": docker})
-    result = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "image" / "build-image.sh")], capture_output=True,
-                            text=True, timeout=120, cwd=ROOT,
-                            env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"})
+    result = subprocess.run(
+        [shutil.which("bash"), str(ROOT / "scripts" / "image" / "build-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"},
+    )
     assert result.returncode == 0, result.stderr
     assert "size 1.7GB (uncompressed)" in result.stdout
 

@@ -40,21 +40,37 @@ SIZE_LIMIT_BYTES = 2.5e9
 UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 BUILD_TIMEOUT_S = 1800
 TRAIN_TIMEOUT_S = 600
-TRAIN_FLAGS = ["--dataset", "synthetic", "--epochs", "1", "--train-examples", "512",
-               "--test-examples", "256", "--startup-timeout", "180"]
+TRAIN_FLAGS = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "1",
+    "--train-examples",
+    "512",
+    "--test-examples",
+    "256",
+    "--startup-timeout",
+    "180",
+]
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "image" / "image_requirements.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image" / "image_requirements.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_the_cpu_image_installs_tensorflow_cpu_and_no_other_tensorflow():
     result = run_script("cpu")
     assert result.returncode == 0, result.stderr
     names = {re.split(r"[=<>\[ ;]", line, maxsplit=1)[0] for line in result.stdout.split()}
-    assert {name for name in names if name.startswith("tensorflow") and name != "tensorflow-datasets"} \
-        == {"tensorflow-cpu"}
+    assert {name for name in names if name.startswith("tensorflow") and name != "tensorflow-datasets"} == {
+        "tensorflow-cpu"
+    }
     assert "keras" in names
 
 
@@ -65,6 +81,7 @@ def test_an_unknown_tensorflow_flavour_is_refused_naming_the_choices():
 
 
 # --- the image itself --------------------------------------------------------------------------
+
 
 def buildah(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(["buildah", *args], capture_output=True, text=True, timeout=timeout)
@@ -83,16 +100,25 @@ def default_base_image() -> str:
 def base_image() -> str | None:
     """None where the Dockerfile's default base can be pulled; else a debootstrap base's name."""
     if shutil.which("buildah") is None:
-        pytest.skip("buildah not found: the image tests build and run the image with it (Debian: apt-get install buildah)")
+        pytest.skip(
+            "buildah not found: the image tests build and run the image with it (Debian: apt-get install buildah)"
+        )
     if os.geteuid() != 0:
         pytest.skip("the image tests run buildah as root (chroot isolation, a bind-mounted volume owned by uid 1000)")
     if buildah("pull", "--quiet", default_base_image(), timeout=600, check=False).returncode == 0:
         return None
     if shutil.which("debootstrap") is None:
-        pytest.skip(f"no registry serves {default_base_image()} and debootstrap is not found to make a local base "
-                    "(Debian: apt-get install debootstrap)")
-    made = subprocess.run([str(ROOT / "scripts" / "image" / "make-base-image.sh")], capture_output=True, text=True,
-                          env={**os.environ, "CONTAINER_TOOL": "buildah"}, timeout=BUILD_TIMEOUT_S)
+        pytest.skip(
+            f"no registry serves {default_base_image()} and debootstrap is not found to make a local base "
+            "(Debian: apt-get install debootstrap)"
+        )
+    made = subprocess.run(
+        [str(ROOT / "scripts" / "image" / "make-base-image.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CONTAINER_TOOL": "buildah"},
+        timeout=BUILD_TIMEOUT_S,
+    )
     assert made.returncode == 0, f"make-base-image.sh failed:\n{made.stderr[-4000:]}"
     return made.stdout.strip()
 
@@ -107,8 +133,15 @@ def build(root: pathlib.Path, image: str, base: str | None) -> str:
     # RUN steps reach the package index through the host's CA bundle (an intercepting proxy may sign it).
     if pathlib.Path("/etc/ssl/certs").is_dir():
         env["EXTRA_BUILD_FLAGS"] = "-v /etc/ssl/certs:/etc/ssl/certs:ro"
-    result = subprocess.run([str(root / "scripts" / "image" / "build-image.sh")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=BUILD_TIMEOUT_S)
+    result = subprocess.run(
+        [str(root / "scripts" / "image" / "build-image.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=BUILD_TIMEOUT_S,
+    )
     assert result.returncode == 0, f"build-image.sh failed:\n{result.stdout[-5000:]}"
     return result.stdout
 
@@ -164,8 +197,6 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-
-
 @contextlib.contextmanager
 def working_container(image: str):
     """A buildah working container of the image: one per worker, as a pod is."""
@@ -185,10 +216,22 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     with contextlib.ExitStack() as stack:
         workers = []
         for index in range(2):
-            command = ["buildah", "run", "--isolation", "chroot", "--env",
-                       f"TF_CONFIG={tf_config(cluster, 'worker', index)}",
-                       "--volume", f"{volume}:{MOUNT_PATH}", stack.enter_context(working_container(image)), "--",
-                       *entrypoint, *TRAIN_FLAGS, "--model-dir", MODEL_DIR]
+            command = [
+                "buildah",
+                "run",
+                "--isolation",
+                "chroot",
+                "--env",
+                f"TF_CONFIG={tf_config(cluster, 'worker', index)}",
+                "--volume",
+                f"{volume}:{MOUNT_PATH}",
+                stack.enter_context(working_container(image)),
+                "--",
+                *entrypoint,
+                *TRAIN_FLAGS,
+                "--model-dir",
+                MODEL_DIR,
+            ]
             log = tmp_path / f"worker-{index}.log"
             with log.open("w") as out:
                 process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -196,8 +239,9 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
             workers.append((process, log))
         codes = [process.wait(timeout=TRAIN_TIMEOUT_S) for process, _ in workers]
     logs = [log.read_text() for _, log in workers]
-    assert codes == [0, 0], "\n".join(f"--- worker {i} exited {code}:\n{text[-3000:]}"
-                                      for i, (code, text) in enumerate(zip(codes, logs)))
+    assert codes == [0, 0], "\n".join(
+        f"--- worker {i} exited {code}:\n{text[-3000:]}" for i, (code, text) in enumerate(zip(codes, logs, strict=True))
+    )
 
     host_model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
     assert os.path.isfile(host_model_dir.keras_model)
@@ -205,11 +249,13 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
     metrics = json.loads(pathlib.Path(host_model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]
-    assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], \
+    assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], (
         f"the workers did not finish with the same weights: {digests}"
+    )
     written = list(volume.rglob("*"))
-    assert written and all(path.stat().st_uid == NON_ROOT_UID for path in written), \
-        [f"{path} uid {path.stat().st_uid}" for path in written if path.stat().st_uid != NON_ROOT_UID]
+    assert written and all(path.stat().st_uid == NON_ROOT_UID for path in written), [
+        f"{path} uid {path.stat().st_uid}" for path in written if path.stat().st_uid != NON_ROOT_UID
+    ]
 
 
 def read_status(model_dir: pathlib.Path) -> dict:
@@ -228,20 +274,45 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
     entrypoint = image_config(image)["Entrypoint"]
     log = tmp_path / "trainer.log"
     # Far more steps than the test waits for: it ends by SIGTERM, not by finishing.
-    flags = ["--dataset", "synthetic", "--epochs", "1000", "--train-examples", "512", "--test-examples", "256",
-             "--steps-per-loop", "4", "--model-dir", MODEL_DIR]
+    flags = [
+        "--dataset",
+        "synthetic",
+        "--epochs",
+        "1000",
+        "--train-examples",
+        "512",
+        "--test-examples",
+        "256",
+        "--steps-per-loop",
+        "4",
+        "--model-dir",
+        MODEL_DIR,
+    ]
     with working_container(image) as container, log.open("w") as out:
-        process = subprocess.Popen(["buildah", "run", "--isolation", "chroot", "--volume", f"{volume}:{MOUNT_PATH}",
-                                    container, "--", *entrypoint, *flags],
-                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [
+                "buildah",
+                "run",
+                "--isolation",
+                "chroot",
+                "--volume",
+                f"{volume}:{MOUNT_PATH}",
+                container,
+                "--",
+                *entrypoint,
+                *flags,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + TRAIN_TIMEOUT_S
             while read_status(host_model_dir).get("global_step", 0) < 1:
                 assert process.poll() is None, f"the trainer exited before training:\n{log.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, f"no training step in {TRAIN_TIMEOUT_S} s"
                 time.sleep(0.5)
-            tini = [child for child in psutil.Process(process.pid).children(recursive=True)
-                    if child.name() == "tini"]
+            tini = [child for child in psutil.Process(process.pid).children(recursive=True) if child.name() == "tini"]
             assert len(tini) == 1, f"expected one tini under buildah run, found {tini}"
             tini[0].send_signal(signal.SIGTERM)
             code = process.wait(timeout=TRAIN_TIMEOUT_S)
@@ -249,8 +320,9 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
             stop(process)
     assert code == exit_codes.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
     assert read_status(host_model_dir)["state"] == "preempted"
-    assert (pathlib.Path(ModelDir(str(host_model_dir)).checkpoints) / "checkpoint").is_file(), \
+    assert (pathlib.Path(ModelDir(str(host_model_dir)).checkpoints) / "checkpoint").is_file(), (
         "no checkpoint was saved on SIGTERM"
+    )
 
 
 @pytest.mark.image
@@ -273,8 +345,16 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
         assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
         assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
         with working_container(f"{repository}:test") as container:
-            shipped = buildah("run", "--isolation", "chroot", container, "--", "python", "-c",
-                              "import inspect, trainer; print(inspect.getsource(trainer))").stdout
+            shipped = buildah(
+                "run",
+                "--isolation",
+                "chroot",
+                container,
+                "--",
+                "python",
+                "-c",
+                "import inspect, trainer; print(inspect.getsource(trainer))",
+            ).stdout
         assert marker in shipped, "the image runs the old trainer code"
     finally:
         buildah("rmi", f"{repository}:test", f"{repository}:latest", check=False)

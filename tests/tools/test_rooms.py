@@ -44,8 +44,13 @@ def scripts_imports(path: pathlib.Path) -> set[str]:
     """The `scripts.<room>` packages a module imports (absolute imports; relative ones stay in the room)."""
     rooms = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
         rooms.update(".".join(name.split(".")[:2]) for name in names if name.startswith("scripts."))
     return rooms
 
@@ -60,8 +65,14 @@ def test_no_tool_room_imports_another_rooms_internals():
 def test_no_module_touches_sys_path():
     for folder in ("scripts", "tests", "trainer"):
         for path in (ROOT / folder).rglob("*.py"):
-            uses = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)
-                    and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+            uses = [
+                node.lineno
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Attribute)
+                and node.attr == "path"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+            ]
             assert not uses, f"{path.relative_to(ROOT)}:{uses[0]} uses sys.path; import through the packages instead"
 
 
@@ -73,17 +84,60 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
     imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
     assert imported.returncode == 0, imported.stderr[-3000:]
 
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                            "not slow and not image", "tests/trainer/test_config.py",
-                            "tests/tools/test_run_local_manifest.py"], **run)
+    tests = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow and not image",
+            "tests/trainer/test_config.py",
+            "tests/tools/test_run_local_manifest.py",
+        ],
+        **run,
+    )
     assert tests.returncode == 0, tests.stdout[-3000:]
 
     # run-local end to end on a one-replica job.
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "solo"}, "spec": {"tfReplicaSpecs": {
-        "Worker": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [{
-            "name": "tensorflow", "image": "img", "command": ["python", "-c", "print('replica ran')"]}]}}}}}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "solo"},
+        "spec": {
+            "tfReplicaSpecs": {
+                "Worker": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "tensorflow",
+                                    "image": "img",
+                                    "command": ["python", "-c", "print('replica ran')"],
+                                }
+                            ]
+                        }
+                    },
+                }
+            }
+        },
+    }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    local = subprocess.run([sys.executable, "-m", "scripts.localrun.run_local", "--manifest",
-                            str(tmp_path / "job.yaml"), "--job-dir", str(tmp_path / "job")], **run)
+    local = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.localrun.run_local",
+            "--manifest",
+            str(tmp_path / "job.yaml"),
+            "--job-dir",
+            str(tmp_path / "job"),
+        ],
+        **run,
+    )
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     assert "replica ran" in local.stdout and "Succeeded" in local.stdout

@@ -24,31 +24,63 @@ RUNNER = ["-m", "scripts.localrun.run_local"]
 REPLICA = ROOT / "tests" / "tools" / "fixtures" / "run_local" / "replica.py"
 
 
-def manifest(tmp_path: pathlib.Path, args: list[str], workers: int = 2, policy: str = "ExitCode",
-             run_policy: dict | None = None, success_policy: str | None = None, grace_s: int = 5,
-             chief: bool = False, prepare_args: list[str] | None = None) -> pathlib.Path:
+def manifest(
+    tmp_path: pathlib.Path,
+    args: list[str],
+    workers: int = 2,
+    policy: str = "ExitCode",
+    run_policy: dict | None = None,
+    success_policy: str | None = None,
+    grace_s: int = 5,
+    chief: bool = False,
+    prepare_args: list[str] | None = None,
+) -> pathlib.Path:
     """A rendered-manifest file like the project's: ConfigMap-fed env, a PVC at /mnt/work, a TFJob."""
+
     def pod(container_args):
-        return {"spec": {
-            "terminationGracePeriodSeconds": grace_s,
-            "containers": [{"name": "tensorflow", "image": "img", "command": ["python", str(REPLICA)],
-                            "args": container_args, "envFrom": [{"configMapRef": {"name": "settings"}}],
-                            "volumeMounts": [{"name": "work", "mountPath": "/mnt/work"}]}],
-            "volumes": [{"name": "work", "persistentVolumeClaim": {"claimName": "work"}}]}}
+        return {
+            "spec": {
+                "terminationGracePeriodSeconds": grace_s,
+                "containers": [
+                    {
+                        "name": "tensorflow",
+                        "image": "img",
+                        "command": ["python", str(REPLICA)],
+                        "args": container_args,
+                        "envFrom": [{"configMapRef": {"name": "settings"}}],
+                        "volumeMounts": [{"name": "work", "mountPath": "/mnt/work"}],
+                    }
+                ],
+                "volumes": [{"name": "work", "persistentVolumeClaim": {"claimName": "work"}}],
+            }
+        }
+
     specs = {"Worker": {"replicas": workers, "restartPolicy": policy, "template": pod(args)}}
     if chief:
         specs["Chief"] = {"replicas": 1, "restartPolicy": policy, "template": pod(args)}
     spec = {"runPolicy": run_policy or {}, "tfReplicaSpecs": specs}
     if success_policy:
         spec["successPolicy"] = success_policy
-    docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
-             "data": {"STATE_DIR": "/mnt/work/state", "TRAINER_DATASET": "fashion_mnist"}},
-            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "demo"}, "spec": spec}]
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "settings"},
+            "data": {"STATE_DIR": "/mnt/work/state", "TRAINER_DATASET": "fashion_mnist"},
+        },
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "demo"}, "spec": spec},
+    ]
     if prepare_args is not None:
         job_pod = pod(prepare_args)
         job_pod["spec"]["containers"][0]["name"] = "prepare"
-        docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
-                     "spec": {"template": job_pod}})
+        docs.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "demo-prepare-data"},
+                "spec": {"template": job_pod},
+            }
+        )
     path = tmp_path / "manifest.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     return path
@@ -63,9 +95,12 @@ class Run:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.console_path = tmp_path / "console.txt"
         with self.console_path.open("w") as console:
-            self.proc = subprocess.Popen([sys.executable, *RUNNER, "--manifest", str(manifest_path),
-                                          "--job-dir", str(self.job_dir), *extra],
-                                         stdout=console, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                [sys.executable, *RUNNER, "--manifest", str(manifest_path), "--job-dir", str(self.job_dir), *extra],
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
 
     def wait(self, timeout: float = 60) -> int:
         try:
@@ -128,7 +163,10 @@ def assert_all_gone(pids: list[int], within_s: float = 10) -> None:
 
 
 def test_replica_exiting_1_under_exit_code_fails_the_job_and_leaves_no_process(tmp_path):
-    run = Run(tmp_path, manifest(tmp_path, ["--exit-always", "worker-1=1", "--sleep", "60", "--sleep-task", "worker-1=0", "--child"]))
+    run = Run(
+        tmp_path,
+        manifest(tmp_path, ["--exit-always", "worker-1=1", "--sleep", "60", "--sleep-task", "worker-1=0", "--child"]),
+    )
     assert run.wait() == 1
     status = run.status
     assert status["state"] == "Failed"
@@ -140,13 +178,19 @@ def test_replica_exiting_1_under_exit_code_fails_the_job_and_leaves_no_process(t
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
-@pytest.mark.parametrize("ignores_sigterm, stopped_with",
-                         [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
+@pytest.mark.parametrize("ignores_sigterm, stopped_with", [(False, 128 + signal.SIGTERM), (True, 128 + signal.SIGKILL)])
 def test_clean_pod_policy_running_stops_the_peers_of_a_worker_that_exits_2(tmp_path, ignores_sigterm, stopped_with):
     # The operator deletes a failed job's running pods under cleanPodPolicy Running: SIGTERM, then SIGKILL.
     args = ["--exit-always", "worker-1=2", "--sleep", "60", "--sleep-task", "worker-1=0.5", "--child"]
-    run = Run(tmp_path, manifest(tmp_path, args + (["--ignore-sigterm"] if ignores_sigterm else []), grace_s=1,
-                                 run_policy={"cleanPodPolicy": "Running"}))
+    run = Run(
+        tmp_path,
+        manifest(
+            tmp_path,
+            args + (["--ignore-sigterm"] if ignores_sigterm else []),
+            grace_s=1,
+            run_policy={"cleanPodPolicy": "Running"},
+        ),
+    )
     assert run.wait(timeout=30) == 1
     status = run.status
     assert status["state"] == "Failed" and status["failed_replica"] == "worker-1"
@@ -171,28 +215,44 @@ def test_replica_killed_with_sigkill_under_exit_code_is_recreated_and_the_job_su
 
 
 def test_replica_killed_with_sigkill_under_on_failure_is_restarted_in_place(tmp_path):
-    run = Run(tmp_path, manifest(tmp_path, ["--wait-starts", "worker-1=2"], policy="OnFailure",
-                                 run_policy={"backoffLimit": 3}))
+    run = Run(
+        tmp_path,
+        manifest(tmp_path, ["--wait-starts", "worker-1=2"], policy="OnFailure", run_policy={"backoffLimit": 3}),
+    )
     os.kill(run.pid("worker-1"), signal.SIGKILL)
     assert run.wait() == 0, run.console
     replica = run.status["replicas"]["worker-1"]
     assert replica["in_place_restarts"] == 1 and replica["recreations"] == 0
     assert "restarted in place by the kubelet (OnFailure)" in run.console
-    assert "--- container restarted by the kubelet (restart 1) ---" in (run.job_dir / "run-local/logs/worker-1.log").read_text()
+    assert (
+        "--- container restarted by the kubelet (restart 1) ---"
+        in (run.job_dir / "run-local/logs/worker-1.log").read_text()
+    )
 
 
 def test_backoff_limit_stops_a_crash_looping_job(tmp_path):
-    run = Run(tmp_path, manifest(tmp_path, ["--exit-always", "worker-1=1", "--sleep", "30", "--sleep-task", "worker-1=0"], policy="OnFailure",
-                                 run_policy={"backoffLimit": 1}))
+    run = Run(
+        tmp_path,
+        manifest(
+            tmp_path,
+            ["--exit-always", "worker-1=1", "--sleep", "30", "--sleep-task", "worker-1=0"],
+            policy="OnFailure",
+            run_policy={"backoffLimit": 1},
+        ),
+    )
     assert run.wait() == 1
-    assert run.status["condition"]["message"] == "Job demo has failed because it has reached the specified backoff limit"
+    assert (
+        run.status["condition"]["message"] == "Job demo has failed because it has reached the specified backoff limit"
+    )
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
 def test_active_deadline_fails_a_job_that_runs_too_long(tmp_path):
     run = Run(tmp_path, manifest(tmp_path, ["--sleep", "60"], run_policy={"activeDeadlineSeconds": 1}))
     assert run.wait() == 1
-    assert run.status["condition"]["message"] == "Job demo has failed because it was active longer than specified deadline"
+    assert (
+        run.status["condition"]["message"] == "Job demo has failed because it was active longer than specified deadline"
+    )
     assert_all_gone(run.recorded_pids(), within_s=2)
 
 
@@ -275,10 +335,19 @@ def test_an_unresolvable_reference_stops_the_run_before_anything_starts(tmp_path
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_replica_dies_with_its_runner_even_without_the_watchdog(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import time; from scripts.common.processes import spawn; "
-        "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import time; from scripts.common.processes import spawn; "
+                "p = spawn(['sleep', '60'], {'PATH': '/usr/bin:/bin'}, '/'); print(p.pid, flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     child = int(parent.stdout.readline())
     assert alive(child)
     parent.kill()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scripts.localrun.operator_rules import KubeletBackoff, JobRules, Replica, exit_code_of
+from scripts.localrun.operator_rules import JobRules, KubeletBackoff, Replica, exit_code_of
 
 
 def job(*replicas, backoff_limit=None, deadline=None, success_policy=""):
@@ -121,5 +121,7 @@ def test_with_a_chief_the_chief_decides_success():
 def test_active_deadline_fails_the_job_once_reached():
     rules = job(*workers(2, "ExitCode"), deadline=5)
     assert rules.past_deadline(4.9) is None
-    assert rules.past_deadline(5.0).message == "Job demo has failed because it was active longer than specified deadline"
+    assert (
+        rules.past_deadline(5.0).message == "Job demo has failed because it was active longer than specified deadline"
+    )
     assert job(*workers(1, "Never")).past_deadline(1e9) is None

@@ -6,15 +6,21 @@ from scripts.common import tfconfig
 
 # Literal strings in the operator's format: compact JSON, cluster keys sorted, types lower-cased,
 # every replica type in the cluster (evaluator included), "environment":"cloud" last.
-WORKER_ONLY_1 = ('{"cluster":{"worker":["mnist-worker-0.default.svc:2222","mnist-worker-1.default.svc:2222"]},'
-                 '"task":{"type":"worker","index":1},"environment":"cloud"}')
-CHIEF_AND_WORKERS_CHIEF = ('{"cluster":{"chief":["mnist-chief-0.team.svc:2222"],'
-                           '"worker":["mnist-worker-0.team.svc:2222","mnist-worker-1.team.svc:2222"]},'
-                           '"task":{"type":"chief","index":0},"environment":"cloud"}')
-ALL_TYPES_PS_1 = ('{"cluster":{"chief":["big-chief-0.ml.svc:2223"],"evaluator":["big-evaluator-0.ml.svc:2223"],'
-                  '"ps":["big-ps-0.ml.svc:2223","big-ps-1.ml.svc:2223"],'
-                  '"worker":["big-worker-0.ml.svc:2223","big-worker-1.ml.svc:2223","big-worker-2.ml.svc:2223"]},'
-                  '"task":{"type":"ps","index":1},"environment":"cloud"}')
+WORKER_ONLY_1 = (
+    '{"cluster":{"worker":["mnist-worker-0.default.svc:2222","mnist-worker-1.default.svc:2222"]},'
+    '"task":{"type":"worker","index":1},"environment":"cloud"}'
+)
+CHIEF_AND_WORKERS_CHIEF = (
+    '{"cluster":{"chief":["mnist-chief-0.team.svc:2222"],'
+    '"worker":["mnist-worker-0.team.svc:2222","mnist-worker-1.team.svc:2222"]},'
+    '"task":{"type":"chief","index":0},"environment":"cloud"}'
+)
+ALL_TYPES_PS_1 = (
+    '{"cluster":{"chief":["big-chief-0.ml.svc:2223"],"evaluator":["big-evaluator-0.ml.svc:2223"],'
+    '"ps":["big-ps-0.ml.svc:2223","big-ps-1.ml.svc:2223"],'
+    '"worker":["big-worker-0.ml.svc:2223","big-worker-1.ml.svc:2223","big-worker-2.ml.svc:2223"]},'
+    '"task":{"type":"ps","index":1},"environment":"cloud"}'
+)
 
 
 def test_worker_only_job_matches_the_operator():
@@ -46,8 +52,10 @@ def test_a_job_of_one_replica_gets_no_tf_config():
 def test_local_addresses_replace_service_names_in_the_same_format():
     ports = {("Worker", 0): 40001, ("Worker", 1): 40002}
     text = tfconfig.tf_config({"Worker": 2}, "Worker", 0, lambda t, i: f"127.0.0.1:{ports[(t, i)]}")
-    assert text == ('{"cluster":{"worker":["127.0.0.1:40001","127.0.0.1:40002"]},'
-                    '"task":{"type":"worker","index":0},"environment":"cloud"}')
+    assert text == (
+        '{"cluster":{"worker":["127.0.0.1:40001","127.0.0.1:40002"]},'
+        '"task":{"type":"worker","index":0},"environment":"cloud"}'
+    )
 
 
 def test_the_chief_is_the_chief_replica_else_worker_zero():

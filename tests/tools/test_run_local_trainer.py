@@ -23,8 +23,9 @@ SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
 def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
     with console.open("w") as out:
-        return subprocess.Popen([sys.executable, *RUNNER, "--job-dir", str(job_dir), *args],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        return subprocess.Popen(
+            [sys.executable, *RUNNER, "--job-dir", str(job_dir), *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+        )
 
 
 def finish(proc: subprocess.Popen, console: pathlib.Path, timeout: float) -> int:
@@ -63,15 +64,35 @@ def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_direct
 @pytest.mark.slow
 def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
-    proc = start(job_dir, console, "--workers", "2", "--dataset", "synthetic", "--epochs", "2", "--",
-                 "--train-examples", "16384", "--test-examples", "512", "--checkpoint-every", "16", "--log-every", "16")
+    proc = start(
+        job_dir,
+        console,
+        "--workers",
+        "2",
+        "--dataset",
+        "synthetic",
+        "--epochs",
+        "2",
+        "--",
+        "--train-examples",
+        "16384",
+        "--test-examples",
+        "512",
+        "--checkpoint-every",
+        "16",
+        "--log-every",
+        "16",
+    )
     chief_log = job_dir / "run-local" / "logs" / "worker-0.log"
     deadline = time.monotonic() + 180
     while not (chief_log.exists() and "step 32/" in chief_log.read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, console.read_text()[-5000:]
         time.sleep(0.2)
-    worker_1 = next(p for p in psutil.Process(proc.pid).children()
-                    if json.loads(p.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1)
+    worker_1 = next(
+        p
+        for p in psutil.Process(proc.pid).children()
+        if json.loads(p.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1
+    )
     os.kill(worker_1.pid, signal.SIGKILL)
     assert finish(proc, console, timeout=300) == 0, console.read_text()[-5000:]
     result = status(job_dir)
@@ -83,11 +104,33 @@ def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_pat
 
 def write_records(out: pathlib.Path) -> dict[str, str]:
     """A small trainer.records dataset; returns the settings that point the manifests at it."""
-    subprocess.run([sys.executable, "-m", "trainer.records", "--out", str(out), "--train-examples", "256",
-                    "--train-shards", "2", "--test-examples", "64", "--test-shards", "1"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
-    return {"TRAINER_TRAIN_FILES": str(out / "train-*"), "TRAINER_TEST_FILES": str(out / "test-*"),
-            "TRAINER_IMAGE_SHAPE": "28x28x1", "TRAINER_NUM_CLASSES": "10"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.records",
+            "--out",
+            str(out),
+            "--train-examples",
+            "256",
+            "--train-shards",
+            "2",
+            "--test-examples",
+            "64",
+            "--test-shards",
+            "1",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return {
+        "TRAINER_TRAIN_FILES": str(out / "train-*"),
+        "TRAINER_TEST_FILES": str(out / "test-*"),
+        "TRAINER_IMAGE_SHAPE": "28x28x1",
+        "TRAINER_NUM_CLASSES": "10",
+    }
 
 
 def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(tmp_path):
@@ -95,9 +138,27 @@ def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     env = {**os.environ, **write_records(tmp_path / "data")}
     with console.open("w") as out:
-        proc = subprocess.Popen([sys.executable, *RUNNER, "--job-dir", str(job_dir), "--workers", "1",
-                                 "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                *RUNNER,
+                "--job-dir",
+                str(job_dir),
+                "--workers",
+                "1",
+                "--dataset",
+                "tfrecord",
+                "--epochs",
+                "1",
+                "--",
+                "--per-worker-batch-size",
+                "32",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
     assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
     text = console.read_text()
     ready = "dataset tfrecord is ready: train 2 files 256 examples, test 1 files 64 examples"
@@ -109,8 +170,25 @@ def test_a_glob_matching_no_file_stops_at_the_data_job_before_any_worker_starts(
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     missing = str(tmp_path / "nothing-*")
     # The ARGS route (flags after --) reaches the data Job too: it reads the trainer's flags.
-    proc = start(job_dir, console, "--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--",
-                 "--train-files", missing, "--test-files", missing, "--image-shape", "28x28x1", "--num-classes", "10")
+    proc = start(
+        job_dir,
+        console,
+        "--workers",
+        "1",
+        "--dataset",
+        "tfrecord",
+        "--epochs",
+        "1",
+        "--",
+        "--train-files",
+        missing,
+        "--test-files",
+        missing,
+        "--image-shape",
+        "28x28x1",
+        "--num-classes",
+        "10",
+    )
     code = finish(proc, console, timeout=240)
     text = console.read_text()
     assert code == 1, text[-5000:]  # the data Job Failed (its exit code 2 is in the table), so run-local did

@@ -34,8 +34,10 @@ def untested_pair(settings: dict[str, str]) -> str | None:
     tested = [minor(v) for v in settings["OPERATOR_TESTED_KUBERNETES"].split(",")]
     if minor(settings["K3S_IMAGE"]) in tested:
         return None
-    return (f"K3S_IMAGE {settings['K3S_IMAGE']} runs Kubernetes {'.'.join(map(str, minor(settings['K3S_IMAGE'])))}; "
-            f"operator {settings['TRAINING_OPERATOR_VERSION']} is tested on {settings['OPERATOR_TESTED_KUBERNETES']}")
+    return (
+        f"K3S_IMAGE {settings['K3S_IMAGE']} runs Kubernetes {'.'.join(map(str, minor(settings['K3S_IMAGE'])))}; "
+        f"operator {settings['TRAINING_OPERATOR_VERSION']} is tested on {settings['OPERATOR_TESTED_KUBERNETES']}"
+    )
 
 
 def test_the_k3s_image_runs_a_kubernetes_minor_the_pinned_operator_is_tested_on():
@@ -46,13 +48,15 @@ def test_the_version_check_catches_the_old_pin():
     assert "1.31" in untested_pair({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.31.5-k3s1"})
 
 
-def dry_make(target: str, *assignments: str, env_overrides: dict[str, str] | None = None,
-             path: str | None = None) -> subprocess.CompletedProcess:
+def dry_make(
+    target: str, *assignments: str, env_overrides: dict[str, str] | None = None, path: str | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_overrides or {})}
     if path is not None:
         env["PATH"] = path
-    return subprocess.run(["make", "-n", target, *assignments], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        ["make", "-n", target, *assignments], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def script_command(output: str, script: str) -> tuple[dict[str, str], list[str]]:
@@ -63,11 +67,17 @@ def script_command(output: str, script: str) -> tuple[dict[str, str], list[str]]
     return dict(word.split("=", 1) for word in words[:at]), words[at:]
 
 
-OVERRIDES = [("WORKERS", "3", "--workers", "3"), ("DATASET", "mnist", "--dataset", "mnist"),
-             ("TRAINER_DATASET", "cifar10", "--dataset", "cifar10"), ("EPOCHS", "7", "--epochs", "7")]
+OVERRIDES = [
+    ("WORKERS", "3", "--workers", "3"),
+    ("DATASET", "mnist", "--dataset", "mnist"),
+    ("TRAINER_DATASET", "cifar10", "--dataset", "cifar10"),
+    ("EPOCHS", "7", "--epochs", "7"),
+]
 
 
-@pytest.mark.parametrize("target, script", [("submit", "scripts.cluster.submit"), ("run-local", "scripts.localrun.run_local")])
+@pytest.mark.parametrize(
+    "target, script", [("submit", "scripts.cluster.submit"), ("run-local", "scripts.localrun.run_local")]
+)
 @pytest.mark.parametrize("spelling", ["environment", "command line"])
 @pytest.mark.parametrize("key, value, flag, expected", OVERRIDES)
 def test_environment_and_command_line_both_win_over_settings(target, script, spelling, key, value, flag, expected):
@@ -92,8 +102,9 @@ def test_a_job_name_and_namespace_override_reaches_the_job_submit_would_create(s
     env, argv = script_command(result.stdout, "scripts.cluster.submit")
     assert env["JOB_NAME"] == "team-a-run" and env["NAMESPACE"] == "team-a"
     clean_env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
-    shown = subprocess.run([*argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                           env={**clean_env, **env})
+    shown = subprocess.run(
+        [*argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120, env={**clean_env, **env}
+    )
     assert shown.returncode == 0, shown.stderr
     body = json.loads(shown.stdout)
     assert body["metadata"]["name"] == "team-a-run"
@@ -101,10 +112,18 @@ def test_a_job_name_and_namespace_override_reaches_the_job_submit_would_create(s
 
 
 def test_a_job_name_in_the_environment_reaches_the_manifests_run_local_reads():
-    code = ("from scripts.common import manifest; from scripts.localrun import manifests as m; "
-            "print(m.parse(manifest.render(), 'k8s').name)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "JOB_NAME": "mine"})
+    code = (
+        "from scripts.common import manifest; from scripts.localrun import manifests as m; "
+        "print(m.parse(manifest.render(), 'k8s').name)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "JOB_NAME": "mine"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "mine"
 
@@ -116,10 +135,14 @@ def test_a_value_with_a_space_from_the_environment_is_refused_like_one_in_the_fi
 
 def test_the_shell_scripts_let_the_environment_win_over_settings():
     # Before: `source k8s/settings.env` overwrote IMAGE_NAME from the environment.
-    result = subprocess.run([str(ROOT / "scripts" / "image" / "build-image.sh"), "--print-image"], capture_output=True,
-                            text=True, cwd=ROOT, timeout=60,
-                            env={**os.environ, "IMAGE_NAME": "my-trainer", "IMAGE_TAG": "t1",
-                                 "IMAGE_TF_FLAVOUR": "gpu"})
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "image" / "build-image.sh"), "--print-image"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "IMAGE_NAME": "my-trainer", "IMAGE_TAG": "t1", "IMAGE_TF_FLAVOUR": "gpu"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "my-trainer:t1-gpu"
 
@@ -159,14 +182,22 @@ else echo 'Error: json: unknown field "envs"' >&2; exit 1; fi"""
 
 
 @pytest.mark.parametrize("target", ["run-local", "submit"])
-@pytest.mark.parametrize("kubectl, says", [(None, "kubectl is not installed"),
-                                           (OLD_KUBECTL, "kubectl v1.20.2 cannot render k8s/")])
+@pytest.mark.parametrize(
+    "kubectl, says", [(None, "kubectl is not installed"), (OLD_KUBECTL, "kubectl v1.20.2 cannot render k8s/")]
+)
 def test_run_local_and_submit_stop_before_installing_anything_without_a_kubectl_that_renders(
-        tmp_path, target, kubectl, says):
+    tmp_path, target, kubectl, says
+):
     venv = tmp_path / "venv"
     path = tool_path(tmp_path, {"kubectl": kubectl} if kubectl else {})
-    result = subprocess.run(["make", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PATH": path}, timeout=120)
+    result = subprocess.run(
+        ["make", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path},
+        timeout=120,
+    )
     assert result.returncode != 0
     assert not venv.exists(), "make installed the venv before it checked kubectl"
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -174,18 +205,22 @@ def test_run_local_and_submit_stop_before_installing_anything_without_a_kubectl_
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("machine, flavour, suffix", [("aarch64", "", "-tf"), ("arm64", "", "-tf"),
-                                                       ("x86_64", "", ""), ("aarch64", "cpu", ""),
-                                                       ("x86_64", "tf", "-tf")])
+@pytest.mark.parametrize(
+    "machine, flavour, suffix",
+    [("aarch64", "", "-tf"), ("arm64", "", "-tf"), ("x86_64", "", ""), ("aarch64", "cpu", ""), ("x86_64", "tf", "-tf")],
+)
 def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flavour, suffix):
     # Before: cpu everywhere, and tensorflow-cpu 2.21.0 has no linux/aarch64 wheel; tf was refused.
-    stubs = tool_path(tmp_path, {"uname": f"echo {machine}",
-                                 "docker": f'echo "$*" >> {tmp_path}/docker-args; exit 0'})
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "IMAGE_TAG": "t1", "IMAGE_TF_FLAVOUR": flavour,
-           "CONTAINER_TOOL": "docker"}
+    stubs = tool_path(tmp_path, {"uname": f"echo {machine}", "docker": f'echo "$*" >> {tmp_path}/docker-args; exit 0'})
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "IMAGE_TAG": "t1",
+        "IMAGE_TF_FLAVOUR": flavour,
+        "CONTAINER_TOOL": "docker",
+    }
     script = str(ROOT / "scripts" / "image" / "build-image.sh")
-    printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env,
-                             timeout=60)
+    printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert printed.stdout.strip() == f"{SETTINGS['IMAGE_NAME']}:t1{suffix}", printed.stderr
     built = subprocess.run([script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert built.returncode == 0, built.stderr

@@ -14,10 +14,11 @@ import threading
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 from scripts.cluster import job_follower
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SETTINGS = project_settings.load()
 IMAGE = f"{SETTINGS['IMAGE_NAME']}:rev123"
@@ -26,14 +27,33 @@ IMAGE = f"{SETTINGS['IMAGE_NAME']}:rev123"
 def submit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # From another directory, with only the package on the path: no path in submit depends on the cwd.
     env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "scripts.cluster.submit", *args], capture_output=True, text=True,
-                          cwd="/", env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.cluster.submit", *args],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
 def dry_run() -> dict:
-    result = submit("--dry-run", "--image", IMAGE, "--workers", "3", "--dataset", "mnist", "--epochs", "2",
-                    "--", "--per-worker-batch-size", "32", "--scale-learning-rate")
+    result = submit(
+        "--dry-run",
+        "--image",
+        IMAGE,
+        "--workers",
+        "3",
+        "--dataset",
+        "mnist",
+        "--epochs",
+        "2",
+        "--",
+        "--per-worker-batch-size",
+        "32",
+        "--scale-learning-rate",
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -89,7 +109,7 @@ def test_dry_run_output_is_exactly_the_body_training_client_create_job_sends(dry
         client.create_job(job=tfjob_manifest.to_tfjob(dry_run), namespace=SETTINGS["NAMESPACE"])
     finally:
         server.shutdown()
-    (method, path, body), = RecordingAPI.requests
+    ((method, path, body),) = RecordingAPI.requests
     assert (method, path) == ("POST", f"/apis/kubeflow.org/v1/namespaces/{SETTINGS['NAMESPACE']}/tfjobs")
     assert body == dry_run
 
@@ -128,8 +148,16 @@ def test_status_without_a_cluster_is_an_error_not_a_traceback(tmp_path):
 
 
 def test_log_timestamps_order_correctly_whatever_their_precision():
-    stamps = ["2025-01-05T22:58:20.1Z", "2025-01-05T22:58:20.12Z", "2025-01-05T22:58:20Z",
-              "2025-01-05T22:58:21.000000001Z"]
+    stamps = [
+        "2025-01-05T22:58:20.1Z",
+        "2025-01-05T22:58:20.12Z",
+        "2025-01-05T22:58:20Z",
+        "2025-01-05T22:58:21.000000001Z",
+    ]
     ordered = sorted(stamps, key=job_follower.sortable_timestamp)
-    assert ordered == ["2025-01-05T22:58:20Z", "2025-01-05T22:58:20.1Z", "2025-01-05T22:58:20.12Z",
-                       "2025-01-05T22:58:21.000000001Z"]
+    assert ordered == [
+        "2025-01-05T22:58:20Z",
+        "2025-01-05T22:58:20.1Z",
+        "2025-01-05T22:58:20.12Z",
+        "2025-01-05T22:58:21.000000001Z",
+    ]

@@ -23,8 +23,10 @@ def test_help_documents_every_flag_with_its_default_and_variable():
 def test_flag_beats_environment_beats_default():
     assert parse_config([], {}).per_worker_batch_size == 64
     assert parse_config([], {"TRAINER_PER_WORKER_BATCH_SIZE": "128"}).per_worker_batch_size == 128
-    assert parse_config(["--per-worker-batch-size", "32"],
-                        {"TRAINER_PER_WORKER_BATCH_SIZE": "128"}).per_worker_batch_size == 32
+    assert (
+        parse_config(["--per-worker-batch-size", "32"], {"TRAINER_PER_WORKER_BATCH_SIZE": "128"}).per_worker_batch_size
+        == 32
+    )
 
 
 def test_boolean_flags_from_environment():
@@ -34,14 +36,17 @@ def test_boolean_flags_from_environment():
         parse_config([], {"TRAINER_DOWNLOAD": "maybe"})
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--epochs", "0"], "--epochs must be at least 1"),
-    (["--per-worker-batch-size", "-4"], "--per-worker-batch-size must be at least 1"),
-    (["--learning-rate", "0"], "--learning-rate must be positive"),
-    (["--train-examples", "-1"], "--train-examples must be 0"),
-    (["--status-port", "70000"], "--status-port must be a TCP port"),
-    (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--per-worker-batch-size", "-4"], "--per-worker-batch-size must be at least 1"),
+        (["--learning-rate", "0"], "--learning-rate must be positive"),
+        (["--train-examples", "-1"], "--train-examples must be 0"),
+        (["--status-port", "70000"], "--status-port must be a TCP port"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
+    ],
+)
 def test_bad_values_are_refused_with_the_flag_named(argv, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(argv, {})
@@ -58,8 +63,14 @@ def test_log_interval_is_a_whole_number_of_calls():
 
 
 def run_trainer(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
 
 
 def test_cli_bad_choice_exits_2_with_choices():

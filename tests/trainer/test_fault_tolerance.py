@@ -22,18 +22,53 @@ from trainer import layout, status
 
 CHECKPOINT_EVERY = 20
 # 6400 examples / global batch 64 = 100 steps per epoch, 3 epochs: long enough to strike mid-run.
-RUN = ["--train-examples", "6400", "--test-examples", "500", "--per-worker-batch-size", "32",
-       "--checkpoint-every", str(CHECKPOINT_EVERY), "--log-every", "16", "--steps-per-loop", "4"]
+RUN = [
+    "--train-examples",
+    "6400",
+    "--test-examples",
+    "500",
+    "--per-worker-batch-size",
+    "32",
+    "--checkpoint-every",
+    str(CHECKPOINT_EVERY),
+    "--log-every",
+    "16",
+    "--steps-per-loop",
+    "4",
+]
 TOTAL_STEPS = 300
 
 
 def start_runner(job_dir, scratch):
     scratch.mkdir()
-    command = [sys.executable, "-m", "scripts.localrun.run_local", "--workers", "2", "--dataset", "synthetic",
-               "--epochs", "3", "--job-dir", str(job_dir), "--", *RUN, "--status-port", str(free_ports(1)[0]),
-               "--status-host", "127.0.0.1"]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})
+    command = [
+        sys.executable,
+        "-m",
+        "scripts.localrun.run_local",
+        "--workers",
+        "2",
+        "--dataset",
+        "synthetic",
+        "--epochs",
+        "3",
+        "--job-dir",
+        str(job_dir),
+        "--",
+        *RUN,
+        "--status-port",
+        str(free_ports(1)[0]),
+        "--status-host",
+        "127.0.0.1",
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
 
 
 def replica(runner, name):
@@ -152,8 +187,21 @@ def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
 
 
 def train_once(model_dir, *extra, timeout=240):
-    args = ["--dataset", "synthetic", "--train-examples", "2048", "--test-examples", "256", "--log-every", "16",
-            "--checkpoint-every", "16", "--model-dir", str(model_dir), *extra]
+    args = [
+        "--dataset",
+        "synthetic",
+        "--train-examples",
+        "2048",
+        "--test-examples",
+        "256",
+        "--log-every",
+        "16",
+        "--checkpoint-every",
+        "16",
+        "--model-dir",
+        str(model_dir),
+        *extra,
+    ]
     return wait_all({"single": start(args, None)}, timeout)["single"]
 
 
@@ -207,8 +255,9 @@ def test_a_taken_status_port_is_a_clear_error(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = train_once(tmp_path / "model", "--epochs", "1", "--status-port", str(port),
-                            "--status-host", "127.0.0.1")
+        result = train_once(
+            tmp_path / "model", "--epochs", "1", "--status-port", str(port), "--status-host", "127.0.0.1"
+        )
     assert result.returncode == 2
     assert f"--status-port {port} on --status-host 127.0.0.1 cannot be bound" in result.output
     assert status.read_status(str(tmp_path / "model"))["state"] == "failed"
@@ -216,16 +265,35 @@ def test_a_taken_status_port_is_a_clear_error(tmp_path):
 
 def test_status_view_explains_a_file_that_is_not_a_status(tmp_path):
     (tmp_path / "status.json").write_text("not json")
-    view = subprocess.run([sys.executable, "-m", "trainer.status", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    view = subprocess.run(
+        [sys.executable, "-m", "trainer.status", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert view.returncode == 1 and "is not a trainer status" in view.stderr
 
 
 def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
     port = free_ports(1)[0]
-    process = start(["--dataset", "synthetic", "--train-examples", "6400", "--test-examples", "256", "--epochs", "2",
-                     "--log-every", "16", "--model-dir", str(tmp_path / "model"), "--status-port", str(port),
-                     "--status-host", "127.0.0.1"], None)
+    process = start(
+        [
+            "--dataset",
+            "synthetic",
+            "--train-examples",
+            "6400",
+            "--test-examples",
+            "256",
+            "--epochs",
+            "2",
+            "--log-every",
+            "16",
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--status-port",
+            str(port),
+            "--status-host",
+            "127.0.0.1",
+        ],
+        None,
+    )
     steps, states, scraped_states = [], set(), set()
     try:
         while process.poll() is None:
@@ -233,8 +301,9 @@ def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
                     answer = json.load(response)
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-                    scraped_states |= set(re.findall(r'trainer_state\{trainer_state="(\w+)"\} 1\.0',
-                                                     response.read().decode()))
+                    scraped_states |= set(
+                        re.findall(r'trainer_state\{trainer_state="(\w+)"\} 1\.0', response.read().decode())
+                    )
             except OSError:
                 time.sleep(0.1)
                 continue
@@ -249,6 +318,11 @@ def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
     assert "running" in scraped_states  # the Prometheus view follows the same state
     final = status.read_status(str(tmp_path / "model"))
     assert final["state"] == "succeeded" and final["global_step"] == final["total_steps"] == 200
-    view = subprocess.run([sys.executable, "-m", "trainer.status", str(tmp_path / "model")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    view = subprocess.run(
+        [sys.executable, "-m", "trainer.status", str(tmp_path / "model")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert view.returncode == 0 and "succeeded" in view.stdout and "200/200 (100.0%)" in view.stdout

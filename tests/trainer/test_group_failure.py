@@ -7,9 +7,11 @@ from trainer import exit_codes, status
 from trainer.__main__ import main
 
 # What worker-1 raised in CI when the chief was SIGKILLed and came back before worker-1's next heartbeat.
-CHIEF_RESTARTED = ("Collective ops is aborted by: Task with task_name=/job:worker/replica:0/task:1 must be "
-                   "registered before sending heartbeat messages. The service might have restarted, please "
-                   "restart / reset and register again.\n\nRPC: /tensorflow.CoordinationService/Heartbeat")
+CHIEF_RESTARTED = (
+    "Collective ops is aborted by: Task with task_name=/job:worker/replica:0/task:1 must be "
+    "registered before sending heartbeat messages. The service might have restarted, please "
+    "restart / reset and register again.\n\nRPC: /tensorflow.CoordinationService/Heartbeat"
+)
 
 GROUP_FAILURES = [
     tf.errors.InvalidArgumentError(None, None, CHIEF_RESTARTED),

@@ -18,8 +18,18 @@ def test_every_variant_maps_raw_images_to_class_logits(name, shape):
 
 def test_the_book_cnn_has_the_book_layers():
     kinds = [type(layer).__name__ for layer in model.build_model("cnn", (28, 28, 1), 10).layers]
-    assert kinds == ["InputLayer", "Rescaling", "Conv2D", "MaxPooling2D", "Conv2D", "MaxPooling2D", "Conv2D",
-                     "Flatten", "Dense", "Dense"]
+    assert kinds == [
+        "InputLayer",
+        "Rescaling",
+        "Conv2D",
+        "MaxPooling2D",
+        "Conv2D",
+        "MaxPooling2D",
+        "Conv2D",
+        "Flatten",
+        "Dense",
+        "Dense",
+    ]
 
 
 def test_unknown_model_names_the_choices():

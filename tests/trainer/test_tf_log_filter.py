@@ -23,9 +23,12 @@ NOISE_AND_A_REAL_ERROR = (
     "W0000 00:00:1796054796.802611    7248 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not be "
     "optimized because the dataset does not implement the AsGraphDefInternal() method\n"
     "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error\n"
-    "error: the trainer's own message\n")
-WRITER = ("import os, sys; from trainer import tf_log_filter; tf_log_filter.install(); "
-          "os.write(2, sys.argv[1].encode()); print('stdout line', flush=True)")
+    "error: the trainer's own message\n"
+)
+WRITER = (
+    "import os, sys; from trainer import tf_log_filter; tf_log_filter.install(); "
+    "os.write(2, sys.argv[1].encode()); print('stdout line', flush=True)"
+)
 
 
 def tf_warnings_and_errors(output: str) -> list[str]:
@@ -33,15 +36,22 @@ def tf_warnings_and_errors(output: str) -> list[str]:
 
 
 def write_through_the_filter(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WRITER, NOISE_AND_A_REAL_ERROR], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", WRITER, NOISE_AND_A_REAL_ERROR],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
 
 
 def test_the_filter_drops_the_start_up_noise_and_passes_everything_else():
     result = write_through_the_filter({})
     assert result.returncode == 0
-    assert result.stderr.splitlines() == ["E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error",
-                                          "error: the trainer's own message"]
+    assert result.stderr.splitlines() == [
+        "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error",
+        "error: the trainer's own message",
+    ]
     assert result.stdout == "stdout line\n"
 
 
@@ -51,18 +61,50 @@ def test_trainer_tf_noise_1_brings_the_noise_back():
 
 def test_a_healthy_cpu_run_prints_no_tensorflow_warning_or_error(tmp_path):
     # Before: absl's banner, "failed call to cuInit ... (303)" at error level, CUDA and oneDNN notices.
-    result = subprocess.run([sys.executable, "-m", "trainer", "--dataset", "synthetic", "--epochs", "1",
-                             "--train-examples", "256", "--test-examples", "128", "--model-dir", str(tmp_path / "m")],
-                            capture_output=True, text=True, timeout=240,
-                            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--dataset",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--train-examples",
+            "256",
+            "--test-examples",
+            "128",
+            "--model-dir",
+            str(tmp_path / "m"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert tf_warnings_and_errors(result.stdout + result.stderr) == []
     assert "finished: test accuracy" in result.stdout
 
 
 def two_worker_run(tmp_path, module: str = "trainer", env: dict[str, str] | None = None) -> dict:
-    return run_group(2, ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "512",
-                         "--test-examples", "128", "--model-dir", str(tmp_path / "m")], module=module, env=env)
+    return run_group(
+        2,
+        [
+            "--dataset",
+            "synthetic",
+            "--epochs",
+            "2",
+            "--train-examples",
+            "512",
+            "--test-examples",
+            "128",
+            "--model-dir",
+            str(tmp_path / "m"),
+        ],
+        module=module,
+        env=env,
+    )
 
 
 def assert_clean_until_exit(finished: dict) -> None:

@@ -13,8 +13,22 @@ from trainer.config import parse_config
 from trainer.status import StatusReporter
 from trainer.train import train_and_evaluate
 
-TINY = ["--dataset", "synthetic", "--train-examples", "512", "--test-examples", "128", "--per-worker-batch-size",
-        "64", "--steps-per-loop", "2", "--log-every", "2", "--checkpoint-every", "0"]
+TINY = [
+    "--dataset",
+    "synthetic",
+    "--train-examples",
+    "512",
+    "--test-examples",
+    "128",
+    "--per-worker-batch-size",
+    "64",
+    "--steps-per-loop",
+    "2",
+    "--log-every",
+    "2",
+    "--checkpoint-every",
+    "0",
+]
 
 
 @functools.cache
@@ -48,8 +62,15 @@ def test_metrics_json_holds_what_the_readme_promises(one_epoch):
     model_dir, returned = one_epoch
     metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert metrics == json.loads(json.dumps(returned))
-    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
-                "time_to_first_step_seconds", "duration_seconds"):
+    for key in (
+        "train_loss",
+        "train_accuracy",
+        "test_loss",
+        "test_accuracy",
+        "examples_per_second",
+        "time_to_first_step_seconds",
+        "duration_seconds",
+    ):
         assert metrics[key] > 0, key
     assert metrics["workers"] == 1 and metrics["global_batch_size"] == 64 and metrics["steps_per_epoch"] == 8
     assert metrics["steps"] == 8 and metrics["resumed_from_step"] == 0 and metrics["restarts"] == 0
