@@ -29,7 +29,7 @@ log = logging.getLogger("trainer")
 def main(argv: list[str] | None = None) -> int:
     try:
         config = parse_config(argv)
-        cluster = from_environment()
+        cluster = from_environment(strategy=config.strategy)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
