@@ -24,6 +24,7 @@ from trainer.config import parse_config  # noqa: E402
 from trainer.errors import UserError, first_line  # noqa: E402
 
 log = logging.getLogger("trainer")
+_ASYNC_RUN: list[bool] = []  # set by main() when this process coordinated an async run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,13 +82,30 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer.preemption import Preempted
     from trainer.preflight import check_inputs_before_the_group_forms
-    from trainer.strategy import create_strategy, is_group_failure, leave_group
-    from trainer.train import train_and_evaluate
+    from trainer.strategy import (
+        create_parameter_server_strategy,
+        create_strategy,
+        is_group_failure,
+        leave_group,
+        run_server,
+    )
 
+    if cluster.role == "server":
+        run_server(cluster)
+        return exit_codes.OK
     try:
         check_inputs_before_the_group_forms(config)
-        strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-        train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
+        if cluster.is_async:
+            from trainer.train_async import train_async
+
+            _ASYNC_RUN.append(True)
+            strategy, coordinator = create_parameter_server_strategy(cluster)
+            train_async(config, cluster, strategy, coordinator, STARTED_AT, status)
+        else:
+            from trainer.train import train_and_evaluate
+
+            strategy = create_strategy(cluster, config.collective, config.startup_timeout)
+            train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:
         log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
                     cluster.name, stopped, exit_codes.PREEMPTED)
@@ -117,4 +135,10 @@ if __name__ == "__main__":
 
     # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
     tf_log_filter.install()
-    sys.exit(main())
+    code = main()
+    if _ASYNC_RUN:
+        # The coordinator's RPC threads can abort (SIGABRT) in C++ teardown after a worker was lost: skip it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
