@@ -1,7 +1,7 @@
 """The asynchronous loop, run by the chief as coordinator of ParameterServerStrategy.
 
 The variables live on the ps tasks; the chief schedules closures of `steps_per_loop` steps onto whichever
-worker is free (ClusterCoordinator), each worker reading its own shard of the training split. A step is one
+worker is free (ClusterCoordinator), each worker reading the training split in its own order. A step is one
 worker's batch applied to the variables, so an epoch is train_size // per_worker_batch_size steps, whatever
 the number of workers. At most two closures per worker are in flight; the losses and accuracies come back
 with each closure and are summed on the chief. Before a checkpoint, an evaluation or the end, the chief lets
@@ -22,12 +22,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer import data, saving
+from trainer import datasets, pipeline, saving
 from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
-from trainer.errors import DataError
 from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
@@ -46,16 +45,17 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     """Trains asynchronously (resuming from the newest checkpoint), evaluates and saves; returns the metrics."""
     batch_size = config.per_worker_batch_size
     keras.utils.set_random_seed(config.seed)
-    splits = data.load_splits(config.dataset, config.data_dir, config.seed, config.download,
-                              config.train_examples, config.test_examples)
-    steps_per_epoch = splits.train_size // batch_size
-    if steps_per_epoch < 1:
-        raise DataError(f"the training split has {splits.train_size} examples, fewer than one batch of "
-                             f"{batch_size}; lower --per-worker-batch-size or use more --train-examples")
+    source = datasets.load(config)
+    # The whole split for every worker: under ParameterServerStrategy the dataset function is traced once for all
+    # workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own order.
+    train_shard, test_shard = source.train.shard(0, 1), source.test.shard(0, 1)
+    train_size = min(train_shard.size, config.train_examples or train_shard.size)
+    test_size = min(test_shard.size, config.test_examples or test_shard.size)
+    steps_per_epoch = pipeline.steps_per_epoch([train_size], batch_size)
     total_steps = steps_per_epoch * config.epochs
 
     with strategy.scope():
-        model = build_model(config.model, splits.image_shape, splits.num_classes)
+        model = build_model(config.model, source.image_shape, source.num_classes)
         optimizer = build_optimizer(config.learning_rate)
         optimizer.build(model.trainable_variables)
         checkpointer = Checkpointer(config.model_dir, True, cluster.name, config.keep_checkpoints,
@@ -64,13 +64,14 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": batch_size})
     start_step = checkpointer.restore_latest()
 
-    worker_batches = iter(coordinator.create_per_worker_dataset(
-        lambda: strategy.distribute_datasets_from_function(_worker_dataset_fn(config, batch_size, start_step))))
+    cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
+    worker_batches = iter(coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(
+        lambda context: _worker_batches(config, train_shard, train_size, steps_per_epoch, cache))))
     train_steps = _train_steps_function(strategy, model, optimizer)
-    evaluate = _evaluation_function(model, data.test_pipeline(splits.test, batch_size))
+    evaluate = _evaluation_function(model, pipeline.test_batches(test_shard, batch_size, test_size))
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs)
-    progress.line(f"training {config.model} on {config.dataset} asynchronously: {splits.train_size} examples, "
+    progress.line(f"training {config.model} on {config.dataset} asynchronously: {train_size} examples, "
                   f"{cluster.num_workers} worker(s) x batch {batch_size}, {cluster.num_ps} ps task(s), "
                   f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {config.learning_rate:g}"
                   + (f", resuming at step {start_step}" if start_step else ""))
@@ -126,11 +127,11 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         test_metrics = evaluate()
     saving.save_model(model, config.model_dir, is_chief=True)
-    record = _metrics_record(config, model, splits, throughput, {**train_metrics, **test_metrics},
+    record = _metrics_record(config, model, throughput, {**train_metrics, **test_metrics}, strategy="async",
                              workers=cluster.num_workers, ps_tasks=cluster.num_ps, global_batch_size=batch_size,
                              learning_rate=config.learning_rate, steps=step, resumed_from_step=start_step,
-                             restarts=status.restarts, steps_per_epoch=steps_per_epoch)
-    record["strategy"] = "async"
+                             restarts=status.restarts, steps_per_epoch=steps_per_epoch, train_examples=train_size,
+                             test_examples=test_size, cache=cache)
     write_json(ModelDir(config.model_dir).metrics, record)
     status.update(state="succeeded", global_step=step, **test_metrics)
     print(f"{cluster.name} finished: test accuracy {record['test_accuracy']:.4f}, "
@@ -138,24 +139,17 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     return record
 
 
-def _worker_dataset_fn(config: Config, batch_size: int, start_step: int) -> Any:
-    """Each worker's input: its own shard of the training split, shuffled (seeded by worker and by the step the
-    run resumed at, so a resumed run does not replay the same order), repeated without end."""
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        # Built on the worker: the dataset is made where it is read, not shipped from the chief.
-        splits = data.load_splits(config.dataset, config.data_dir, config.seed, False,
-                                  config.train_examples, config.test_examples)
-        shard = splits.train.shard(context.num_input_pipelines, context.input_pipeline_id).cache()
-        seed = config.seed * 1_000_003 + context.input_pipeline_id * 7_919 + start_step
-        shard_size = splits.train_size // context.num_input_pipelines + 1
-        batches = shard.shuffle(shard_size, seed=seed).repeat().batch(batch_size, drop_remainder=True)
-        # Runs on the worker each time the coordinator (re)builds its input, e.g. after the worker restarted.
-        tf.print(f"input pipeline {context.input_pipeline_id} of {context.num_input_pipelines} built on this worker; "
-                 f"it receives work from the coordinator")
-        return batches.prefetch(tf.data.AUTOTUNE)
-
-    return dataset_fn
+def _worker_batches(config: Config, shard: datasets.Shard, train_size: int, steps_per_epoch: int,
+                    cache: str) -> tf.data.Dataset:
+    """One worker's batches, repeated without end (it may run more than its share while another is down), in an
+    order seeded by --seed and by this worker's clock when the coordinator builds it, so workers differ."""
+    clock = tf.cast(tf.timestamp() * 1e6, tf.int64)
+    seed = tf.constant(config.seed, tf.int64) * 1_000_003 + clock
+    # Printed on the worker each time the coordinator (re)builds its input, e.g. after the worker restarted.
+    tf.print("input pipeline built on this worker; it receives work from the coordinator")
+    batches = pipeline.train_batches(shard, 0, config.per_worker_batch_size, train_size, seed, config.epochs, 0,
+                                     steps_per_epoch, config.shuffle_buffer, cache)
+    return batches.repeat()
 
 
 def _train_steps_function(strategy: tf.distribute.Strategy, model: keras.Model,

@@ -9,14 +9,14 @@ import time
 import pytest
 
 from multiworker import OutputFollower, async_cluster, start, start_servers, stop_servers, tf_config, wait_all
-from trainer import layout, status
+from trainer import datasets, layout, status
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "4096", "--test-examples", "1024",
        "--seed", "7", "--log-every", "16", "--per-worker-batch-size", "32", "--threads", "1"]
-# The synthetic task's test accuracy after one process trains these examples (1.0 here); async updates on stale
-# weights may cost a little, not more than this.
-ACCURACY_FLOOR = 0.9
+# The synthetic task's best test accuracy is 0.9 (10% label noise); the sync tests allow 0.02 around it. Async
+# updates computed on stale weights cost a little more on a run this short.
+ACCURACY_FLOOR = datasets.SYNTHETIC_BEST_ACCURACY - 0.03
 
 
 def run_async(model_dir, args=RUN, workers=2, ps=1, env=None, timeout=300):
@@ -111,7 +111,7 @@ def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(
         kill(servers.pop("worker-1"))
         step = wait_for_step(model_dir, 164, chief)  # the coordinator goes on with worker-0 alone
         restarted["worker-1"] = OutputFollower(start(args, tf_config(cluster, "worker", 1)))
-        restarted["worker-1"].wait_for("built on this worker")
+        restarted["worker-1"].wait_for("input pipeline built on this worker")
         # Only the restarted worker-1 is left to run steps: progress now proves it receives work again.
         kill(servers.pop("worker-0"))
         step = wait_for_step(model_dir, step + 64, chief)
