@@ -45,11 +45,6 @@ def main(argv: list[str] | None = None) -> int:
               "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
               "data-preparation Job), then start the workers without --download", file=sys.stderr)
         return exit_codes.BAD_CONFIG
-    if cluster.is_evaluator:
-        # The evaluator is not part of the all-reduce group; test-split evaluation runs inside the loop.
-        log.warning("%s: this trainer evaluates on the test split inside the training loop; an evaluator "
-                    "task has nothing to do and exits 0. Remove the Evaluator replica to save a pod.", cluster.name)
-        return exit_codes.OK
 
     from trainer import saving
     from trainer.status import StatusReporter
@@ -92,6 +87,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if cluster.role == "server":
         run_server(cluster)
+        return exit_codes.OK
+    if cluster.is_evaluator:
+        from trainer.evaluator import follow_checkpoints
+
+        # Joins no group and writes only its own files: logs/eval and evaluations.json.
+        logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
+        try:
+            check_inputs_before_the_group_forms(config)
+            follow_checkpoints(config, cluster)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return exit_codes.BAD_CONFIG
         return exit_codes.OK
     try:
         check_inputs_before_the_group_forms(config)

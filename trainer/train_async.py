@@ -27,6 +27,7 @@ from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
+from trainer.evaluator import evaluation_function
 from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
@@ -68,7 +69,7 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     worker_batches = iter(coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(
         lambda context: _worker_batches(config, train_shard, train_size, steps_per_epoch, cache))))
     train_steps = _train_steps_function(strategy, model, optimizer)
-    evaluate = _evaluation_function(model, pipeline.test_batches(test_shard, batch_size, test_size))
+    evaluate = evaluation_function(model, pipeline.test_batches(test_shard, batch_size, test_size))
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs)
     progress.line(f"training {config.model} on {config.dataset} asynchronously: {train_size} examples, "
@@ -178,27 +179,6 @@ def _train_steps_function(strategy: tf.distribute.Strategy, model: keras.Model,
         return totals
 
     return train_steps
-
-
-def _evaluation_function(model: keras.Model, test_batches: tf.data.Dataset) -> Any:
-    """`evaluate()` on the chief itself (reading the variables from the ps tasks): test loss and accuracy."""
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-    @tf.function
-    def totals() -> tf.Tensor:
-        result = tf.zeros(3)
-        for images, labels in test_batches:
-            logits = model(images, training=False)
-            correct = tf.equal(tf.argmax(logits, -1), tf.cast(labels, tf.int64))
-            result += tf.stack([tf.reduce_sum(loss_fn(labels, logits)), tf.reduce_sum(tf.cast(correct, tf.float32)),
-                                tf.cast(tf.size(labels), tf.float32)])
-        return result
-
-    def evaluate() -> dict[str, float]:
-        loss_sum, correct, examples = (float(x) for x in totals())
-        return {"test_loss": loss_sum / examples, "test_accuracy": correct / examples}
-
-    return evaluate
 
 
 def _placement(variables: list[Any]) -> str:
