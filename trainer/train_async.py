@@ -122,6 +122,10 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
                 _write_scalars(test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
                 status.update(**test_metrics)
                 progress.epoch_done(step // steps_per_epoch, {**train_metrics, **test_metrics})
+            else:
+                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
+                              f"{train_metrics['train_loss']:.4f} accuracy {train_metrics['train_accuracy']:.4f} "
+                              f"(test pass left to the evaluator)")
             sums = _zero_sums()
         checkpointer.save(step)
 

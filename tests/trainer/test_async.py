@@ -8,7 +8,16 @@ import time
 
 import pytest
 
-from multiworker import OutputFollower, async_cluster, start, start_servers, stop_servers, tf_config, wait_all
+from multiworker import (
+    OutputFollower,
+    async_cluster,
+    free_ports,
+    start,
+    start_servers,
+    stop_servers,
+    tf_config,
+    wait_all,
+)
 from trainer import datasets, layout, status
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
@@ -19,15 +28,22 @@ RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "4096", "-
 ACCURACY_FLOOR = datasets.SYNTHETIC_BEST_ACCURACY - 0.03
 
 
-def run_async(model_dir, args=RUN, workers=2, ps=1, env=None, timeout=300):
+def run_async(model_dir, args=RUN, workers=2, ps=1, env=None, timeout=300, evaluator=False):
+    """Runs the chief (and an evaluator) to the end while the servers serve; returns the cluster, the chief's
+    and evaluator's results and the servers' output."""
     cluster = async_cluster(workers, ps)
-    servers = start_servers(cluster, [*args, "--model-dir", str(model_dir)], env)
+    if evaluator:
+        cluster["evaluator"] = [f"127.0.0.1:{free_ports(1)[0]}"]  # in TF_CONFIG as the operator writes it
+    args = [*args, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args, env)
     try:
-        chief = wait_all({"chief": start([*args, "--model-dir", str(model_dir)], tf_config(cluster, "chief", 0),
-                                         env)}, timeout)["chief"]
+        tasks = {"chief": start(args, tf_config(cluster, "chief", 0), env)}
+        if evaluator:
+            tasks["evaluator"] = start(args, tf_config(cluster, "evaluator", 0), env)
+        results = wait_all(tasks, timeout)
     finally:
         outputs = stop_servers(servers)
-    return cluster, chief, outputs
+    return cluster, results, outputs
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +51,13 @@ def one_ps(tmp_path_factory):
     root = tmp_path_factory.mktemp("async")
     scratch = root / "scratch"
     scratch.mkdir()
-    return root, *run_async(root / "model", env={"TMPDIR": str(scratch)})
+    cluster, results, servers = run_async(root / "model", [*RUN, "--no-eval-in-loop"], env={"TMPDIR": str(scratch)},
+                                          evaluator=True)
+    return root, cluster, results["chief"], servers, results["evaluator"]
 
 
 def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
-    root, _, chief, _ = one_ps
+    root, _, chief, _, _ = one_ps
     assert chief.returncode == 0, chief.output[-4000:]
     metrics = json.loads((root / "model" / layout.METRICS).read_text())
     assert metrics["strategy"] == "async" and metrics["workers"] == 2 and metrics["ps_tasks"] == 1
@@ -48,16 +66,16 @@ def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
 
 
 def test_only_the_chief_writes_and_leaves_every_artifact(one_ps):
-    root, _, _, _ = one_ps
-    assert sorted(os.listdir(root / "model")) == sorted([*layout.ARTIFACTS, layout.STATUS])
+    root, _, _, _, _ = one_ps
+    assert sorted(os.listdir(root / "model")) == sorted([*layout.ARTIFACTS, layout.STATUS, layout.EVALUATIONS])
     assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-")]  # no scratch copies
     model_dir = layout.ModelDir(str(root / "model"))
-    assert sorted(os.listdir(model_dir.logs(""))) == ["test", "train"]
+    assert sorted(os.listdir(model_dir.logs(""))) == ["eval", "test", "train"]
     assert status.read_status(str(root / "model"))["state"] == "succeeded"
 
 
 def test_each_role_says_what_it_is_and_where_its_coordinator_is(one_ps):
-    _, cluster, chief, servers = one_ps
+    _, cluster, chief, servers, _ = one_ps
     coordinator = cluster["chief"][0]
     assert "async coordinator of 2 worker(s) and 1 ps task(s)" in chief.output
     for name, output in servers.items():
@@ -65,8 +83,18 @@ def test_each_role_says_what_it_is_and_where_its_coordinator_is(one_ps):
         assert f"async {kind} serving at {cluster[kind][int(index)]}; the coordinator is {coordinator}" in output
 
 
+def test_the_evaluator_follows_the_async_chief_and_the_chief_skips_its_epoch_test_pass(one_ps):
+    root, _, chief, _, evaluator = one_ps
+    assert evaluator.returncode == 0, evaluator.output[-3000:]
+    evaluations = json.loads((root / "model" / layout.EVALUATIONS).read_text())["evaluations"]
+    assert evaluations[-1]["global_step"] == 2 * 4096 // 32
+    assert "evaluated the final checkpoint (step 256)" in evaluator.output
+    assert "epoch 1/2 done: train loss" in chief.output and "(test pass left to the evaluator)" in chief.output
+
+
 def test_two_ps_tasks_each_hold_part_of_the_variables(tmp_path):
-    _, chief, _ = run_async(tmp_path / "model", [*RUN, "--epochs", "1", "--train-examples", "1024"], ps=2)
+    _, results, _ = run_async(tmp_path / "model", [*RUN, "--epochs", "1", "--train-examples", "1024"], ps=2)
+    chief = results["chief"]
     assert chief.returncode == 0, chief.output[-4000:]
     placement = next(line for line in chief.output.splitlines() if "variables on the ps tasks:" in line)
     assert "ps-0 " in placement and "ps-1 " in placement, placement
