@@ -176,3 +176,25 @@ def test_sigterm_to_the_chief_checkpoints_exits_143_and_a_new_chief_resumes_ther
     assert f"resuming at step {stopped_at}" in resumed.output
     metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert metrics["steps"] == LONG_TOTAL and metrics["resumed_from_step"] == stopped_at
+
+
+@pytest.mark.slow
+def test_a_lost_ps_makes_the_chief_exit_retryably_and_the_restarted_tasks_resume_from_the_last_checkpoint(tmp_path):
+    model_dir = tmp_path / "model"
+    cluster = async_cluster(2, 1)
+    args = [*LONG_RUN, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args)
+    try:
+        chief = start(args, tf_config(cluster, "chief", 0))
+        wait_for_step(model_dir, 100, chief)
+        kill(servers.pop("ps-0"))
+        lost = wait_all({"chief": chief}, 180)["chief"]
+        # Under restartPolicy ExitCode the operator recreates both: the ps (killed, 137) and the chief (144).
+        assert lost.returncode == 144, lost.output[-3000:]
+        servers["ps-0"] = start(args, tf_config(cluster, "ps", 0))
+        resumed = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, 300)["chief"]
+    finally:
+        stop_servers(servers)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics["steps"] == LONG_TOTAL and metrics["resumed_from_step"] >= 64
