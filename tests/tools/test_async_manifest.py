@@ -61,8 +61,10 @@ def test_the_operators_tf_config_gives_every_replica_its_role(tfjob):
     address = operator_address(tfjob["metadata"]["name"], "default", int(SETTINGS["TFJOB_PORT"]))
     expected = {"Chief": "coordinator", "PS": "server", "Worker": "server", "Evaluator": "evaluator"}
     for rtype, count in counts.items():
+        # Plain values only: TRAINER_THREADS comes from the container's own CPU limit (resourceFieldRef).
         env = {entry["name"]: entry["value"]
-               for entry in tfjob_manifest.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]}
+               for entry in tfjob_manifest.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]
+               if "value" in entry}
         config = parse_config([], env)
         for index in range(count):
             cluster = parse_tf_config(tf_config(counts, rtype, index, address), config.strategy)
