@@ -16,6 +16,10 @@ PY     := $(VENV)/bin/python
 TF_FLAVOUR ?= tf
 
 DATASET ?= $(TRAINER_DATASET)
+# sync: all-reduce workers (k8s/); async: a chief coordinating parameter servers and workers, plus an evaluator
+# (k8s-async/, an overlay of k8s/).
+STRATEGY ?= sync
+KUSTOMIZATION = $(if $(filter async,$(STRATEGY)),k8s-async,$(if $(filter sync,$(STRATEGY)),k8s,$(error STRATEGY=$(STRATEGY): use sync or async)))
 EPOCHS  ?= 3
 ARGS    ?=
 # scripts/image/build-image.sh names the image (IMAGE_NAME:git revision, -gpu/-tf for IMAGE_TF_FLAVOUR=gpu/tf) and
@@ -54,8 +58,8 @@ lock: ## re-pin every transitive version into constraints.txt
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
-run-local: install ## run the TFJob manifest's replicas as local processes (WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
-	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+run-local: install ## run the TFJob manifest's replicas as local processes (STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
+	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 test: install ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
@@ -84,7 +88,7 @@ k3d-down: ## delete the k3d cluster
 	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the TFJob and follow it
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status

@@ -24,12 +24,13 @@ from trainer.config import parse_config  # noqa: E402
 from trainer.errors import UserError, first_line  # noqa: E402
 
 log = logging.getLogger("trainer")
+_ASYNC_RUN: list[bool] = []  # set by main() when this process coordinated an async run
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         config = parse_config(argv)
-        cluster = from_environment()
+        cluster = from_environment(strategy=config.strategy)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
@@ -44,11 +45,6 @@ def main(argv: list[str] | None = None) -> int:
               "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
               "data-preparation Job), then start the workers without --download", file=sys.stderr)
         return exit_codes.BAD_CONFIG
-    if cluster.is_evaluator:
-        # The evaluator is not part of the all-reduce group; test-split evaluation runs inside the loop.
-        log.warning("%s: this trainer evaluates on the test split inside the training loop; an evaluator "
-                    "task has nothing to do and exits 0. Remove the Evaluator replica to save a pod.", cluster.name)
-        return exit_codes.OK
 
     from trainer import saving
     from trainer.status import StatusReporter
@@ -81,13 +77,42 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer.preemption import Preempted
     from trainer.preflight import check_inputs_before_the_group_forms
-    from trainer.strategy import create_strategy, is_group_failure, leave_group
-    from trainer.train import train_and_evaluate
+    from trainer.strategy import (
+        create_parameter_server_strategy,
+        create_strategy,
+        is_group_failure,
+        leave_group,
+        run_server,
+    )
 
+    if cluster.role == "server":
+        run_server(cluster)
+        return exit_codes.OK
+    if cluster.is_evaluator:
+        from trainer.evaluator import follow_checkpoints
+
+        # Joins no group and writes only its own files: logs/eval and evaluations.json.
+        logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
+        try:
+            check_inputs_before_the_group_forms(config)
+            follow_checkpoints(config, cluster)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return exit_codes.BAD_CONFIG
+        return exit_codes.OK
     try:
         check_inputs_before_the_group_forms(config)
-        strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-        train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
+        if cluster.is_async:
+            from trainer.train_async import train_async
+
+            _ASYNC_RUN.append(True)
+            strategy, coordinator = create_parameter_server_strategy(cluster)
+            train_async(config, cluster, strategy, coordinator, STARTED_AT, status)
+        else:
+            from trainer.train import train_and_evaluate
+
+            strategy = create_strategy(cluster, config.collective, config.startup_timeout)
+            train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:
         log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
                     cluster.name, stopped, exit_codes.PREEMPTED)
@@ -117,4 +142,10 @@ if __name__ == "__main__":
 
     # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
     tf_log_filter.install()
-    sys.exit(main())
+    code = main()
+    if _ASYNC_RUN:
+        # The coordinator's RPC threads can abort (SIGABRT) in C++ teardown after a worker was lost: skip it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

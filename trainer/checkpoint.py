@@ -50,7 +50,7 @@ class Checkpointer:
     def check_run_setup(self, setup: dict[str, Any]) -> None:
         """Refuses checkpoints whose steps meant something else; the chief records the setup."""
         path = self.run_setup_path
-        if _checkpoint_prefixes(self.directory) and os.path.exists(path):
+        if checkpoint_prefixes(self.directory) and os.path.exists(path):
             try:
                 with open(path) as handle:
                     recorded = json.load(handle)
@@ -68,7 +68,7 @@ class Checkpointer:
 
     def restore_latest(self) -> int:
         """Restores the chief's newest readable checkpoint on this worker; returns its global step."""
-        candidates = _checkpoint_prefixes(self.directory)
+        candidates = checkpoint_prefixes(self.directory)
         if not candidates:
             return 0
         expected = self._variable_shapes()
@@ -138,14 +138,15 @@ def _refuse_if_different(path: str, found: dict[str, list[int]], expected: dict[
                       f"new --model-dir to start over.")
 
 
-def _checkpoint_prefixes(directory: str) -> list[str]:
+def checkpoint_step(prefix: str) -> int:
+    """The global step a checkpoint prefix was saved at (`ckpt-120` -> 120); -1 for a foreign name."""
+    suffix = prefix.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def checkpoint_prefixes(directory: str) -> list[str]:
     """Every checkpoint prefix in the directory, newest first, whatever the `checkpoint` file says."""
     if not os.path.isdir(directory):
         return []
     prefixes = {name[: -len(".index")] for name in os.listdir(directory) if name.endswith(".index")}
-
-    def number(prefix: str) -> int:
-        suffix = prefix.rsplit("-", 1)[-1]
-        return int(suffix) if suffix.isdigit() else -1
-
-    return [os.path.join(directory, prefix) for prefix in sorted(prefixes, key=number, reverse=True)]
+    return [os.path.join(directory, prefix) for prefix in sorted(prefixes, key=checkpoint_step, reverse=True)]

@@ -6,6 +6,13 @@ starts. The Kubeflow operator v1.9 writes
    "task": {"type": "worker", "index": 0}, "environment": "cloud"}
 with optional "chief", "ps" and "evaluator" lists; people write the same shape
 by hand with 127.0.0.1 addresses.
+
+Two strategies, chosen by --strategy or by the shape of TF_CONFIG (auto):
+  sync   all-reduce (MultiWorkerMirroredStrategy): chief and workers train together, rank 0 reports.
+  async  parameter servers (ParameterServerStrategy): chosen when the cluster lists `ps` tasks. The chief
+         is the coordinator (it schedules steps, checkpoints and saves); `worker` and `ps` tasks run a
+         tf.distribute.Server and wait for work. It needs exactly one chief, at least one worker and one ps.
+In both, an `evaluator` task trains nothing: it follows the chief's checkpoints.
 """
 
 from __future__ import annotations
@@ -15,10 +22,13 @@ import json
 import os
 from collections.abc import Mapping
 
+from trainer.config import STRATEGIES
 from trainer.errors import ClusterConfigError
 
 TRAINING_TYPES = ("chief", "worker")
 KNOWN_TYPES = ("chief", "worker", "evaluator", "ps")
+# The tasks of an async cluster that tf.distribute connects (the evaluator is not one of them).
+ASYNC_TYPES = ("chief", "worker", "ps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +36,11 @@ class Cluster:
     task_type: str
     task_index: int
     members: Mapping[str, tuple[str, ...]]
+    strategy: str = "sync"
+
+    @property
+    def is_async(self) -> bool:
+        return self.strategy == "async"
 
     @property
     def training_addresses(self) -> tuple[str, ...]:
@@ -34,12 +49,28 @@ class Cluster:
 
     @property
     def num_workers(self) -> int:
-        """Processes that train together (chief + workers); at least 1."""
+        """Processes whose batches make one step: chief + workers in sync, the workers in async; at least 1."""
+        if self.is_async:
+            return len(self.members["worker"])
         return max(1, len(self.training_addresses))
 
     @property
+    def num_ps(self) -> int:
+        return len(self.members.get("ps", ()))
+
+    @property
     def is_distributed(self) -> bool:
-        return self.num_workers > 1
+        return self.is_async or self.num_workers > 1
+
+    @property
+    def role(self) -> str:
+        """What this process does: trainer (sync), coordinator (async chief), server (async worker or ps),
+        or evaluator."""
+        if self.is_evaluator:
+            return "evaluator"
+        if not self.is_async:
+            return "trainer"
+        return "coordinator" if self.task_type == "chief" else "server"
 
     @property
     def is_evaluator(self) -> bool:
@@ -73,9 +104,11 @@ def _fail(field: str, problem: str, fix: str) -> ClusterConfigError:
     return ClusterConfigError(f"TF_CONFIG {field}: {problem}. Fix: {fix}")
 
 
-def parse_tf_config(text: str | None) -> Cluster:
-    """Parses the TF_CONFIG text; None or blank means one process without distribution."""
+def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
+    """Parses the TF_CONFIG text for --strategy `strategy` (auto, sync or async); None or blank means one
+    process without distribution."""
     if text is None or not text.strip():
+        _choose_strategy({}, strategy)
         return SINGLE_PROCESS
     try:
         config = json.loads(text)
@@ -105,10 +138,11 @@ def parse_tf_config(text: str | None) -> Cluster:
         raise _fail("cluster.chief", f"has {len(members['chief'])} entries; a group has at most one chief",
                     "list one chief and put the rest under 'worker'")
 
+    chosen = _choose_strategy(members, strategy)
     training = len(members.get("chief", ())) + len(members.get("worker", ()))
     task = config.get("task")
     if task is None:
-        if sum(len(a) for a in members.values()) <= 1:
+        if chosen == "sync" and sum(len(a) for a in members.values()) <= 1:
             return SINGLE_PROCESS
         raise _fail("task", "missing", 'add "task": {"type": "worker", "index": <this process\'s index>}')
     if not isinstance(task, dict):
@@ -118,13 +152,8 @@ def parse_tf_config(text: str | None) -> Cluster:
     if task_type == "master":
         raise _fail("task.type", "'master' is rejected by MultiWorkerMirroredStrategy",
                     "use 'chief' (TFJob: a Chief replica) or 'worker'")
-    if task_type == "ps":
-        raise _fail("task.type", "'ps' (parameter server) is not supported by this trainer, which trains with "
-                    "MultiWorkerMirroredStrategy (all-reduce, no parameter servers)",
-                    "remove the PS replicas from the job and use Worker (and optionally one Chief) replicas")
     if not isinstance(task_type, str) or task_type not in KNOWN_TYPES:
-        raise _fail("task.type", f"{task_type!r} is not a task type",
-                    f"use one of {', '.join(TRAINING_TYPES)} or evaluator")
+        raise _fail("task.type", f"{task_type!r} is not a task type", f"use one of {', '.join(KNOWN_TYPES)}")
     if task_type not in members:
         raise _fail("task.type",
                     f"'{task_type}' has no list in cluster (cluster has {', '.join(members) or 'nothing'})",
@@ -135,10 +164,34 @@ def parse_tf_config(text: str | None) -> Cluster:
     if not 0 <= index < len(members[task_type]):
         raise _fail("task.index", f"{index} is out of range: cluster.{task_type} has {len(members[task_type])} entries",
                     f"use 0..{len(members[task_type]) - 1}")
-    if task_type in TRAINING_TYPES and training <= 1:
+    if chosen == "sync" and task_type in TRAINING_TYPES and training <= 1:
         return SINGLE_PROCESS
-    return Cluster(task_type=task_type, task_index=index, members=members)
+    return Cluster(task_type=task_type, task_index=index, members=members, strategy=chosen)
 
 
-def from_environment(environ: Mapping[str, str] | None = None) -> Cluster:
-    return parse_tf_config((os.environ if environ is None else environ).get("TF_CONFIG"))
+def _choose_strategy(members: Mapping[str, tuple[str, ...]], requested: str) -> str:
+    """sync or async: the flag when given, else async exactly when the cluster lists ps tasks; refuses shapes
+    the chosen strategy cannot run."""
+    if requested not in STRATEGIES:
+        raise ClusterConfigError(f"--strategy {requested!r} is unknown; use one of {', '.join(STRATEGIES)}")
+    has_ps = bool(members.get("ps"))
+    if requested == "sync" and has_ps:
+        raise _fail("cluster.ps", "lists parameter servers, but --strategy sync (all-reduce) uses none",
+                    "remove the PS replicas, or use --strategy async (or auto, which picks async when ps tasks exist)")
+    chosen = "async" if requested == "async" or (requested == "auto" and has_ps) else "sync"
+    if chosen == "sync":
+        return chosen
+    if not has_ps:
+        raise _fail("cluster.ps", "missing: --strategy async keeps the variables on parameter servers",
+                    'add PS replicas (TF_CONFIG "ps": ["host:port"]), or use --strategy sync')
+    if not members.get("chief"):
+        raise _fail("cluster.chief", "missing: in async mode the chief is the coordinator that schedules the steps",
+                    'add one Chief replica (TF_CONFIG "chief": ["host:port"])')
+    if not members.get("worker"):
+        raise _fail("cluster.worker", "missing: in async mode the workers run the steps the chief schedules",
+                    'add Worker replicas (TF_CONFIG "worker": ["host:port", ...])')
+    return chosen
+
+
+def from_environment(environ: Mapping[str, str] | None = None, strategy: str = "auto") -> Cluster:
+    return parse_tf_config((os.environ if environ is None else environ).get("TF_CONFIG"), strategy)

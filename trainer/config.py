@@ -19,6 +19,7 @@ from trainer.errors import ConfigError
 ENV_PREFIX = "TRAINER_"
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
+STRATEGIES = ("auto", "sync", "async")
 
 
 def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
@@ -59,6 +60,9 @@ class Config:
     steps_per_loop: int = _field(16, "training steps per tf.function call (fewer Python round trips)")
     log_every: int = _field(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
     # Distribution
+    strategy: str = _field("auto", "sync: all-reduce (MultiWorkerMirroredStrategy); async: parameter servers "
+                           "(ParameterServerStrategy: the chief coordinates, workers and ps tasks serve); auto: async "
+                           "exactly when TF_CONFIG lists ps tasks", STRATEGIES)
     collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
     threads: int = _field(0, "TensorFlow intra- and inter-op threads (0 = one per visible core); set it to the "
                           "cores this worker really has: k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit "
@@ -70,6 +74,9 @@ class Config:
                             "where the chief writes the model, checkpoints, logs, metrics.json and status.json")
     checkpoint_every: int = _field(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
     keep_checkpoints: int = _field(3, "how many recent checkpoints to keep")
+    eval_in_loop: bool = _field(True, "the chief evaluates the test split at every epoch end; turn it off when an "
+                                "evaluator task follows the checkpoints, so training never pauses (the last "
+                                "epoch is still evaluated for metrics.json)")
     status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
     status_host: str = _field("0.0.0.0", "interface the status server binds (127.0.0.1 in tests)")
 

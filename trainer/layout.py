@@ -5,6 +5,7 @@
       saved_model/         SavedModel, signature `serve`
       metrics.json         final metrics, throughput, config and versions
       status.json          the chief's live status
+      evaluations.json     the evaluator task's result for each checkpoint it evaluated
       checkpoints/         the last checkpoints and run-setup.json (what a step means)
       logs/train, logs/test, logs/eval   TensorBoard scalars
 """
@@ -17,6 +18,7 @@ KERAS_MODEL = "model.keras"
 SAVED_MODEL = "saved_model"
 METRICS = "metrics.json"
 STATUS = "status.json"
+EVALUATIONS = "evaluations.json"
 CHECKPOINTS = "checkpoints"
 RUN_SETUP = "run-setup.json"  # inside CHECKPOINTS
 LOGS = "logs"
@@ -33,6 +35,7 @@ class ModelDir:
         self.saved_model = os.path.join(root, SAVED_MODEL)
         self.metrics = os.path.join(root, METRICS)
         self.status = os.path.join(root, STATUS)
+        self.evaluations = os.path.join(root, EVALUATIONS)
         self.checkpoints = os.path.join(root, CHECKPOINTS)
         self.run_setup = os.path.join(root, CHECKPOINTS, RUN_SETUP)
 

@@ -127,7 +127,8 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                               loss=loss, accuracy=accuracy, examples_per_second=speed,
                               eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
 
-            if step == epoch_end:
+            # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
+            if step == epoch_end and (config.eval_in_loop or step == total_steps):
                 with throughput.paused():
                     test_metrics = evaluate()
                     epoch_train_metrics = metrics.train()
@@ -136,6 +137,12 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                                    accuracy=test_metrics["test_accuracy"])
                     status.update(**test_metrics)
                     metrics.reset()
+            elif step == epoch_end:
+                epoch_train_metrics = metrics.train()
+                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
+                              f"{epoch_train_metrics['train_loss']:.4f} accuracy "
+                              f"{epoch_train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)")
+                metrics.reset()
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step

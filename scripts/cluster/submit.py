@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 
 from scripts.common import manifest as tfjob_manifest
@@ -43,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mode.add_argument("--dry-run", action="store_true", help="print the TFJob request body (JSON) and exit")
     mode.add_argument("--status", action="store_true", help="print the job's conditions, pods and the chief's status")
     mode.add_argument("--delete", action="store_true", help="delete the TFJob (the volume and its model stay)")
+    parser.add_argument("--kustomize", type=pathlib.Path, default=tfjob_manifest.K8S_DIR,
+                        help="kustomization: k8s (sync) or k8s-async (parameter servers) (default: %(default)s)")
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")
     parser.add_argument("--workers", type=int, default=int(SETTINGS["WORKERS"]), help="Worker replicas")
     parser.add_argument("--dataset", default=SETTINGS["TRAINER_DATASET"], help="the trainer's --dataset")
@@ -65,7 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def build_objects(args: argparse.Namespace) -> list[dict]:
     """The rendered kustomization with the command line applied, checked before any cluster call."""
-    objects = tfjob_manifest.customize(tfjob_manifest.render(), image=args.image, workers=args.workers,
+    objects = tfjob_manifest.customize(tfjob_manifest.render(args.kustomize), image=args.image, workers=args.workers,
                                        dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_args)
     tfjob = tfjob_manifest.the_one(objects, "TFJob")
     problems = tfjob_manifest.webhook_problems(tfjob)

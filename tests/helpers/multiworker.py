@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Sequence
+import threading
+import time
+from collections.abc import Sequence
 
 from scripts.common.ports import free_ports
 from scripts.common.processes import signal_group
@@ -40,7 +42,8 @@ def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] |
     environ.pop("TF_CONFIG", None)
     if tf_config_text is not None:
         environ["TF_CONFIG"] = tf_config_text
-    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "helpers"), environ.get("PYTHONPATH", "")])
+    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "helpers"),
+                                             environ.get("PYTHONPATH", "")])
     return subprocess.Popen([*wrapper, sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -67,3 +70,57 @@ def run_group(workers: int, args: Sequence[str], timeout: float = 240,
     cluster = worker_cluster(workers)
     processes = {f"worker-{i}": start(args, tf_config(cluster, "worker", i), env, module) for i in range(workers)}
     return wait_all(processes, timeout)
+
+
+def async_cluster(workers: int, ps: int) -> dict[str, list[str]]:
+    """A chief, `workers` workers and `ps` parameter servers on free 127.0.0.1 ports."""
+    ports = [f"127.0.0.1:{port}" for port in free_ports(1 + workers + ps)]
+    return {"chief": ports[:1], "worker": ports[1:1 + workers], "ps": ports[1 + workers:]}
+
+
+def start_servers(cluster: dict[str, list[str]], args: Sequence[str] = (),
+                  env: dict[str, str] | None = None) -> dict[str, subprocess.Popen]:
+    """Every worker and ps task of an async cluster (they serve until stopped)."""
+    return {f"{kind}-{i}": start(args, tf_config(cluster, kind, i), env)
+            for kind in ("ps", "worker") for i in range(len(cluster.get(kind, ())))}
+
+
+def stop_servers(servers: dict[str, subprocess.Popen], read: bool = True) -> dict[str, str]:
+    """SIGTERMs the serving tasks (as the operator's cleanPodPolicy does) and returns their output (unless another
+    reader owns it)."""
+    for process in servers.values():
+        if process.poll() is None:
+            signal_group(process.pid, signal.SIGTERM)
+    if not read:
+        return {name: str(process.wait(timeout=30)) for name, process in servers.items()}
+    return {name: process.communicate(timeout=30)[0] for name, process in servers.items()}
+
+
+class OutputFollower:
+    """Collects a process's output lines in a thread, so a test can wait for a line while the process runs."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = 180) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[0]
+            if self.process.poll() is not None and not self._thread.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} not printed; last output: {''.join(self.lines)[-3000:]}")
+
+    def output(self) -> str:
+        self._thread.join(timeout=30)
+        return "".join(self.lines)

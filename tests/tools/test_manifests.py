@@ -262,6 +262,6 @@ def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
     # make -n prints the submit command without running it; the tag is whatever IMAGE_TAG says.
     plan = subprocess.run(["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout
-    submitted = re.search(r"-m scripts\.cluster\.submit --image (\S+)", plan).group(1)
+    submitted = re.search(r"-m scripts\.cluster\.submit --kustomize \S+ --image (\S+)", plan).group(1)
     assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
     assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]

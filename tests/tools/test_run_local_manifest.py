@@ -271,7 +271,7 @@ def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tm
         "containers": [{"name": "tensorflow", "image": "img"}]}}}
     manifest = tmp_path / "job.yaml"
     manifest.write_text(yaml.safe_dump(job))
-    monkeypatch.setattr(submit.tfjob_manifest, "render", lambda: [job])
+    monkeypatch.setattr(submit.tfjob_manifest, "render", lambda k8s_dir=None: [job])
     command_line = ["--workers", "3", "--dataset", "synthetic", "--epochs", "2", "--", "--seed", "7"]
 
     objects = submit.build_objects(submit.parse_args(["--image", "img", *command_line]))

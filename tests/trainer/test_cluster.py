@@ -8,6 +8,8 @@ import sys
 import pytest
 
 from multiworker import ROOT
+from scripts.common.tfconfig import operator_address
+from scripts.common.tfconfig import tf_config as operator_tf_config
 from trainer.cluster import SINGLE_PROCESS, parse_tf_config
 from trainer.errors import ClusterConfigError
 
@@ -47,13 +49,64 @@ def test_operator_chief_and_workers_shape_ranks_chief_first():
     assert worker1.chief_address == "job-chief-0.default.svc:2222"
 
 
-def test_ps_and_evaluator_entries_are_accepted_but_not_counted_as_trainers():
-    cluster = {**CHIEF_AND_WORKERS, "ps": ["job-ps-0.default.svc:2222"],
-               "evaluator": ["job-evaluator-0.default.svc:2222"]}
+def test_evaluator_entry_is_accepted_but_not_counted_as_a_trainer():
+    cluster = {**CHIEF_AND_WORKERS, "evaluator": ["job-evaluator-0.default.svc:2222"]}
     worker = parse_tf_config(tf_config(cluster, "worker", 1, environment="cloud"))
     evaluator = parse_tf_config(tf_config(cluster, "evaluator", 0, environment="cloud"))
-    assert worker.num_workers == 3 and worker.rank == 2
-    assert evaluator.is_evaluator and not evaluator.is_chief
+    assert worker.num_workers == 3 and worker.rank == 2 and worker.role == "trainer"
+    assert evaluator.is_evaluator and not evaluator.is_chief and evaluator.role == "evaluator"
+    assert not evaluator.is_async
+
+
+ASYNC_REPLICAS = {"Chief": 1, "PS": 1, "Worker": 2, "Evaluator": 1}
+
+
+@pytest.mark.parametrize("strategy", ["auto", "async"])
+def test_operator_chief_ps_worker_evaluator_shape_is_async_with_a_role_per_task(strategy):
+    address = operator_address("mnist", "default", 2222)
+    roles = {}
+    for rtype, count in ASYNC_REPLICAS.items():
+        for index in range(count):
+            cluster = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, rtype, index, address), strategy)
+            assert cluster.is_async and cluster.num_workers == 2 and cluster.num_ps == 1
+            roles[cluster.name] = cluster.role
+    assert roles == {"chief-0": "coordinator", "ps-0": "server", "worker-0": "server", "worker-1": "server",
+                     "evaluator-0": "evaluator"}
+    chief = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, "Chief", 0, address))
+    assert chief.is_chief and chief.chief_address == "mnist-chief-0.default.svc:2222"
+    worker = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, "Worker", 0, address))
+    assert not worker.is_chief and worker.chief_address == "mnist-chief-0.default.svc:2222"
+
+
+def test_two_ps_tasks_are_counted():
+    cluster = {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1", "p:2"]}
+    assert parse_tf_config(tf_config(cluster, "ps", 1)).num_ps == 2
+
+
+def test_chief_and_workers_without_ps_stay_sync_unless_async_is_asked():
+    chief = parse_tf_config(tf_config(CHIEF_AND_WORKERS, "chief", 0), "auto")
+    assert not chief.is_async and chief.role == "trainer" and chief.num_workers == 3
+    assert parse_tf_config(tf_config(CHIEF_AND_WORKERS, "chief", 0), "sync") == chief
+
+
+@pytest.mark.parametrize("cluster, task, strategy, field, fix", [
+    ({"worker": ["a:1", "b:1"], "ps": ["p:1"]}, "worker", "auto", "cluster.chief", "Chief"),
+    ({"chief": ["c:1"], "ps": ["p:1"]}, "chief", "auto", "cluster.worker", "Worker"),
+    ({"chief": ["c:1"], "ps": ["p:1"]}, "ps", "async", "cluster.worker", "Worker"),
+    (CHIEF_AND_WORKERS, "chief", "async", "cluster.ps", "--strategy sync"),
+    ({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, "chief", "sync", "cluster.ps", "--strategy async"),
+    ({"worker": ["a:1"], "ps": ["p:1"]}, "ps", "auto", "cluster.chief", "Chief"),
+])
+def test_bad_async_shapes_name_the_fix(cluster, task, strategy, field, fix):
+    with pytest.raises(ClusterConfigError) as error:
+        parse_tf_config(tf_config(cluster, task, 0), strategy)
+    message = str(error.value)
+    assert f"TF_CONFIG {field}:" in message and "Fix:" in message and fix in message
+
+
+def test_async_without_tf_config_is_refused():
+    with pytest.raises(ClusterConfigError, match="cluster.ps: missing"):
+        parse_tf_config(None, "async")
 
 
 def test_value_is_immutable():
@@ -72,7 +125,6 @@ def test_value_is_immutable():
     (tf_config(WORKERS, "worker", "0"), "task.index", "integer"),
     (tf_config({"master": ["m:2222"], "worker": ["w:2222"]}, "worker", 0), "cluster.master", "chief"),
     (tf_config({"worker": ["a:1", "b:2"]}, "master", 0), "task.type", "chief"),
-    (tf_config({"worker": ["a:1"], "ps": ["p:1"]}, "ps", 0), "task.type", "Worker"),
     (tf_config({"worker": "a:1"}, "worker", 0), "cluster.worker", "list"),
     (tf_config({"chief": ["a:1", "b:1"]}, "chief", 0), "cluster.chief", "one chief"),
     (tf_config({"trainer": ["a:1"]}, "trainer", 0), "cluster.trainer", "unknown"),
@@ -93,3 +145,14 @@ def test_bad_tf_config_exits_2_before_tensorflow_is_imported():
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG task.type" in result.stderr and "chief" in result.stderr
+
+
+def test_async_without_ps_exits_2_before_tensorflow_is_imported():
+    probe = ("import sys; from trainer.__main__ import main; code = main(['--strategy', 'async']); "
+             "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)")
+    text = tf_config(CHIEF_AND_WORKERS, "chief", 0)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={"TF_CONFIG": text, "PATH": "/usr/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "tensorflow imported: False" in result.stdout
+    assert "TF_CONFIG cluster.ps: missing" in result.stderr and "--strategy sync" in result.stderr

@@ -1,0 +1,200 @@
+"""Asynchronous training with parameter servers, as real processes on 127.0.0.1: a chief coordinating, ps tasks
+holding the variables, workers running the scheduled steps."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from multiworker import (
+    OutputFollower,
+    async_cluster,
+    free_ports,
+    start,
+    start_servers,
+    stop_servers,
+    tf_config,
+    wait_all,
+)
+from trainer import datasets, layout, status
+
+# 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
+RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "4096", "--test-examples", "1024",
+       "--seed", "7", "--log-every", "16", "--per-worker-batch-size", "32", "--threads", "1"]
+# The synthetic task's best test accuracy is 0.9 (10% label noise); the sync tests allow 0.02 around it. Async
+# updates computed on stale weights cost a little more on a run this short.
+ACCURACY_FLOOR = datasets.SYNTHETIC_BEST_ACCURACY - 0.03
+
+
+def run_async(model_dir, args=RUN, workers=2, ps=1, env=None, timeout=300, evaluator=False):
+    """Runs the chief (and an evaluator) to the end while the servers serve; returns the cluster, the chief's
+    and evaluator's results and the servers' output."""
+    cluster = async_cluster(workers, ps)
+    if evaluator:
+        cluster["evaluator"] = [f"127.0.0.1:{free_ports(1)[0]}"]  # in TF_CONFIG as the operator writes it
+    args = [*args, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args, env)
+    try:
+        tasks = {"chief": start(args, tf_config(cluster, "chief", 0), env)}
+        if evaluator:
+            tasks["evaluator"] = start(args, tf_config(cluster, "evaluator", 0), env)
+        results = wait_all(tasks, timeout)
+    finally:
+        outputs = stop_servers(servers)
+    return cluster, results, outputs
+
+
+@pytest.fixture(scope="module")
+def one_ps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("async")
+    scratch = root / "scratch"
+    scratch.mkdir()
+    cluster, results, servers = run_async(root / "model", [*RUN, "--no-eval-in-loop"], env={"TMPDIR": str(scratch)},
+                                          evaluator=True)
+    return root, cluster, results["chief"], servers, results["evaluator"]
+
+
+def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
+    root, _, chief, _, _ = one_ps
+    assert chief.returncode == 0, chief.output[-4000:]
+    metrics = json.loads((root / "model" / layout.METRICS).read_text())
+    assert metrics["strategy"] == "async" and metrics["workers"] == 2 and metrics["ps_tasks"] == 1
+    assert metrics["steps"] == 2 * 4096 // 32
+    assert metrics["test_accuracy"] >= ACCURACY_FLOOR
+
+
+def test_only_the_chief_writes_and_leaves_every_artifact(one_ps):
+    root, _, _, _, _ = one_ps
+    assert sorted(os.listdir(root / "model")) == sorted([*layout.ARTIFACTS, layout.STATUS, layout.EVALUATIONS])
+    assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-")]  # no scratch copies
+    model_dir = layout.ModelDir(str(root / "model"))
+    assert sorted(os.listdir(model_dir.logs(""))) == ["eval", "test", "train"]
+    assert status.read_status(str(root / "model"))["state"] == "succeeded"
+
+
+def test_each_role_says_what_it_is_and_where_its_coordinator_is(one_ps):
+    _, cluster, chief, servers, _ = one_ps
+    coordinator = cluster["chief"][0]
+    assert "async coordinator of 2 worker(s) and 1 ps task(s)" in chief.output
+    for name, output in servers.items():
+        kind, index = name.split("-")
+        assert f"async {kind} serving at {cluster[kind][int(index)]}; the coordinator is {coordinator}" in output
+
+
+def test_the_evaluator_follows_the_async_chief_and_the_chief_skips_its_epoch_test_pass(one_ps):
+    root, _, chief, _, evaluator = one_ps
+    assert evaluator.returncode == 0, evaluator.output[-3000:]
+    evaluations = json.loads((root / "model" / layout.EVALUATIONS).read_text())["evaluations"]
+    assert evaluations[-1]["global_step"] == 2 * 4096 // 32
+    assert "evaluated the final checkpoint (step 256)" in evaluator.output
+    assert "epoch 1/2 done: train loss" in chief.output and "(test pass left to the evaluator)" in chief.output
+
+
+def test_two_ps_tasks_each_hold_part_of_the_variables(tmp_path):
+    _, results, _ = run_async(tmp_path / "model", [*RUN, "--epochs", "1", "--train-examples", "1024"], ps=2)
+    chief = results["chief"]
+    assert chief.returncode == 0, chief.output[-4000:]
+    placement = next(line for line in chief.output.splitlines() if "variables on the ps tasks:" in line)
+    assert "ps-0 " in placement and "ps-1 " in placement, placement
+
+
+def wait_for_step(model_dir, at_least, chief, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert chief.poll() is None, chief.communicate()[0][-3000:]
+        try:
+            step = status.read_status(str(model_dir)).get("global_step") or 0
+        except (OSError, ValueError):
+            step = 0
+        if step >= at_least:
+            return step
+        time.sleep(0.05)
+    raise AssertionError(f"step {at_least} not reached in {timeout} s")
+
+
+LONG_RUN = [*RUN, "--epochs", "3", "--train-examples", "8192", "--checkpoint-every", "64", "--steps-per-loop", "4"]
+LONG_TOTAL = 3 * 8192 // 32
+# Long enough for two kills and two restarts (a restart takes seconds here) before the last step.
+FAULT_RUN = [*LONG_RUN, "--epochs", "12"]
+FAULT_TOTAL = 12 * 8192 // 32
+
+
+def kill(process):
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(tmp_path):
+    model_dir = tmp_path / "model"
+    cluster = async_cluster(2, 1)
+    args = [*FAULT_RUN, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args)
+    chief = start(args, tf_config(cluster, "chief", 0))
+    restarted = {}
+    try:
+        wait_for_step(model_dir, 100, chief)
+        kill(servers.pop("worker-1"))
+        step = wait_for_step(model_dir, 164, chief)  # the coordinator goes on with worker-0 alone
+        restarted["worker-1"] = OutputFollower(start(args, tf_config(cluster, "worker", 1)))
+        restarted["worker-1"].wait_for("input pipeline built on this worker")
+        # Only the restarted worker-1 is left to run steps: progress now proves it receives work again.
+        kill(servers.pop("worker-0"))
+        step = wait_for_step(model_dir, step + 64, chief)
+        restarted["worker-0"] = OutputFollower(start(args, tf_config(cluster, "worker", 0)))
+        output, _ = chief.communicate(timeout=400)
+    finally:
+        if chief.poll() is None:
+            kill(chief)
+        stop_servers(servers)
+        stop_servers({name: follower.process for name, follower in restarted.items()}, read=False)
+    assert chief.returncode == 0, output[-4000:]
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics["steps"] == FAULT_TOTAL and metrics["resumed_from_step"] == 0
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_chief_checkpoints_exits_143_and_a_new_chief_resumes_there(tmp_path):
+    model_dir = tmp_path / "model"
+    cluster = async_cluster(2, 1)
+    args = [*LONG_RUN, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args)
+    try:
+        chief = start(args, tf_config(cluster, "chief", 0))
+        wait_for_step(model_dir, 100, chief)
+        os.killpg(chief.pid, signal.SIGTERM)
+        stopped = wait_all({"chief": chief}, 120)["chief"]
+        assert stopped.returncode == 143, stopped.output[-3000:]
+        stopped_at = status.read_status(str(model_dir))["global_step"]
+        assert status.read_status(str(model_dir))["state"] == "preempted"
+        resumed = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, 300)["chief"]
+    finally:
+        stop_servers(servers)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert f"resuming at step {stopped_at}" in resumed.output
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics["steps"] == LONG_TOTAL and metrics["resumed_from_step"] == stopped_at
+
+
+@pytest.mark.slow
+def test_a_lost_ps_makes_the_chief_exit_retryably_and_the_restarted_tasks_resume_from_the_last_checkpoint(tmp_path):
+    model_dir = tmp_path / "model"
+    cluster = async_cluster(2, 1)
+    args = [*LONG_RUN, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args)
+    try:
+        chief = start(args, tf_config(cluster, "chief", 0))
+        wait_for_step(model_dir, 100, chief)
+        kill(servers.pop("ps-0"))
+        lost = wait_all({"chief": chief}, 180)["chief"]
+        # Under restartPolicy ExitCode the operator recreates both: the ps (killed, 137) and the chief (144).
+        assert lost.returncode == 144, lost.output[-3000:]
+        servers["ps-0"] = start(args, tf_config(cluster, "ps", 0))
+        resumed = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, 300)["chief"]
+    finally:
+        stop_servers(servers)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics["steps"] == LONG_TOTAL and metrics["resumed_from_step"] >= 64

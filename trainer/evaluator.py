@@ -1,0 +1,107 @@
+"""The evaluator task (both strategies): follows the chief's checkpoints and evaluates each on the test split.
+
+It trains nothing and joins no group: it polls <model-dir>/checkpoints (the shared volume), restores each new
+checkpoint into its own copy of the model, evaluates the whole test split, and writes the result to TensorBoard
+(logs/eval) and to evaluations.json. It knows the last checkpoint from the chief's status.json, which names the
+run's total_steps: the chief always saves at the last step, so the checkpoint numbered total_steps is the final
+one, and the evaluator exits 0 after evaluating it. A checkpoint deleted (max_to_keep) before its turn is
+skipped; one that cannot be read yet (still being written) is tried again at the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from trainer import datasets, pipeline
+from trainer.atomic_file import write_json
+from trainer.checkpoint import checkpoint_prefixes, checkpoint_step
+from trainer.cluster import Cluster
+from trainer.config import Config
+from trainer.errors import first_line
+from trainer.layout import ModelDir
+from trainer.model import build_model
+from trainer.status import read_status
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0
+TEST_BATCH_SIZE = 256
+
+
+def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = POLL_SECONDS) -> list[dict[str, Any]]:
+    """Evaluates every checkpoint the chief writes until the final one; returns the evaluations."""
+    layout = ModelDir(config.model_dir)
+    keras.utils.set_random_seed(config.seed)
+    source = datasets.load(config)
+    test_shard = source.test.shard(0, 1)
+    test_size = min(test_shard.size, config.test_examples or test_shard.size)
+    model = build_model(config.model, source.image_shape, source.num_classes)
+    checkpoint = tf.train.Checkpoint(model=model)
+    evaluate = evaluation_function(model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
+    writer = tf.summary.create_file_writer(layout.logs("eval"))
+    log.info("%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
+             cluster.name, layout.checkpoints, cluster.chief_address, test_size)
+
+    evaluations: list[dict[str, Any]] = []
+    done: set[int] = set()
+    while True:
+        final_step = _final_step(layout)
+        for prefix in reversed(checkpoint_prefixes(layout.checkpoints)):
+            step = checkpoint_step(prefix)
+            if step in done:
+                continue
+            try:
+                checkpoint.restore(prefix).expect_partial()
+            except (tf.errors.OpError, ValueError) as error:
+                log.info("checkpoint %s is not readable yet (%s); trying again", prefix, first_line(error)[:200])
+                break
+            result = {"global_step": step, **evaluate()}
+            done.add(step)
+            evaluations.append(result)
+            with writer.as_default(step=step):
+                tf.summary.scalar("loss", result["test_loss"])
+                tf.summary.scalar("accuracy", result["test_accuracy"])
+            writer.flush()
+            write_json(layout.evaluations, {"evaluations": evaluations}, sort_keys=False)
+            print(f"{cluster.name} evaluated checkpoint at step {step}: test loss {result['test_loss']:.4f} "
+                  f"accuracy {result['test_accuracy']:.4f}", flush=True)
+        if final_step is not None and final_step in done:
+            print(f"{cluster.name} evaluated the final checkpoint (step {final_step}); exiting", flush=True)
+            return evaluations
+        time.sleep(poll_seconds)
+
+
+def _final_step(layout: ModelDir) -> int | None:
+    """The run's last step, once the chief has announced it in status.json."""
+    try:
+        total = read_status(layout.status).get("total_steps")
+    except (OSError, ValueError):
+        return None
+    return total if isinstance(total, int) else None
+
+
+def evaluation_function(model: keras.Model, test_batches: tf.data.Dataset) -> Any:
+    """`evaluate()`: the model's test loss and accuracy over every batch, in this process (variables local or
+    on the ps tasks)."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    @tf.function
+    def totals() -> tf.Tensor:
+        result = tf.zeros(3)
+        for images, labels in test_batches:
+            logits = model(images, training=False)
+            correct = tf.equal(tf.argmax(logits, -1), tf.cast(labels, tf.int64))
+            result += tf.stack([tf.reduce_sum(loss_fn(labels, logits)), tf.reduce_sum(tf.cast(correct, tf.float32)),
+                                tf.cast(tf.size(labels), tf.float32)])
+        return result
+
+    def evaluate() -> dict[str, float]:
+        loss_sum, correct, examples = (float(x) for x in totals())
+        return {"test_loss": loss_sum / examples, "test_accuracy": correct / examples}
+
+    return evaluate
