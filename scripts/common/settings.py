@@ -50,8 +50,13 @@ def load(path: pathlib.Path = SETTINGS_FILE, environ: Mapping[str, str] | None =
 
 @contextlib.contextmanager
 def kustomization(k8s_dir: pathlib.Path, environ: Mapping[str, str] | None = None) -> Iterator[pathlib.Path]:
-    """k8s_dir, or a copy of it whose settings.env holds the environment's overrides, for kustomize to read."""
-    path = k8s_dir / SETTINGS_FILE.name
+    """k8s_dir, or a copy of it whose settings.env holds the environment's overrides, for kustomize to read.
+
+    An overlay without a settings.env of its own (k8s-async/ reads its base as ../k8s) is copied beside a copy
+    of the base directory that holds the project's settings, so the overrides reach it too.
+    """
+    settings_dir = k8s_dir if (k8s_dir / SETTINGS_FILE.name).exists() else SETTINGS_FILE.parent
+    path = settings_dir / SETTINGS_FILE.name
     if not path.exists():
         yield k8s_dir
         return
@@ -60,7 +65,9 @@ def kustomization(k8s_dir: pathlib.Path, environ: Mapping[str, str] | None = Non
         yield k8s_dir
         return
     with tempfile.TemporaryDirectory(prefix="kustomization-") as tmp:
-        copy = pathlib.Path(tmp) / k8s_dir.name
-        shutil.copytree(k8s_dir, copy)
-        (copy / SETTINGS_FILE.name).write_text("".join(f"{key}={value}\n" for key, value in effective.items()))
-        yield copy
+        for directory in {k8s_dir.resolve(), settings_dir.resolve()}:
+            shutil.copytree(directory, pathlib.Path(tmp) / directory.name)
+        (pathlib.Path(tmp) / settings_dir.name / SETTINGS_FILE.name).write_text(
+            "".join(f"{key}={value}\n" for key, value in effective.items())
+        )
+        yield pathlib.Path(tmp) / k8s_dir.name

@@ -5,6 +5,7 @@ of it under run-local."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -44,8 +45,11 @@ def test_chief_ps_workers_and_an_evaluator_that_restart_by_exit_code(tfjob):
 
 def test_every_replica_is_a_valid_pod_template_with_resources(tfjob):
     for spec in replicas(tfjob).values():
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-                                      "template": spec["template"]}, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": spec["template"]},
+            K8S_VERSION,
+            strict=True,
+        )
         container = tfjob_manifest.tensorflow_container(spec["template"])
         assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
         assert {port["name"] for port in container["ports"]} >= {"tfjob-port"}
@@ -62,9 +66,11 @@ def test_the_operators_tf_config_gives_every_replica_its_role(tfjob):
     expected = {"Chief": "coordinator", "PS": "server", "Worker": "server", "Evaluator": "evaluator"}
     for rtype, count in counts.items():
         # Plain values only: TRAINER_THREADS comes from the container's own CPU limit (resourceFieldRef).
-        env = {entry["name"]: entry["value"]
-               for entry in tfjob_manifest.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]
-               if "value" in entry}
+        env = {
+            entry["name"]: entry["value"]
+            for entry in tfjob_manifest.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]
+            if "value" in entry
+        }
         config = parse_config([], env)
         for index in range(count):
             cluster = parse_tf_config(tf_config(counts, rtype, index, address), config.strategy)
@@ -73,14 +79,30 @@ def test_the_operators_tf_config_gives_every_replica_its_role(tfjob):
 
 
 def test_submit_dry_run_selects_the_async_kustomization():
-    result = subprocess.run([sys.executable, "-m", "scripts.cluster.submit", "--dry-run", "--kustomize", str(ASYNC_DIR),
-                             "--image", "img:1", "--dataset", "synthetic"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.cluster.submit",
+            "--dry-run",
+            "--kustomize",
+            str(ASYNC_DIR),
+            "--image",
+            "img:1",
+            "--dataset",
+            "synthetic",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert sorted(body["spec"]["tfReplicaSpecs"]) == ["Chief", "Evaluator", "PS", "Worker"]
-    assert {spec["template"]["spec"]["containers"][0]["image"]
-            for spec in body["spec"]["tfReplicaSpecs"].values()} == {"img:1"}
+    assert {spec["template"]["spec"]["containers"][0]["image"] for spec in body["spec"]["tfReplicaSpecs"].values()} == {
+        "img:1"
+    }
 
 
 @pytest.mark.parametrize("target", ["run-local", "submit"])
@@ -89,18 +111,41 @@ def test_make_strategy_async_selects_the_overlay_and_a_typo_is_refused(target):
     assert "--kustomize k8s-async" in dry.stdout, dry.stdout + dry.stderr
     default = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert "--kustomize k8s " in default.stdout
-    typo = subprocess.run(["make", "-n", target, "STRATEGY=asnyc"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60)
+    typo = subprocess.run(
+        ["make", "-n", target, "STRATEGY=asnyc"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert typo.returncode != 0 and "STRATEGY=asnyc: use sync or async" in typo.stderr
 
 
 @pytest.mark.slow
 def test_run_local_of_the_async_shape_succeeds_with_the_model_in_the_job_directory(tmp_path):
     job_dir = tmp_path / "job"
-    result = subprocess.run([sys.executable, "-m", "scripts.localrun.run_local", "--kustomize", str(ASYNC_DIR),
-                             "--dataset", "synthetic", "--epochs", "1", "--job-dir", str(job_dir), "--",
-                             "--train-examples", "2048", "--test-examples", "512", "--threads", "1"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=400)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.localrun.run_local",
+            "--kustomize",
+            str(ASYNC_DIR),
+            "--dataset",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--job-dir",
+            str(job_dir),
+            "--",
+            "--train-examples",
+            "2048",
+            "--test-examples",
+            "512",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=400,
+    )
     assert result.returncode == 0, result.stdout[-5000:]
     status = json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())
     assert status["state"] == "Succeeded"
@@ -108,3 +153,21 @@ def test_run_local_of_the_async_shape_succeeds_with_the_model_in_the_job_directo
     model_dir = ModelDir(str((job_dir / "model").resolve()))
     assert [str(p) for p in job_dir.resolve().rglob("model.keras")] == [model_dir.keras_model]
     assert json.loads(pathlib.Path(model_dir.metrics).read_text())["strategy"] == "async"
+
+
+def test_an_environment_override_reaches_the_async_shape_too():
+    # Before: the overlay has no settings.env of its own, so JOB_NAME from the environment was ignored there.
+    code = (
+        "import pathlib; from scripts.common import manifest; "
+        "print(manifest.the_one(manifest.render(pathlib.Path('k8s-async')), 'TFJob')['metadata']['name'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "JOB_NAME": "mine"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "mine"
