@@ -34,16 +34,20 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
-    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s",
-                        stream=sys.stdout)
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
+    )
     # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
     log.setLevel(logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING)
     # Every worker says what it waits for while the group forms: that is where a stuck start shows.
     logging.getLogger("trainer.strategy").setLevel(logging.INFO)
     if config.download and cluster.is_distributed:
-        print("error: --download in a group of workers would download the same files concurrently. Prepare the "
-              "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
-              "data-preparation Job), then start the workers without --download", file=sys.stderr)
+        print(
+            "error: --download in a group of workers would download the same files concurrently. Prepare the "
+            "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
+            "data-preparation Job), then start the workers without --download",
+            file=sys.stderr,
+        )
         return exit_codes.BAD_CONFIG
 
     from trainer import saving
@@ -114,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
     except Preempted as stopped:
-        log.warning("%s: %s; exiting with retryable code %d to resume after the restart",
-                    cluster.name, stopped, exit_codes.PREEMPTED)
+        log.warning(
+            "%s: %s; exiting with retryable code %d to resume after the restart",
+            cluster.name,
+            stopped,
+            exit_codes.PREEMPTED,
+        )
         return exit_codes.PREEMPTED
     except UserError as error:
         status.update(state="failed", error=str(error))
@@ -127,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         reason = first_line(error)
         status.update(state="failed", error=f"lost a peer, restarting: {reason}")
-        print(f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
-              f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.", file=sys.stderr)
+        print(
+            f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
+            f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.",
+            file=sys.stderr,
+        )
         return exit_codes.GROUP_FAILED
     finally:
         status.close()

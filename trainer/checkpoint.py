@@ -55,14 +55,20 @@ class Checkpointer:
                 with open(path) as handle:
                     recorded = json.load(handle)
             except (OSError, ValueError) as error:
-                raise ModelDirError(f"{path} is unreadable ({error}); delete it to resume from these checkpoints "
-                                  f"anyway, or give a new --model-dir") from None
-            mismatches = [f"{key}: checkpoint has {recorded.get(key)!r}, this run has {setup[key]!r}"
-                          for key in RESUME_KEYS if recorded.get(key) != setup[key]]
+                raise ModelDirError(
+                    f"{path} is unreadable ({error}); delete it to resume from these checkpoints "
+                    f"anyway, or give a new --model-dir"
+                ) from None
+            mismatches = [
+                f"{key}: checkpoint has {recorded.get(key)!r}, this run has {setup[key]!r}"
+                for key in RESUME_KEYS
+                if recorded.get(key) != setup[key]
+            ]
             if mismatches:
                 raise ModelDirError(
                     f"the checkpoints in {self.directory} come from a different run setup ({'; '.join(mismatches)}). "
-                    f"Run with the same settings to resume, or give a new --model-dir to start over.")
+                    f"Run with the same settings to resume, or give a new --model-dir to start over."
+                )
         elif self.is_chief:
             write_json(path, {key: setup[key] for key in RESUME_KEYS})
 
@@ -76,8 +82,7 @@ class Checkpointer:
             try:
                 shapes = _read_in_full(path)
             except Exception as error:  # noqa: BLE001 (truncated files raise IndexError, others OpError)
-                log.warning("checkpoint %s is unreadable (%s); trying the one before it", path,
-                            first_line(error)[:200])
+                log.warning("checkpoint %s is unreadable (%s); trying the one before it", path, first_line(error)[:200])
                 continue
             _refuse_if_different(path, shapes, expected)
             self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -115,8 +120,7 @@ def _scratch_directory(model_dir: str, task_name: str) -> str:
 
 
 def _shapes(reader: Any) -> dict[str, list[int]]:
-    return {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items()
-            if name not in _BOOKKEEPING}
+    return {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items() if name not in _BOOKKEEPING}
 
 
 def _read_in_full(path: str) -> dict[str, list[int]]:
@@ -131,11 +135,16 @@ def _read_in_full(path: str) -> dict[str, list[int]]:
 def _refuse_if_different(path: str, found: dict[str, list[int]], expected: dict[str, list[int]]) -> None:
     if found == expected:
         return
-    differences = [f"{name}: checkpoint {found.get(name, 'missing')}, this model {expected.get(name, 'missing')}"
-                   for name in sorted(set(found) | set(expected)) if found.get(name) != expected.get(name)]
-    raise ModelDirError(f"checkpoint {path} was written by a different model ({len(differences)} variables differ, "
-                      f"e.g. {'; '.join(differences[:3])}). Use the same --model and dataset to resume, or give a "
-                      f"new --model-dir to start over.")
+    differences = [
+        f"{name}: checkpoint {found.get(name, 'missing')}, this model {expected.get(name, 'missing')}"
+        for name in sorted(set(found) | set(expected))
+        if found.get(name) != expected.get(name)
+    ]
+    raise ModelDirError(
+        f"checkpoint {path} was written by a different model ({len(differences)} variables differ, "
+        f"e.g. {'; '.join(differences[:3])}). Use the same --model and dataset to resume, or give a "
+        f"new --model-dir to start over."
+    )
 
 
 def checkpoint_step(prefix: str) -> int:

@@ -113,30 +113,43 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
-        raise _fail("(whole value)", f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})",
-                    'set it to JSON such as {"cluster": {"worker": ["host:2222"]}, '
-                    '"task": {"type": "worker", "index": 0}}') from None
+        raise _fail(
+            "(whole value)",
+            f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})",
+            'set it to JSON such as {"cluster": {"worker": ["host:2222"]}, "task": {"type": "worker", "index": 0}}',
+        ) from None
     if not isinstance(config, dict):
-        raise _fail("(whole value)", f"expected a JSON object, got {type(config).__name__}",
-                    "set TF_CONFIG to an object with 'cluster' and 'task' keys")
+        raise _fail(
+            "(whole value)",
+            f"expected a JSON object, got {type(config).__name__}",
+            "set TF_CONFIG to an object with 'cluster' and 'task' keys",
+        )
     cluster = config.get("cluster") or {}
     if not isinstance(cluster, dict):
-        raise _fail("cluster", "must be an object mapping task types to address lists",
-                    'use {"worker": ["host:port", ...]}')
+        raise _fail(
+            "cluster", "must be an object mapping task types to address lists", 'use {"worker": ["host:port", ...]}'
+        )
     members: dict[str, tuple[str, ...]] = {}
     for task_type, addresses in cluster.items():
         if task_type == "master":
-            raise _fail("cluster.master", "MultiWorkerMirroredStrategy rejects the task type 'master'",
-                        "rename it to 'chief' (in a TFJob: use a Chief replica, or Workers only)")
+            raise _fail(
+                "cluster.master",
+                "MultiWorkerMirroredStrategy rejects the task type 'master'",
+                "rename it to 'chief' (in a TFJob: use a Chief replica, or Workers only)",
+            )
         if task_type not in KNOWN_TYPES:
             raise _fail(f"cluster.{task_type}", "unknown task type", f"use only {', '.join(KNOWN_TYPES)}")
         if not isinstance(addresses, list) or not all(isinstance(a, str) and a for a in addresses):
-            raise _fail(f"cluster.{task_type}", "must be a list of 'host:port' strings",
-                        f'use "{task_type}": ["host:2222"]')
+            raise _fail(
+                f"cluster.{task_type}", "must be a list of 'host:port' strings", f'use "{task_type}": ["host:2222"]'
+            )
         members[task_type] = tuple(addresses)
     if len(members.get("chief", ())) > 1:
-        raise _fail("cluster.chief", f"has {len(members['chief'])} entries; a group has at most one chief",
-                    "list one chief and put the rest under 'worker'")
+        raise _fail(
+            "cluster.chief",
+            f"has {len(members['chief'])} entries; a group has at most one chief",
+            "list one chief and put the rest under 'worker'",
+        )
 
     chosen = _choose_strategy(members, strategy)
     training = len(members.get("chief", ())) + len(members.get("worker", ()))
@@ -150,20 +163,29 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
     task_type = task.get("type")
     index = task.get("index", 0)
     if task_type == "master":
-        raise _fail("task.type", "'master' is rejected by MultiWorkerMirroredStrategy",
-                    "use 'chief' (TFJob: a Chief replica) or 'worker'")
+        raise _fail(
+            "task.type",
+            "'master' is rejected by MultiWorkerMirroredStrategy",
+            "use 'chief' (TFJob: a Chief replica) or 'worker'",
+        )
     if not isinstance(task_type, str) or task_type not in KNOWN_TYPES:
         raise _fail("task.type", f"{task_type!r} is not a task type", f"use one of {', '.join(KNOWN_TYPES)}")
     if task_type not in members:
-        raise _fail("task.type",
-                    f"'{task_type}' has no list in cluster (cluster has {', '.join(members) or 'nothing'})",
-                    f'add "{task_type}": ["host:port"] to cluster, or fix task.type')
+        raise _fail(
+            "task.type",
+            f"'{task_type}' has no list in cluster (cluster has {', '.join(members) or 'nothing'})",
+            f'add "{task_type}": ["host:port"] to cluster, or fix task.type',
+        )
     if isinstance(index, bool) or not isinstance(index, int):
-        raise _fail("task.index", f"must be an integer, got {index!r}",
-                    "use the position of this task in its cluster list")
+        raise _fail(
+            "task.index", f"must be an integer, got {index!r}", "use the position of this task in its cluster list"
+        )
     if not 0 <= index < len(members[task_type]):
-        raise _fail("task.index", f"{index} is out of range: cluster.{task_type} has {len(members[task_type])} entries",
-                    f"use 0..{len(members[task_type]) - 1}")
+        raise _fail(
+            "task.index",
+            f"{index} is out of range: cluster.{task_type} has {len(members[task_type])} entries",
+            f"use 0..{len(members[task_type]) - 1}",
+        )
     if chosen == "sync" and task_type in TRAINING_TYPES and training <= 1:
         return SINGLE_PROCESS
     return Cluster(task_type=task_type, task_index=index, members=members, strategy=chosen)
@@ -176,20 +198,32 @@ def _choose_strategy(members: Mapping[str, tuple[str, ...]], requested: str) -> 
         raise ClusterConfigError(f"--strategy {requested!r} is unknown; use one of {', '.join(STRATEGIES)}")
     has_ps = bool(members.get("ps"))
     if requested == "sync" and has_ps:
-        raise _fail("cluster.ps", "lists parameter servers, but --strategy sync (all-reduce) uses none",
-                    "remove the PS replicas, or use --strategy async (or auto, which picks async when ps tasks exist)")
+        raise _fail(
+            "cluster.ps",
+            "lists parameter servers, but --strategy sync (all-reduce) uses none",
+            "remove the PS replicas, or use --strategy async (or auto, which picks async when ps tasks exist)",
+        )
     chosen = "async" if requested == "async" or (requested == "auto" and has_ps) else "sync"
     if chosen == "sync":
         return chosen
     if not has_ps:
-        raise _fail("cluster.ps", "missing: --strategy async keeps the variables on parameter servers",
-                    'add PS replicas (TF_CONFIG "ps": ["host:port"]), or use --strategy sync')
+        raise _fail(
+            "cluster.ps",
+            "missing: --strategy async keeps the variables on parameter servers",
+            'add PS replicas (TF_CONFIG "ps": ["host:port"]), or use --strategy sync',
+        )
     if not members.get("chief"):
-        raise _fail("cluster.chief", "missing: in async mode the chief is the coordinator that schedules the steps",
-                    'add one Chief replica (TF_CONFIG "chief": ["host:port"])')
+        raise _fail(
+            "cluster.chief",
+            "missing: in async mode the chief is the coordinator that schedules the steps",
+            'add one Chief replica (TF_CONFIG "chief": ["host:port"])',
+        )
     if not members.get("worker"):
-        raise _fail("cluster.worker", "missing: in async mode the workers run the steps the chief schedules",
-                    'add Worker replicas (TF_CONFIG "worker": ["host:port", ...])')
+        raise _fail(
+            "cluster.worker",
+            "missing: in async mode the workers run the steps the chief schedules",
+            'add Worker replicas (TF_CONFIG "worker": ["host:port", ...])',
+        )
     return chosen
 
 

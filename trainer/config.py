@@ -29,10 +29,16 @@ def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any
 @dataclasses.dataclass(frozen=True)
 class Config:
     # Data
-    dataset: str = _field("fashion_mnist", "dataset: synthetic (no download), tfrecord (your files), any TFDS "
-                          "image-classification name, or one registered in --dataset-module")
-    dataset_module: str = _field("", "your Python module that registers datasets with @trainer.datasets.register; "
-                                 "imported before --dataset is looked up")
+    dataset: str = _field(
+        "fashion_mnist",
+        "dataset: synthetic (no download), tfrecord (your files), any TFDS "
+        "image-classification name, or one registered in --dataset-module",
+    )
+    dataset_module: str = _field(
+        "",
+        "your Python module that registers datasets with @trainer.datasets.register; "
+        "imported before --dataset is looked up",
+    )
     data_dir: str = _field("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")
     download: bool = _field(False, "download and prepare the dataset if missing; leave off on workers")
     train_files: str = _field("", "tfrecord: glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
@@ -41,14 +47,24 @@ class Config:
     num_classes: int = _field(0, "tfrecord: number of classes (labels 0..N-1)")
     image_feature: str = _field("image", "tfrecord: tf.train.Example feature with the PNG/JPEG or raw uint8 image")
     label_feature: str = _field("label", "tfrecord: tf.train.Example int64 feature with the class")
-    train_examples: int = _field(0, "synthetic: the training split's size (default 60000); other datasets: use at "
-                                 "most N training examples per epoch, N / workers per worker (0 = all)")
-    test_examples: int = _field(0, "synthetic: the test split's size (default 10000); other datasets: evaluate at "
-                                "most N test examples (0 = all)")
-    shuffle_buffer: int = _field(10_000, "examples each worker holds to shuffle uncached records (memory: this x "
-                                 "one encoded record)")
-    cache: str = _field("auto", "keep each worker's decoded shard: memory, disk (a temporary file), none, or auto "
-                        "(memory when the shard's decoded images fit in 256 MiB)", CACHES)
+    train_examples: int = _field(
+        0,
+        "synthetic: the training split's size (default 60000); other datasets: use at "
+        "most N training examples per epoch, N / workers per worker (0 = all)",
+    )
+    test_examples: int = _field(
+        0,
+        "synthetic: the test split's size (default 10000); other datasets: evaluate at most N test examples (0 = all)",
+    )
+    shuffle_buffer: int = _field(
+        10_000, "examples each worker holds to shuffle uncached records (memory: this x one encoded record)"
+    )
+    cache: str = _field(
+        "auto",
+        "keep each worker's decoded shard: memory, disk (a temporary file), none, or auto "
+        "(memory when the shard's decoded images fit in 256 MiB)",
+        CACHES,
+    )
     # Model and optimisation
     model: str = _field("cnn", "model name from trainer/model.py's MODELS registry")
     epochs: int = _field(3, "passes over the training data")
@@ -60,23 +76,34 @@ class Config:
     steps_per_loop: int = _field(16, "training steps per tf.function call (fewer Python round trips)")
     log_every: int = _field(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
     # Distribution
-    strategy: str = _field("auto", "sync: all-reduce (MultiWorkerMirroredStrategy); async: parameter servers "
-                           "(ParameterServerStrategy: the chief coordinates, workers and ps tasks serve); auto: async "
-                           "exactly when TF_CONFIG lists ps tasks", STRATEGIES)
+    strategy: str = _field(
+        "auto",
+        "sync: all-reduce (MultiWorkerMirroredStrategy); async: parameter servers "
+        "(ParameterServerStrategy: the chief coordinates, workers and ps tasks serve); auto: async "
+        "exactly when TF_CONFIG lists ps tasks",
+        STRATEGIES,
+    )
     collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
-    threads: int = _field(0, "TensorFlow intra- and inter-op threads (0 = one per visible core); set it to the "
-                          "cores this worker really has: k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit "
-                          "(rounded up), on one machine use cores / workers")
+    threads: int = _field(
+        0,
+        "TensorFlow intra- and inter-op threads (0 = one per visible core); set it to the "
+        "cores this worker really has: k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit "
+        "(rounded up), on one machine use cores / workers",
+    )
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
     # Artifacts, checkpoints and status
-    model_dir: str = _field("runs/model",
-                            "where the chief writes the model, checkpoints, logs, metrics.json and status.json")
+    model_dir: str = _field(
+        "runs/model", "where the chief writes the model, checkpoints, logs, metrics.json and status.json"
+    )
     checkpoint_every: int = _field(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
     keep_checkpoints: int = _field(3, "how many recent checkpoints to keep")
-    eval_in_loop: bool = _field(True, "the chief evaluates the test split at every epoch end; turn it off when an "
-                                "evaluator task follows the checkpoints, so training never pauses (the last "
-                                "epoch is still evaluated for metrics.json)")
+    eval_in_loop: bool = _field(
+        True,
+        "the chief evaluates the test split at every epoch end; turn it off when an "
+        "evaluator task follows the checkpoints, so training never pauses (the last "
+        "epoch is still evaluated for metrics.json)",
+    )
     status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
     status_host: str = _field("0.0.0.0", "interface the status server binds (127.0.0.1 in tests)")
 
@@ -160,12 +187,14 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
         default = _from_env(field, environ)
         help_text = f"{field.metadata['help']} [env {_env_name(field.name)}]"
         if field.type == "bool":
-            parser.add_argument(f"--{_flag(field.name)}", action=argparse.BooleanOptionalAction,
-                                default=default, help=help_text)
+            parser.add_argument(
+                f"--{_flag(field.name)}", action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
         else:
             kind = {"int": int, "float": float}.get(str(field.type), str)
-            parser.add_argument(f"--{_flag(field.name)}", type=kind, default=default,
-                                choices=field.metadata["choices"], help=help_text)
+            parser.add_argument(
+                f"--{_flag(field.name)}", type=kind, default=default, choices=field.metadata["choices"], help=help_text
+            )
     return parser
 
 

@@ -44,8 +44,13 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
     checkpoint = tf.train.Checkpoint(model=model)
     evaluate = evaluation_function(model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
     writer = tf.summary.create_file_writer(layout.logs("eval"))
-    log.info("%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
-             cluster.name, layout.checkpoints, cluster.chief_address, test_size)
+    log.info(
+        "%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
+        cluster.name,
+        layout.checkpoints,
+        cluster.chief_address,
+        test_size,
+    )
 
     evaluations: list[dict[str, Any]] = []
     done: set[int] = set()
@@ -68,8 +73,11 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
                 tf.summary.scalar("accuracy", result["test_accuracy"])
             writer.flush()
             write_json(layout.evaluations, {"evaluations": evaluations}, sort_keys=False)
-            print(f"{cluster.name} evaluated checkpoint at step {step}: test loss {result['test_loss']:.4f} "
-                  f"accuracy {result['test_accuracy']:.4f}", flush=True)
+            print(
+                f"{cluster.name} evaluated checkpoint at step {step}: test loss {result['test_loss']:.4f} "
+                f"accuracy {result['test_accuracy']:.4f}",
+                flush=True,
+            )
         if final_step is not None and final_step in done:
             print(f"{cluster.name} evaluated the final checkpoint (step {final_step}); exiting", flush=True)
             return evaluations
@@ -96,8 +104,13 @@ def evaluation_function(model: keras.Model, test_batches: tf.data.Dataset) -> An
         for images, labels in test_batches:
             logits = model(images, training=False)
             correct = tf.equal(tf.argmax(logits, -1), tf.cast(labels, tf.int64))
-            result += tf.stack([tf.reduce_sum(loss_fn(labels, logits)), tf.reduce_sum(tf.cast(correct, tf.float32)),
-                                tf.cast(tf.size(labels), tf.float32)])
+            result += tf.stack(
+                [
+                    tf.reduce_sum(loss_fn(labels, logits)),
+                    tf.reduce_sum(tf.cast(correct, tf.float32)),
+                    tf.cast(tf.size(labels), tf.float32),
+                ]
+            )
         return result
 
     def evaluate() -> dict[str, float]:

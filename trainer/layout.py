@@ -1,13 +1,13 @@
 """The model directory's layout, defined once: the trainer writes it; the tools and tests read it.
 
-    <model-dir>/
-      model.keras          the Keras model (raw uint8 images in, logits out)
-      saved_model/         SavedModel, signature `serve`
-      metrics.json         final metrics, throughput, config and versions
-      status.json          the chief's live status
-      evaluations.json     the evaluator task's result for each checkpoint it evaluated
-      checkpoints/         the last checkpoints and run-setup.json (what a step means)
-      logs/train, logs/test, logs/eval   TensorBoard scalars
+<model-dir>/
+  model.keras          the Keras model (raw uint8 images in, logits out)
+  saved_model/         SavedModel, signature `serve`
+  metrics.json         final metrics, throughput, config and versions
+  status.json          the chief's live status
+  evaluations.json     the evaluator task's result for each checkpoint it evaluated
+  checkpoints/         the last checkpoints and run-setup.json (what a step means)
+  logs/train, logs/test, logs/eval   TensorBoard scalars
 """
 
 from __future__ import annotations

@@ -29,8 +29,12 @@ from trainer.errors import first_line
 log = logging.getLogger(__name__)
 
 # What a collective raises when a peer died or the group broke up: every worker must restart and resume.
-_GROUP_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
-                 tf.errors.DeadlineExceededError)
+_GROUP_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+)
 # The coordination service aborts collectives with whatever status it saw, e.g. InvalidArgument
 # "must be registered before sending heartbeat" when the chief restarted under a live worker.
 _GROUP_ABORT_MARKERS = ("Collective ops is aborted by", "/tensorflow.CoordinationService/")
@@ -73,22 +77,30 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
         rpc_layer="grpc",
     )
     remaining = max(1.0, deadline - time.monotonic())
-    log.info("%s (rank %d of %d) joining the group led by %s; waiting up to %.0f s for every worker to register",
-             cluster.name, cluster.rank, cluster.num_workers, cluster.chief_address, remaining)
+    log.info(
+        "%s (rank %d of %d) joining the group led by %s; waiting up to %.0f s for every worker to register",
+        cluster.name,
+        cluster.rank,
+        cluster.num_workers,
+        cluster.chief_address,
+        remaining,
+    )
     message = (
         f"{cluster.name}: the training group did not form within {startup_timeout:.0f} s "
         f"(--startup-timeout). Members: {', '.join(cluster.training_addresses)}. Check that every replica "
         f"is running and can reach {cluster.chief_address}; "
         f"exiting with code {exit_codes.STARTUP_TIMEOUT} so the job restarts."
     )
-    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(remaining), str(os.getpid()), message],
-                                stdin=subprocess.PIPE)
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(remaining), str(os.getpid()), message], stdin=subprocess.PIPE
+    )
     assert watchdog.stdin is not None  # stdin=PIPE: the watchdog's only signal that the group formed
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver,
             communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=_COLLECTIVES[collective]),
+                implementation=_COLLECTIVES[collective]
+            ),
         )
     finally:
         watchdog.stdin.close()
@@ -111,12 +123,15 @@ def leave_group(cluster: Cluster, strategy: tf.distribute.Strategy, timeout_s: f
     try:
         context.context().wait_at_barrier("trainer_finished", int(timeout_s * 1000))
     except tf.errors.OpError as error:
-        log.warning("%s: the group did not reach the end together (%s); exiting anyway", cluster.name,
-                    first_line(error))
+        log.warning(
+            "%s: the group did not reach the end together (%s); exiting anyway", cluster.name, first_line(error)
+        )
         return
     if cluster.is_chief:
-        _wait_until_gone([address for rank, address in enumerate(cluster.training_addresses) if rank != cluster.rank],
-                         time.monotonic() + PEERS_GONE_WAIT_S)
+        _wait_until_gone(
+            [address for rank, address in enumerate(cluster.training_addresses) if rank != cluster.rank],
+            time.monotonic() + PEERS_GONE_WAIT_S,
+        )
 
 
 def _wait_until_gone(addresses: list[str], deadline: float) -> None:
@@ -140,10 +155,20 @@ def _listening(address: str) -> bool:
 def run_server(cluster: Cluster) -> None:
     """An async worker or ps task: serves the coordinator's ops and variables until the process is stopped."""
     _wait_for_dns(cluster, time.monotonic() + 600, _async_addresses(cluster))
-    server = tf.distribute.Server(_async_cluster_spec(cluster), job_name=cluster.task_type,
-                                  task_index=cluster.task_index, protocol="grpc", start=True)
-    log.info("%s: async %s serving at %s; the coordinator is %s (it schedules the work)", cluster.name,
-             cluster.task_type, cluster.members[cluster.task_type][cluster.task_index], cluster.chief_address)
+    server = tf.distribute.Server(
+        _async_cluster_spec(cluster),
+        job_name=cluster.task_type,
+        task_index=cluster.task_index,
+        protocol="grpc",
+        start=True,
+    )
+    log.info(
+        "%s: async %s serving at %s; the coordinator is %s (it schedules the work)",
+        cluster.name,
+        cluster.task_type,
+        cluster.members[cluster.task_type][cluster.task_index],
+        cluster.chief_address,
+    )
     server.join()
 
 
@@ -153,10 +178,16 @@ def create_parameter_server_strategy(cluster: Cluster) -> tuple[tf.distribute.St
     Variables go whole to the ps tasks in turn (round robin). A variable_partitioner would split large ones, but
     Keras 3's optimizer cannot update a ShardedVariable ("doesn't support being used as a reference")."""
     _wait_for_dns(cluster, time.monotonic() + 600, _async_addresses(cluster))
-    log.info("%s: async coordinator of %d worker(s) and %d ps task(s): %s", cluster.name, cluster.num_workers,
-             cluster.num_ps, ", ".join(_async_addresses(cluster)))
+    log.info(
+        "%s: async coordinator of %d worker(s) and %d ps task(s): %s",
+        cluster.name,
+        cluster.num_workers,
+        cluster.num_ps,
+        ", ".join(_async_addresses(cluster)),
+    )
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        _async_cluster_spec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
+        _async_cluster_spec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
 

@@ -37,8 +37,13 @@ from trainer.strategy import is_group_failure
 log = logging.getLogger(__name__)
 
 
-def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute.Strategy,
-                       started_at: float, status: StatusReporter | None = None) -> dict[str, Any]:
+def train_and_evaluate(
+    config: Config,
+    cluster: Cluster,
+    strategy: tf.distribute.Strategy,
+    started_at: float,
+    status: StatusReporter | None = None,
+) -> dict[str, Any]:
     """Trains (resuming from the newest checkpoint) and evaluates; the chief saves the model and
     metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
     status = status or StatusReporter(config.model_dir, enabled=False)
@@ -66,33 +71,61 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         metrics = _Metrics()
-        checkpointer = Checkpointer(config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints,
-                                    model=model, optimizer=optimizer)
+        checkpointer = Checkpointer(
+            config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints, model=model, optimizer=optimizer
+        )
 
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
     _check_same_step_everywhere(strategy, start_step)
     cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
-    train_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.train_batches(
-        train_shard, cluster.rank, context.get_per_replica_batch_size(global_batch_size),
-        steps_per_epoch * config.per_worker_batch_size, config.seed, config.epochs, min(start_step, total_steps),
-        steps_per_epoch, config.shuffle_buffer, cache))
+    train_batches = strategy.distribute_datasets_from_function(
+        lambda context: pipeline.train_batches(
+            train_shard,
+            cluster.rank,
+            context.get_per_replica_batch_size(global_batch_size),
+            steps_per_epoch * config.per_worker_batch_size,
+            config.seed,
+            config.epochs,
+            min(start_step, total_steps),
+            steps_per_epoch,
+            config.shuffle_buffer,
+            cache,
+        )
+    )
     test_cache = pipeline.cache_kind(config.cache, test_shard, source.image_shape)
-    test_batches = strategy.distribute_datasets_from_function(lambda context: pipeline.test_batches(
-        test_shard, context.get_per_replica_batch_size(global_batch_size), test_size, test_cache))
+    test_batches = strategy.distribute_datasets_from_function(
+        lambda context: pipeline.test_batches(
+            test_shard, context.get_per_replica_batch_size(global_batch_size), test_size, test_cache
+        )
+    )
     iterator = iter(train_batches)
     train_steps, evaluate = _step_functions(strategy, model, optimizer, metrics, global_batch_size, test_batches)
 
-    progress = Progress(total_steps, steps_per_epoch, config.epochs,
-                        enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(_run_summary(config, split_sizes["train_examples"], workers, global_batch_size, steps_per_epoch,
-                               learning_rate, start_step))
+    progress = Progress(total_steps, steps_per_epoch, config.epochs, enabled=cluster.is_chief or config.verbose_workers)
+    progress.line(
+        _run_summary(
+            config,
+            split_sizes["train_examples"],
+            workers,
+            global_batch_size,
+            steps_per_epoch,
+            learning_rate,
+            start_step,
+        )
+    )
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
-    status.update(state="running", workers=workers, global_step=start_step, total_steps=total_steps,
-                  epochs=config.epochs, epoch=progress.epoch_of(start_step + 1))
+    status.update(
+        state="running",
+        workers=workers,
+        global_step=start_step,
+        total_steps=total_steps,
+        epochs=config.epochs,
+        epoch=progress.epoch_of(start_step + 1),
+    )
 
     step = last_checkpoint = start_step
     throughput = Throughput(global_batch_size, started_at)
@@ -102,11 +135,17 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
         while step < total_steps:
             epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
             next_log = (step // log_every + 1) * log_every
-            next_checkpoint = ((step // config.checkpoint_every + 1) * config.checkpoint_every
-                               if config.checkpoint_every else epoch_end)
+            next_checkpoint = (
+                (step // config.checkpoint_every + 1) * config.checkpoint_every
+                if config.checkpoint_every
+                else epoch_end
+            )
             # The first call runs one step, so the time to the first finished step is measured exactly.
-            steps = 1 if throughput.time_to_first_step is None else min(
-                config.steps_per_loop, epoch_end - step, next_log - step, next_checkpoint - step)
+            steps = (
+                1
+                if throughput.time_to_first_step is None
+                else min(config.steps_per_loop, epoch_end - step, next_log - step, next_checkpoint - step)
+            )
             stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
             step += steps
             throughput.ran(steps)
@@ -121,11 +160,22 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
                 loss, accuracy = float(metrics.train_loss.result()), float(metrics.train_accuracy.result())
                 progress.step(step, loss, accuracy, speed)
-                _write_scalars(train_log, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
-                               learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-                status.update(global_step=step, epoch=progress.epoch_of(step),
-                              loss=loss, accuracy=accuracy, examples_per_second=speed,
-                              eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None)
+                _write_scalars(
+                    train_log,
+                    step,
+                    loss=loss,
+                    accuracy=accuracy,
+                    examples_per_second=speed,
+                    learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+                )
+                status.update(
+                    global_step=step,
+                    epoch=progress.epoch_of(step),
+                    loss=loss,
+                    accuracy=accuracy,
+                    examples_per_second=speed,
+                    eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None,
+                )
 
             # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
             if step == epoch_end and (config.eval_in_loop or step == total_steps):
@@ -133,23 +183,27 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
                     test_metrics = evaluate()
                     epoch_train_metrics = metrics.train()
                     progress.epoch_done(step // steps_per_epoch, {**epoch_train_metrics, **test_metrics})
-                    _write_scalars(test_log, step, loss=test_metrics["test_loss"],
-                                   accuracy=test_metrics["test_accuracy"])
+                    _write_scalars(
+                        test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"]
+                    )
                     status.update(**test_metrics)
                     metrics.reset()
             elif step == epoch_end:
                 epoch_train_metrics = metrics.train()
-                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
-                              f"{epoch_train_metrics['train_loss']:.4f} accuracy "
-                              f"{epoch_train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)")
+                progress.line(
+                    f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
+                    f"{epoch_train_metrics['train_loss']:.4f} accuracy "
+                    f"{epoch_train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
+                )
                 metrics.reset()
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step
     except tf.errors.OpError as error:
         if is_group_failure(error):
-            log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step,
-                        last_checkpoint)
+            log.warning(
+                "%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint
+            )
         raise
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
@@ -157,16 +211,30 @@ def train_and_evaluate(config: Config, cluster: Cluster, strategy: tf.distribute
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
-    record = _metrics_record(config, model, throughput, {**epoch_train_metrics, **test_metrics},
-                             workers=workers, global_batch_size=global_batch_size, learning_rate=learning_rate,
-                             steps=step, resumed_from_step=start_step, restarts=status.restarts,
-                             steps_per_epoch=steps_per_epoch, **split_sizes, cache=cache)
+    record = _metrics_record(
+        config,
+        model,
+        throughput,
+        {**epoch_train_metrics, **test_metrics},
+        workers=workers,
+        global_batch_size=global_batch_size,
+        learning_rate=learning_rate,
+        steps=step,
+        resumed_from_step=start_step,
+        restarts=status.restarts,
+        steps_per_epoch=steps_per_epoch,
+        **split_sizes,
+        cache=cache,
+    )
     if cluster.is_chief:
         write_json(ModelDir(config.model_dir).metrics, record)
     status.update(state="succeeded", global_step=step, **test_metrics)
     # Every worker prints this one line, so a reader can compare the replicas' weights.
-    print(f"{cluster.name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
-          f"weights sha256 {record['weights_sha256']}", flush=True)
+    print(
+        f"{cluster.name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
+        f"weights sha256 {record['weights_sha256']}",
+        flush=True,
+    )
     return record
 
 
@@ -182,17 +250,25 @@ class _Metrics:
 
     def test(self) -> dict[str, float]:
         # Each worker evaluates its own shard, the last batch partial: the summed count shows each example once.
-        return {"test_loss": float(self.test_loss.result()), "test_accuracy": float(self.test_accuracy.result()),
-                "test_examples_evaluated": int(tf.convert_to_tensor(self.test_accuracy.count.value))}
+        return {
+            "test_loss": float(self.test_loss.result()),
+            "test_accuracy": float(self.test_accuracy.result()),
+            "test_examples_evaluated": int(tf.convert_to_tensor(self.test_accuracy.count.value)),
+        }
 
     def reset(self) -> None:
         for metric in (self.train_loss, self.train_accuracy, self.test_loss, self.test_accuracy):
             metric.reset_state()
 
 
-def _step_functions(strategy: tf.distribute.Strategy, model: keras.Model, optimizer: keras.optimizers.Optimizer,
-                    metrics: _Metrics, global_batch_size: int,
-                    test_batches: Any) -> tuple[Callable[..., tf.Tensor], Callable[[], dict[str, float]]]:
+def _step_functions(
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    metrics: _Metrics,
+    global_batch_size: int,
+    test_batches: Any,
+) -> tuple[Callable[..., tf.Tensor], Callable[[], dict[str, float]]]:
     """What the loop calls: `train_steps(iterator, steps, stop_requested)` runs `steps` training steps on every
     replica and returns how many workers asked to stop; `evaluate()` runs the test split and returns its metrics."""
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
@@ -235,17 +311,27 @@ def _step_functions(strategy: tf.distribute.Strategy, model: keras.Model, optimi
     return train_steps, evaluate
 
 
-def _run_summary(config: Config, train_size: int, workers: int, global_batch_size: int, steps_per_epoch: int,
-                 learning_rate: float, start_step: int) -> str:
+def _run_summary(
+    config: Config,
+    train_size: int,
+    workers: int,
+    global_batch_size: int,
+    steps_per_epoch: int,
+    learning_rate: float,
+    start_step: int,
+) -> str:
     """The run's first line: what trains on what, and how the work is split."""
-    return (f"training {config.model} on {config.dataset}: {train_size} examples, "
-            f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
-            f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
-            + (f", resuming at step {start_step}" if start_step else ""))
+    return (
+        f"training {config.model} on {config.dataset}: {train_size} examples, "
+        f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
+        f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {learning_rate:g}"
+        + (f", resuming at step {start_step}" if start_step else "")
+    )
 
 
-def _metrics_record(config: Config, model: keras.Model, throughput: Throughput,
-                    results: dict[str, float], **run: int | float | str) -> dict[str, Any]:
+def _metrics_record(
+    config: Config, model: keras.Model, throughput: Throughput, results: dict[str, float], **run: int | float | str
+) -> dict[str, Any]:
     """What metrics.json holds: the last epoch's results, throughput, the run's shape, config and versions."""
     return {
         **results,
@@ -255,8 +341,7 @@ def _metrics_record(config: Config, model: keras.Model, throughput: Throughput,
         **run,
         "weights_sha256": weights_digest(model),
         "config": config.to_dict(),
-        "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
-                     "keras": keras.__version__},
+        "versions": {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__},
     }
 
 
@@ -265,8 +350,9 @@ def _limited(size: int, limit: int, rank: int, workers: int) -> int:
     return min(size, datasets.share(limit, rank, workers)) if limit else size
 
 
-def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: int,
-                         values: list[int]) -> list[tuple[int, ...]]:
+def _gather_over_workers(
+    strategy: tf.distribute.Strategy, rank: int, workers: int, values: list[int]
+) -> list[tuple[int, ...]]:
     """Every worker's `values`, by rank: each fills its own row of a zero matrix and the rows are summed."""
     rows = np.zeros((workers, len(values)), np.int64)
     rows[rank] = values
@@ -277,11 +363,12 @@ def _gather_over_workers(strategy: tf.distribute.Strategy, rank: int, workers: i
 
 def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
     """A worker that restored a different checkpoint than its peers would silently diverge."""
-    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(
-        tf.constant(step, tf.int64))
+    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(step, tf.int64))
     if int(total) != step * strategy.num_replicas_in_sync:
-        raise ModelDirError(f"the workers restored different checkpoints (this one: step {step}). Every worker "
-                          f"must see the chief's --model-dir: mount the same shared volume on all of them")
+        raise ModelDirError(
+            f"the workers restored different checkpoints (this one: step {step}). Every worker "
+            f"must see the chief's --model-dir: mount the same shared volume on all of them"
+        )
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:

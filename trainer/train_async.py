@@ -41,8 +41,14 @@ SUM_KEYS = ("loss_sum", "correct", "examples")  # what each closure returns, sum
 CLOSURES_IN_FLIGHT_PER_WORKER = 2  # one running, one queued: a worker never waits for the chief
 
 
-def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, coordinator: Any,
-                started_at: float, status: StatusReporter) -> dict[str, Any]:
+def train_async(
+    config: Config,
+    cluster: Cluster,
+    strategy: tf.distribute.Strategy,
+    coordinator: Any,
+    started_at: float,
+    status: StatusReporter,
+) -> dict[str, Any]:
     """Trains asynchronously (resuming from the newest checkpoint), evaluates and saves; returns the metrics."""
     batch_size = config.per_worker_batch_size
     keras.utils.set_random_seed(config.seed)
@@ -59,27 +65,41 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
         model = build_model(config.model, source.image_shape, source.num_classes)
         optimizer = build_optimizer(config.learning_rate)
         optimizer.build(model.trainable_variables)
-        checkpointer = Checkpointer(config.model_dir, True, cluster.name, config.keep_checkpoints,
-                                    model=model, optimizer=optimizer)
+        checkpointer = Checkpointer(
+            config.model_dir, True, cluster.name, config.keep_checkpoints, model=model, optimizer=optimizer
+        )
     log.info("variables on the ps tasks: %s", _placement(model.weights + optimizer.variables))
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": batch_size})
     start_step = checkpointer.restore_latest()
 
     cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
-    worker_batches = iter(coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(
-        lambda context: _worker_batches(config, train_shard, train_size, steps_per_epoch, cache))))
+    worker_batches = iter(
+        coordinator.create_per_worker_dataset(
+            lambda: strategy.distribute_datasets_from_function(
+                lambda context: _worker_batches(config, train_shard, train_size, steps_per_epoch, cache)
+            )
+        )
+    )
     train_steps = _train_steps_function(strategy, model, optimizer)
     evaluate = evaluation_function(model, pipeline.test_batches(test_shard, batch_size, test_size))
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs)
-    progress.line(f"training {config.model} on {config.dataset} asynchronously: {train_size} examples, "
-                  f"{cluster.num_workers} worker(s) x batch {batch_size}, {cluster.num_ps} ps task(s), "
-                  f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {config.learning_rate:g}"
-                  + (f", resuming at step {start_step}" if start_step else ""))
+    progress.line(
+        f"training {config.model} on {config.dataset} asynchronously: {train_size} examples, "
+        f"{cluster.num_workers} worker(s) x batch {batch_size}, {cluster.num_ps} ps task(s), "
+        f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {config.learning_rate:g}"
+        + (f", resuming at step {start_step}" if start_step else "")
+    )
     train_log, test_log = _summary_writers(config.model_dir, True)
     stop = StopSignal()
-    status.update(state="running", workers=cluster.num_workers, global_step=start_step, total_steps=total_steps,
-                  epochs=config.epochs, epoch=progress.epoch_of(start_step + 1))
+    status.update(
+        state="running",
+        workers=cluster.num_workers,
+        global_step=start_step,
+        total_steps=total_steps,
+        epochs=config.epochs,
+        epoch=progress.epoch_of(start_step + 1),
+    )
 
     step = scheduled = start_step
     throughput = Throughput(batch_size, started_at)
@@ -91,8 +111,9 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
     train_metrics: dict[str, float] = {}
     while step < total_steps:
         epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
-        next_checkpoint = ((step // config.checkpoint_every + 1) * config.checkpoint_every
-                           if config.checkpoint_every else epoch_end)
+        next_checkpoint = (
+            (step // config.checkpoint_every + 1) * config.checkpoint_every if config.checkpoint_every else epoch_end
+        )
         pause_at = min(epoch_end, next_checkpoint)
         while scheduled < pause_at and len(in_flight) < limit and not stop.requested:
             steps = min(config.steps_per_loop, pause_at - scheduled)
@@ -123,42 +144,72 @@ def train_async(config: Config, cluster: Cluster, strategy: tf.distribute.Strate
                 status.update(**test_metrics)
                 progress.epoch_done(step // steps_per_epoch, {**train_metrics, **test_metrics})
             else:
-                progress.line(f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
-                              f"{train_metrics['train_loss']:.4f} accuracy {train_metrics['train_accuracy']:.4f} "
-                              f"(test pass left to the evaluator)")
+                progress.line(
+                    f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
+                    f"{train_metrics['train_loss']:.4f} accuracy {train_metrics['train_accuracy']:.4f} "
+                    f"(test pass left to the evaluator)"
+                )
             sums = _zero_sums()
         checkpointer.save(step)
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         test_metrics = evaluate()
     saving.save_model(model, config.model_dir, is_chief=True)
-    record = _metrics_record(config, model, throughput, {**train_metrics, **test_metrics}, strategy="async",
-                             workers=cluster.num_workers, ps_tasks=cluster.num_ps, global_batch_size=batch_size,
-                             learning_rate=config.learning_rate, steps=step, resumed_from_step=start_step,
-                             restarts=status.restarts, steps_per_epoch=steps_per_epoch, train_examples=train_size,
-                             test_examples=test_size, cache=cache)
+    record = _metrics_record(
+        config,
+        model,
+        throughput,
+        {**train_metrics, **test_metrics},
+        strategy="async",
+        workers=cluster.num_workers,
+        ps_tasks=cluster.num_ps,
+        global_batch_size=batch_size,
+        learning_rate=config.learning_rate,
+        steps=step,
+        resumed_from_step=start_step,
+        restarts=status.restarts,
+        steps_per_epoch=steps_per_epoch,
+        train_examples=train_size,
+        test_examples=test_size,
+        cache=cache,
+    )
     write_json(ModelDir(config.model_dir).metrics, record)
     status.update(state="succeeded", global_step=step, **test_metrics)
-    print(f"{cluster.name} finished: test accuracy {record['test_accuracy']:.4f}, "
-          f"weights sha256 {record['weights_sha256']}", flush=True)
+    print(
+        f"{cluster.name} finished: test accuracy {record['test_accuracy']:.4f}, "
+        f"weights sha256 {record['weights_sha256']}",
+        flush=True,
+    )
     return record
 
 
-def _worker_batches(config: Config, shard: datasets.Shard, train_size: int, steps_per_epoch: int,
-                    cache: str) -> tf.data.Dataset:
+def _worker_batches(
+    config: Config, shard: datasets.Shard, train_size: int, steps_per_epoch: int, cache: str
+) -> tf.data.Dataset:
     """One worker's batches, repeated without end (it may run more than its share while another is down), in an
     order seeded by --seed and by this worker's clock when the coordinator builds it, so workers differ."""
     clock = tf.cast(tf.timestamp() * 1e6, tf.int64)
     seed = tf.constant(config.seed, tf.int64) * 1_000_003 + clock
     # Printed on the worker each time the coordinator (re)builds its input, e.g. after the worker restarted.
     tf.print("input pipeline built on this worker; it receives work from the coordinator")
-    batches = pipeline.train_batches(shard, 0, config.per_worker_batch_size, train_size, seed, config.epochs, 0,
-                                     steps_per_epoch, config.shuffle_buffer, cache)
+    batches = pipeline.train_batches(
+        shard,
+        0,
+        config.per_worker_batch_size,
+        train_size,
+        seed,
+        config.epochs,
+        0,
+        steps_per_epoch,
+        config.shuffle_buffer,
+        cache,
+    )
     return batches.repeat()
 
 
-def _train_steps_function(strategy: tf.distribute.Strategy, model: keras.Model,
-                          optimizer: keras.optimizers.Optimizer) -> Any:
+def _train_steps_function(
+    strategy: tf.distribute.Strategy, model: keras.Model, optimizer: keras.optimizers.Optimizer
+) -> Any:
     """`train_steps(iterator, steps)`, run on a worker: `steps` updates, returning (loss sum, correct, examples)."""
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
@@ -203,15 +254,34 @@ def _epoch_metrics(sums: dict[str, float]) -> dict[str, float]:
     return {"train_loss": sums["loss_sum"] / examples, "train_accuracy": sums["correct"] / examples}
 
 
-def _report(progress: Progress, status: StatusReporter, writer: Any, throughput: Throughput,
-            optimizer: keras.optimizers.Optimizer, sums: dict[str, float], step: int, total_steps: int) -> None:
+def _report(
+    progress: Progress,
+    status: StatusReporter,
+    writer: Any,
+    throughput: Throughput,
+    optimizer: keras.optimizers.Optimizer,
+    sums: dict[str, float],
+    step: int,
+    total_steps: int,
+) -> None:
     """A progress line, TensorBoard scalars and the status, from the sums gathered since the epoch began."""
     speed = throughput.end_interval()
     metrics = _epoch_metrics(sums)
     loss, accuracy = metrics["train_loss"], metrics["train_accuracy"]
     progress.step(step, loss, accuracy, speed)
-    _write_scalars(writer, step, loss=loss, accuracy=accuracy, examples_per_second=speed,
-                   learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-    status.update(global_step=step, epoch=progress.epoch_of(step), loss=loss, accuracy=accuracy,
-                  examples_per_second=speed,
-                  eta_seconds=(total_steps - step) * throughput.global_batch_size / speed if speed else None)
+    _write_scalars(
+        writer,
+        step,
+        loss=loss,
+        accuracy=accuracy,
+        examples_per_second=speed,
+        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+    )
+    status.update(
+        global_step=step,
+        epoch=progress.epoch_of(step),
+        loss=loss,
+        accuracy=accuracy,
+        examples_per_second=speed,
+        eta_seconds=(total_steps - step) * throughput.global_batch_size / speed if speed else None,
+    )

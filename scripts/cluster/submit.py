@@ -37,24 +37,34 @@ OLD_JOB_GONE_S, OLD_JOB_POLL_S = 180.0, 2.0
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.cluster.submit", description=__doc__.split("\n\n")[0],
+        prog="python -m scripts.cluster.submit",
+        description=__doc__.split("\n\n")[0],
         epilog="Trainer flags go after `--`, e.g. `-- --per-worker-batch-size 128`. " + __doc__.split("\n\n")[-1],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the TFJob request body (JSON) and exit")
     mode.add_argument("--status", action="store_true", help="print the job's conditions, pods and the chief's status")
     mode.add_argument("--delete", action="store_true", help="delete the TFJob (the volume and its model stay)")
-    parser.add_argument("--kustomize", type=pathlib.Path, default=tfjob_manifest.K8S_DIR,
-                        help="kustomization: k8s (sync) or k8s-async (parameter servers) (default: %(default)s)")
+    parser.add_argument(
+        "--kustomize",
+        type=pathlib.Path,
+        default=tfjob_manifest.K8S_DIR,
+        help="kustomization: k8s (sync) or k8s-async (parameter servers) (default: %(default)s)",
+    )
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")
     parser.add_argument("--workers", type=int, default=int(SETTINGS["WORKERS"]), help="Worker replicas")
     parser.add_argument("--dataset", default=SETTINGS["TRAINER_DATASET"], help="the trainer's --dataset")
     parser.add_argument("--epochs", type=int, help="the trainer's --epochs")
     parser.add_argument("--namespace", default=SETTINGS["NAMESPACE"])
-    parser.add_argument("--timeout", type=float, default=0,
-                        help="stop following after this many seconds (0: until the job ends)")
-    parser.add_argument("--tensorboard", action="store_true",
-                        help="also run TensorBoard on the volume's logs (kubectl port-forward to view)")
+    parser.add_argument(
+        "--timeout", type=float, default=0, help="stop following after this many seconds (0: until the job ends)"
+    )
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also run TensorBoard on the volume's logs (kubectl port-forward to view)",
+    )
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.trainer_args[:1] == ["--"]:
@@ -68,8 +78,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def build_objects(args: argparse.Namespace) -> list[dict]:
     """The rendered kustomization with the command line applied, checked before any cluster call."""
-    objects = tfjob_manifest.customize(tfjob_manifest.render(args.kustomize), image=args.image, workers=args.workers,
-                                       dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_args)
+    objects = tfjob_manifest.customize(
+        tfjob_manifest.render(args.kustomize),
+        image=args.image,
+        workers=args.workers,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        trainer_args=args.trainer_args,
+    )
     tfjob = tfjob_manifest.the_one(objects, "TFJob")
     problems = tfjob_manifest.webhook_problems(tfjob)
     if problems:
@@ -130,8 +146,10 @@ def delete_job(namespace: str) -> int:
     except RuntimeError as error:
         print(f"could not delete TFJob {SETTINGS['JOB_NAME']}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"deleting TFJob {SETTINGS['JOB_NAME']} and its pods (they stop within their grace period); the volume "
-          f"{SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)")
+    print(
+        f"deleting TFJob {SETTINGS['JOB_NAME']} and its pods (they stop within their grace period); the volume "
+        f"{SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)"
+    )
     return EXIT_SUCCEEDED
 
 
@@ -147,7 +165,8 @@ def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
     if state != "Complete":
         raise cluster_steps.StepError(
             f"data preparation Job {name} ended {state}; its last log lines:\n"
-            f"{cluster_steps.job_logs(name, args.namespace)}")
+            f"{cluster_steps.job_logs(name, args.namespace)}"
+        )
     print(cluster_steps.job_logs(name, args.namespace, tail=3).rstrip())
 
 
@@ -155,8 +174,7 @@ def container_tool() -> str:
     """CONTAINER_TOOL, or the tool `make image` built with when unset: build-image.sh resolves both."""
     import subprocess
 
-    return subprocess.run([str(BUILD_IMAGE), "--print-tool"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run([str(BUILD_IMAGE), "--print-tool"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def earlier_job(watcher: job_follower.JobFollower) -> str | None:
@@ -166,7 +184,8 @@ def earlier_job(watcher: job_follower.JobFollower) -> str | None:
     if state == "Running":
         raise cluster_steps.StepError(
             f"TFJob {watcher.name} is still running in {watcher.namespace}: follow it with `make status`, or "
-            f"`make delete` it first")
+            f"`make delete` it first"
+        )
     return state
 
 
@@ -177,8 +196,13 @@ def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> 
     name = watcher.name
     if state in job_follower.FINISHED:
         print(f"deleting the {state.lower()} TFJob {name} from an earlier run, and its pods and services")
-        watcher.call(f"deleting TFJob {name}", watcher.training.delete_job, name, namespace=watcher.namespace,
-                     delete_options=foreground())
+        watcher.call(
+            f"deleting TFJob {name}",
+            watcher.training.delete_job,
+            name,
+            namespace=watcher.namespace,
+            delete_options=foreground(),
+        )
     started, announced = watcher.clock(), state in job_follower.FINISHED
     while True:
         left = [f"pod/{pod.metadata.name}" for pod in watcher.pods()]
@@ -194,7 +218,8 @@ def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> 
             raise cluster_steps.StepError(
                 f"the earlier TFJob {name} is not gone after {OLD_JOB_GONE_S:.0f} s, still there: {', '.join(left)}. "
                 f"Pods stop after their grace period; see `kubectl get pods,svc,tfjob -n {watcher.namespace} "
-                f"-l training.kubeflow.org/job-name={name}` and run make submit again once they are gone")
+                f"-l training.kubeflow.org/job-name={name}` and run make submit again once they are gone"
+            )
         watcher.sleep(OLD_JOB_POLL_S)
 
 
@@ -206,20 +231,30 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
         cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], container_tool())
     else:
-        print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull "
-              f"{args.image}")
-    cluster_steps.apply(tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
-                        + [tfjob_manifest.the_one(objects, "Service", component="training")], args.namespace)
+        print(
+            f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}"
+        )
+    cluster_steps.apply(
+        tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
+        + [tfjob_manifest.the_one(objects, "Service", component="training")],
+        args.namespace,
+    )
     if args.tensorboard:
-        cluster_steps.apply([obj for obj in objects
-                             if obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "tensorboard"],
-                            args.namespace)
+        cluster_steps.apply(
+            [
+                obj
+                for obj in objects
+                if obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "tensorboard"
+            ],
+            args.namespace,
+        )
         print(f"TensorBoard: kubectl port-forward -n {args.namespace} svc/{SETTINGS['JOB_NAME']}-tensorboard 6006:6006")
     prepare_data(objects, args)
 
     delete_earlier_job(watcher, earlier)
-    watcher.training.create_job(job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")),
-                                namespace=args.namespace)
+    watcher.training.create_job(
+        job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")), namespace=args.namespace
+    )
     print(f"created TFJob {SETTINGS['JOB_NAME']} with {args.workers} worker(s) running {args.image}")
 
     try:
@@ -230,8 +265,10 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(f"error: {lost}", file=sys.stderr)
         state = "lost contact with the API server"
     if state == "Succeeded":
-        print(f"TFJob {SETTINGS['JOB_NAME']} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
-              f"{SETTINGS['TRAINER_MODEL_DIR']}: `make fetch-model` copies it to ./artifacts/")
+        print(
+            f"TFJob {SETTINGS['JOB_NAME']} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
+            f"{SETTINGS['TRAINER_MODEL_DIR']}: `make fetch-model` copies it to ./artifacts/"
+        )
         return EXIT_SUCCEEDED
     if state == "Failed":
         print(f"TFJob {SETTINGS['JOB_NAME']} failed", file=sys.stderr)
@@ -240,8 +277,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         except job_follower.LostContact as lost:
             print(f"no failure report: {lost}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"stopped following ({state}); TFJob {SETTINGS['JOB_NAME']} may still be running: `make status`, "
-          f"`make logs`")
+    print(f"stopped following ({state}); TFJob {SETTINGS['JOB_NAME']} may still be running: `make status`, `make logs`")
     return EXIT_STILL_RUNNING
 
 
@@ -250,9 +286,16 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
     import kubernetes
     import urllib3
 
-    return (cluster_steps.StepError, tfjob_manifest.ManifestError, job_follower.LostContact, RuntimeError,
-            TimeoutError, kubernetes.config.ConfigException, kubernetes.client.ApiException,
-            urllib3.exceptions.HTTPError)
+    return (
+        cluster_steps.StepError,
+        tfjob_manifest.ManifestError,
+        job_follower.LostContact,
+        RuntimeError,
+        TimeoutError,
+        kubernetes.config.ConfigException,
+        kubernetes.client.ApiException,
+        urllib3.exceptions.HTTPError,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,6 @@ class Finished:
     output: str
 
 
-
-
 def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}, "environment": "cloud"})
 
@@ -35,17 +33,30 @@ def worker_cluster(workers: int) -> dict[str, list[str]]:
     return {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
 
 
-def start(args: Sequence[str], tf_config_text: str | None, env: dict[str, str] | None = None,
-          module: str = "trainer", wrapper: Sequence[str] = ()) -> subprocess.Popen:
+def start(
+    args: Sequence[str],
+    tf_config_text: str | None,
+    env: dict[str, str] | None = None,
+    module: str = "trainer",
+    wrapper: Sequence[str] = (),
+) -> subprocess.Popen:
     """`python -m module args`, with TF_CONFIG when given; `wrapper` runs it under a command such as strace."""
     environ = {**os.environ, **(env or {})}
     environ.pop("TF_CONFIG", None)
     if tf_config_text is not None:
         environ["TF_CONFIG"] = tf_config_text
-    environ["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "helpers"),
-                                             environ.get("PYTHONPATH", "")])
-    return subprocess.Popen([*wrapper, sys.executable, "-m", module, *args], cwd=ROOT, env=environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        [ROOT, os.path.join(ROOT, "tests", "helpers"), environ.get("PYTHONPATH", "")]
+    )
+    return subprocess.Popen(
+        [*wrapper, sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def wait_all(processes: dict[str, subprocess.Popen], timeout: float) -> dict[str, Finished]:
@@ -64,8 +75,9 @@ def wait_all(processes: dict[str, subprocess.Popen], timeout: float) -> dict[str
     return finished
 
 
-def run_group(workers: int, args: Sequence[str], timeout: float = 240,
-              env: dict[str, str] | None = None, module: str = "trainer") -> dict[str, Finished]:
+def run_group(
+    workers: int, args: Sequence[str], timeout: float = 240, env: dict[str, str] | None = None, module: str = "trainer"
+) -> dict[str, Finished]:
     """Runs `workers` processes of `python -m module args` as worker-0..N-1 and waits for all."""
     cluster = worker_cluster(workers)
     processes = {f"worker-{i}": start(args, tf_config(cluster, "worker", i), env, module) for i in range(workers)}
@@ -75,14 +87,18 @@ def run_group(workers: int, args: Sequence[str], timeout: float = 240,
 def async_cluster(workers: int, ps: int) -> dict[str, list[str]]:
     """A chief, `workers` workers and `ps` parameter servers on free 127.0.0.1 ports."""
     ports = [f"127.0.0.1:{port}" for port in free_ports(1 + workers + ps)]
-    return {"chief": ports[:1], "worker": ports[1:1 + workers], "ps": ports[1 + workers:]}
+    return {"chief": ports[:1], "worker": ports[1 : 1 + workers], "ps": ports[1 + workers :]}
 
 
-def start_servers(cluster: dict[str, list[str]], args: Sequence[str] = (),
-                  env: dict[str, str] | None = None) -> dict[str, subprocess.Popen]:
+def start_servers(
+    cluster: dict[str, list[str]], args: Sequence[str] = (), env: dict[str, str] | None = None
+) -> dict[str, subprocess.Popen]:
     """Every worker and ps task of an async cluster (they serve until stopped)."""
-    return {f"{kind}-{i}": start(args, tf_config(cluster, kind, i), env)
-            for kind in ("ps", "worker") for i in range(len(cluster.get(kind, ())))}
+    return {
+        f"{kind}-{i}": start(args, tf_config(cluster, kind, i), env)
+        for kind in ("ps", "worker")
+        for i in range(len(cluster.get(kind, ())))
+    }
 
 
 def stop_servers(servers: dict[str, subprocess.Popen], read: bool = True) -> dict[str, str]:

@@ -67,7 +67,7 @@ def test_the_tfjob_runs_the_trainer_through_the_images_entrypoint(rendered):
     for obj in rendered:
         if obj["kind"] in ("Job", "Deployment"):
             command = obj["spec"]["template"]["spec"]["containers"][0]["command"]
-            assert command[:len(entrypoint) - 2] == entrypoint[:-2], command
+            assert command[: len(entrypoint) - 2] == entrypoint[:-2], command
 
 
 def test_every_pod_runs_as_the_images_user(rendered):
@@ -112,17 +112,28 @@ def test_tfjob_passes_the_operator_webhook_rules(tfjob):
     assert tfjob_manifest.webhook_problems(tfjob) == []
 
 
-@pytest.mark.parametrize("breakage, complaint", [
-    (lambda job: job["metadata"].update(name="Multi_Worker"), "DNS-1035"),
-    (lambda job: job["metadata"].update(name="9lives"), "DNS-1035"),
-    (lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="tf"),
-     "container named 'tensorflow'"),
-    (lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(image=""),
-     "image is required"),
-    (lambda job: job["spec"]["tfReplicaSpecs"].update(
-        Chief=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"]),
-        Master=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"])), "more than 1 Chief or Master"),
-])
+@pytest.mark.parametrize(
+    "breakage, complaint",
+    [
+        (lambda job: job["metadata"].update(name="Multi_Worker"), "DNS-1035"),
+        (lambda job: job["metadata"].update(name="9lives"), "DNS-1035"),
+        (
+            lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="tf"),
+            "container named 'tensorflow'",
+        ),
+        (
+            lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(image=""),
+            "image is required",
+        ),
+        (
+            lambda job: job["spec"]["tfReplicaSpecs"].update(
+                Chief=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"]),
+                Master=copy.deepcopy(job["spec"]["tfReplicaSpecs"]["Worker"]),
+            ),
+            "more than 1 Chief or Master",
+        ),
+    ],
+)
 def test_webhook_rules_reject_what_the_operator_rejects(tfjob, breakage, complaint):
     broken = copy.deepcopy(tfjob)
     breakage(broken)
@@ -181,16 +192,28 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
 
 
 # What says which data there is: the data Job checks exactly what the trainer will read.
-DATA_SETTINGS = ("TRAINER_DATASET", "TRAINER_DATA_DIR", "TRAINER_TRAIN_FILES", "TRAINER_TEST_FILES",
-                 "TRAINER_IMAGE_SHAPE", "TRAINER_NUM_CLASSES", "TRAINER_IMAGE_FEATURE", "TRAINER_LABEL_FEATURE",
-                 "TRAINER_DATASET_MODULE")
+DATA_SETTINGS = (
+    "TRAINER_DATASET",
+    "TRAINER_DATA_DIR",
+    "TRAINER_TRAIN_FILES",
+    "TRAINER_TEST_FILES",
+    "TRAINER_IMAGE_SHAPE",
+    "TRAINER_NUM_CLASSES",
+    "TRAINER_IMAGE_FEATURE",
+    "TRAINER_LABEL_FEATURE",
+    "TRAINER_DATASET_MODULE",
+)
 
 
 def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(monkeypatch):
     # As `TRAINER_TRAIN_FILES=... make submit` exports it: the environment overrides settings.env.
-    files = {"TRAINER_DATASET": "tfrecord", "TRAINER_TRAIN_FILES": "/mnt/training/data/mine/train-*",
-             "TRAINER_TEST_FILES": "/mnt/training/data/mine/test-*", "TRAINER_IMAGE_SHAPE": "64x64x3",
-             "TRAINER_NUM_CLASSES": "5"}
+    files = {
+        "TRAINER_DATASET": "tfrecord",
+        "TRAINER_TRAIN_FILES": "/mnt/training/data/mine/train-*",
+        "TRAINER_TEST_FILES": "/mnt/training/data/mine/test-*",
+        "TRAINER_IMAGE_SHAPE": "64x64x3",
+        "TRAINER_NUM_CLASSES": "5",
+    }
     for key, value in files.items():
         monkeypatch.setenv(key, value)
     objects = tfjob_manifest.render()
@@ -202,8 +225,10 @@ def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(
 
 def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):
     service = component(rendered, "Service", "training")
-    assert service["spec"]["selector"] == {"training.kubeflow.org/job-name": SETTINGS["JOB_NAME"],
-                                           "training.kubeflow.org/job-role": "master"}
+    assert service["spec"]["selector"] == {
+        "training.kubeflow.org/job-name": SETTINGS["JOB_NAME"],
+        "training.kubeflow.org/job-role": "master",
+    }
     (port,) = service["spec"]["ports"]
     assert port["port"] == int(SETTINGS["TRAINER_STATUS_PORT"])
     names = {p["name"] for p in tfjob_manifest.trainer_container(tfjob)["ports"]}
@@ -242,8 +267,16 @@ def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
     # the limit (whole CPUs, rounded up) into TRAINER_THREADS, which the trainer's --threads reads.
     container = tfjob_manifest.trainer_container(tfjob)
     (threads,) = [entry for entry in container["env"] if entry["name"] == "TRAINER_THREADS"]
-    assert threads == {"name": "TRAINER_THREADS", "valueFrom": {"resourceFieldRef": {
-        "containerName": tfjob_manifest.TFJOB_CONTAINER, "resource": "limits.cpu", "divisor": "1"}}}
+    assert threads == {
+        "name": "TRAINER_THREADS",
+        "valueFrom": {
+            "resourceFieldRef": {
+                "containerName": tfjob_manifest.TFJOB_CONTAINER,
+                "resource": "limits.cpu",
+                "divisor": "1",
+            }
+        },
+    }
     assert "cpu" in container["resources"]["limits"]
     from trainer.config import parse_config
 
@@ -260,8 +293,9 @@ def test_every_container_has_resource_requests_and_a_memory_limit(rendered):
 
 def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
     # make -n prints the submit command without running it; the tag is whatever IMAGE_TAG says.
-    plan = subprocess.run(["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    plan = subprocess.run(
+        ["make", "-n", "submit", "IMAGE_TAG=rev123"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     submitted = re.search(r"-m scripts\.cluster\.submit --kustomize \S+ --image (\S+)", plan).group(1)
     assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
     assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]

@@ -22,9 +22,17 @@ def tfjob(container=None, replicas=2, volumes=True, **spec):
     if volumes:
         pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "vol"}}]
         container.setdefault("volumeMounts", [{"name": "data", "mountPath": "/mnt/training"}])
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "demo"},
-            "spec": {**spec, "tfReplicaSpecs": {"Worker": {"replicas": replicas, "restartPolicy": "ExitCode",
-                                                           "template": {"spec": pod}}}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "demo"},
+        "spec": {
+            **spec,
+            "tfReplicaSpecs": {
+                "Worker": {"replicas": replicas, "restartPolicy": "ExitCode", "template": {"spec": pod}}
+            },
+        },
+    }
 
 
 def parsed(*docs):
@@ -43,8 +51,10 @@ def test_expansion_follows_kubernetes_rules():
 
 def test_env_from_config_map_then_env_entries_win_and_expand():
     resolver = EnvResolver({"cm": config_map("cm", A="1", B="2")})
-    container = {"envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "P_"}, {"configMapRef": {"name": "cm"}}],
-                 "env": [{"name": "A", "value": "override"}, {"name": "C", "value": "$(B)-$(P_A)"}]}
+    container = {
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "P_"}, {"configMapRef": {"name": "cm"}}],
+        "env": [{"name": "A", "value": "override"}, {"name": "C", "value": "$(B)-$(P_A)"}],
+    }
     problems = Problems()
     env = resolver.resolve(container, {"containers": [container]}, "w", problems)
     assert env == {"P_A": "1", "P_B": "2", "A": "override", "B": "2", "C": "2-1"}
@@ -53,36 +63,51 @@ def test_env_from_config_map_then_env_entries_win_and_expand():
 
 def test_value_from_a_config_map_key_and_the_containers_resources():
     resolver = EnvResolver({"cm": config_map("cm", DIR="/mnt/training/data")})
-    container = {"name": "tensorflow", "resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
-                                                     "limits": {"cpu": "2", "memory": "4Gi"}}, "env": [
-        {"name": "DIR", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "DIR"}}},
-        {"name": "THREADS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}},
-        {"name": "REQUESTED", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
-        {"name": "MILLICORES", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
-        {"name": "MIB", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
-        {"name": "SIDECAR", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "limits.cpu"}}},
-    ]}
+    container = {
+        "name": "tensorflow",
+        "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+        "env": [
+            {"name": "DIR", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "DIR"}}},
+            {"name": "THREADS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}},
+            {"name": "REQUESTED", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
+            {"name": "MILLICORES", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+            {"name": "MIB", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+            {"name": "SIDECAR", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "limits.cpu"}}},
+        ],
+    }
     side = {"name": "side", "resources": {"limits": {"cpu": "3"}}}
     problems = Problems()
     env = resolver.resolve(container, {"containers": [container, side]}, "w", problems)
     # The downward API rounds up: half a CPU requested reads as 1 with divisor 1, 500 with divisor 1m.
-    assert env == {"DIR": "/mnt/training/data", "THREADS": "2", "REQUESTED": "1", "MILLICORES": "500",
-                   "MIB": "4096", "SIDECAR": "3"}
+    assert env == {
+        "DIR": "/mnt/training/data",
+        "THREADS": "2",
+        "REQUESTED": "1",
+        "MILLICORES": "500",
+        "MIB": "4096",
+        "SIDECAR": "3",
+    }
     assert problems.errors == []
 
 
-@pytest.mark.parametrize("limits, ref, expected", [
-    ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1"}, "2"),
-    ({"cpu": "0.1"}, {"resource": "limits.cpu"}, "1"),
-    ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1m"}, "1500"),
-    ({"memory": "1G"}, {"resource": "limits.memory", "divisor": "1Mi"}, "954"),
-    ({"memory": "1000Ki"}, {"resource": "limits.memory", "divisor": "1Mi"}, "1"),
-])
+@pytest.mark.parametrize(
+    "limits, ref, expected",
+    [
+        ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1"}, "2"),
+        ({"cpu": "0.1"}, {"resource": "limits.cpu"}, "1"),
+        ({"cpu": "1500m"}, {"resource": "limits.cpu", "divisor": "1m"}, "1500"),
+        ({"memory": "1G"}, {"resource": "limits.memory", "divisor": "1Mi"}, "954"),
+        ({"memory": "1000Ki"}, {"resource": "limits.memory", "divisor": "1Mi"}, "1"),
+    ],
+)
 def test_resource_fields_are_rounded_up_to_the_divisor_as_the_kubelet_does(limits, ref, expected):
     # kubernetes pkg/api/v1/resource/helpers.go: convertResourceCPUToString and convertResourceMemoryToString
     # return math.Ceil(value / divisor) (CPU in millicores, memory in bytes).
-    container = {"name": "tensorflow", "resources": {"limits": limits},
-                 "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}]}
+    container = {
+        "name": "tensorflow",
+        "resources": {"limits": limits},
+        "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}],
+    }
     problems = Problems()
     assert EnvResolver({}).resolve(container, {"containers": [container]}, "w", problems) == {"V": expected}
     assert problems.errors == []
@@ -99,8 +124,10 @@ def test_each_replica_of_the_project_gets_the_threads_the_kubelet_would_give_its
 
 
 def test_an_unset_cpu_limit_reads_as_this_machines_cores():
-    container = {"name": "tensorflow",
-                 "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+    container = {
+        "name": "tensorflow",
+        "env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}],
+    }
     env = EnvResolver({}).resolve(container, {"containers": [container]}, "w", Problems())
     assert env == {"N": str(os.cpu_count())}
 
@@ -109,8 +136,11 @@ def test_unresolvable_references_are_reported_not_dropped():
     resolver = EnvResolver({"settings-5fk8h2m9tc": config_map("settings-5fk8h2m9tc", A="1"), "cm": config_map("cm")})
     container = {
         "envFrom": [{"configMapRef": {"name": "settings"}}],
-        "env": [{"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "B"}}},
-                {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "C", "optional": True}}}]}
+        "env": [
+            {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "B"}}},
+            {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "C", "optional": True}}},
+        ],
+    }
     problems = Problems()
     env = resolver.resolve(container, {"containers": [container]}, "TFJob demo Worker 1", problems)
     assert env == {}
@@ -122,17 +152,27 @@ def test_unresolvable_references_are_reported_not_dropped():
 
 
 UNSUPPORTED = [
-    ("env[T].valueFrom.secretKeyRef", lambda c, pod: c.setdefault("env", []).append(
-        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "T"}}})),
-    ("env[P].valueFrom.fieldRef", lambda c, pod: c.setdefault("env", []).append(
-        {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})),
+    (
+        "env[T].valueFrom.secretKeyRef",
+        lambda c, pod: c.setdefault("env", []).append(
+            {"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "T"}}}
+        ),
+    ),
+    (
+        "env[P].valueFrom.fieldRef",
+        lambda c, pod: c.setdefault("env", []).append(
+            {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ),
+    ),
     ("envFrom[0].secretRef", lambda c, pod: c.setdefault("envFrom", []).append({"secretRef": {"name": "s"}})),
-    ("env[E].valueFrom.resourceFieldRef.resource=limits.ephemeral-storage",
-     lambda c, pod: c.setdefault("env", []).append(
-         {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}})),
+    (
+        "env[E].valueFrom.resourceFieldRef.resource=limits.ephemeral-storage",
+        lambda c, pod: c.setdefault("env", []).append(
+            {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}}
+        ),
+    ),
     ("volumes[scratch].emptyDir", lambda c, pod: pod["volumes"].append({"name": "scratch", "emptyDir": {}})),
-    ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append(
-        {"name": "conf", "configMap": {"name": "cm"}})),
+    ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append({"name": "conf", "configMap": {"name": "cm"}})),
     ("volumeMounts[data].subPath", lambda c, pod: c["volumeMounts"][0].update(subPath="model")),
 ]
 
@@ -159,15 +199,25 @@ def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_
 
 
 def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
-    container = {"name": "tensorflow", "image": "img", "command": ["python", "-m", "trainer"],
-                 "args": ["--model-dir=/mnt/training/model", "--data-dir", "$(DATA)", "--other=/mnt/trainingX"],
-                 "env": [{"name": "DATA", "value": "/mnt/training/data"},
-                         {"name": "LIST", "value": "/mnt/training/a:/x"}]}
+    container = {
+        "name": "tensorflow",
+        "image": "img",
+        "command": ["python", "-m", "trainer"],
+        "args": ["--model-dir=/mnt/training/model", "--data-dir", "$(DATA)", "--other=/mnt/trainingX"],
+        "env": [{"name": "DATA", "value": "/mnt/training/data"}, {"name": "LIST", "value": "/mnt/training/a:/x"}],
+    }
     planner = Planner(parsed(tfjob(container)), tmp_path / "job", Problems())
     (_, plan), _ = planner.replicas()
     local = str((tmp_path / "job").resolve())
-    assert plan.argv == [sys.executable, "-m", "trainer", f"--model-dir={local}/model", "--data-dir",
-                         f"{local}/data", "--other=/mnt/trainingX"]
+    assert plan.argv == [
+        sys.executable,
+        "-m",
+        "trainer",
+        f"--model-dir={local}/model",
+        "--data-dir",
+        f"{local}/data",
+        "--other=/mnt/trainingX",
+    ]
     assert plan.env["DATA"] == f"{local}/data" and plan.env["LIST"] == f"{local}/a:/x"
     assert plan.env["HOSTNAME"] == "demo-worker-0"
 
@@ -185,9 +235,12 @@ def test_the_image_entrypoint_is_the_dockerfiles():
 
 
 def test_named_ports_get_free_loopback_ports_and_only_tensorflow_gets_tf_config(tmp_path):
-    container = {"name": "tensorflow", "image": "img",
-                 "ports": [{"name": "tfjob-port", "containerPort": 2222}, {"name": "status", "containerPort": 8080}],
-                 "env": [{"name": "TRAINER_STATUS_PORT", "value": "8080"}]}
+    container = {
+        "name": "tensorflow",
+        "image": "img",
+        "ports": [{"name": "tfjob-port", "containerPort": 2222}, {"name": "status", "containerPort": 8080}],
+        "env": [{"name": "TRAINER_STATUS_PORT", "value": "8080"}],
+    }
     job = tfjob(container)
     job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "x"})
     problems = Problems()
@@ -207,13 +260,21 @@ def test_a_single_replica_gets_no_tf_config_even_if_the_shell_has_one(tmp_path, 
 
 
 def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editing_yaml():
-    container = {"name": "tensorflow", "image": "img", "args": ["--dataset=mnist"],
-                 "env": [{"name": "TRAINER_EPOCHS", "value": "5"}]}
-    prep = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-prepare-data"},
-            "spec": {"template": {"spec": {"containers": [
-                {"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}}}
-    objects = customize([tfjob(container), prep], workers=3, dataset="synthetic", epochs=1,
-                        trainer_args=["--seed", "7"])
+    container = {
+        "name": "tensorflow",
+        "image": "img",
+        "args": ["--dataset=mnist"],
+        "env": [{"name": "TRAINER_EPOCHS", "value": "5"}],
+    }
+    prep = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "demo-prepare-data"},
+        "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "img", "args": ["--dataset", "mnist"]}]}}},
+    }
+    objects = customize(
+        [tfjob(container), prep], workers=3, dataset="synthetic", epochs=1, trainer_args=["--seed", "7"]
+    )
     result = manifests.parse(objects, "test")
     worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     tf_container = worker["template"]["spec"]["containers"][0]
@@ -226,13 +287,18 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
     assert prep_args == ["--dataset", "synthetic", "--seed", "7"]
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda j: j["metadata"].update(name="Demo_1"), "DNS-1035"),
-    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="main"),
-     "no container named 'tensorflow'"),
-    (lambda j: j["spec"]["tfReplicaSpecs"].update(Chief={"replicas": 2}), "at most one Chief"),
-    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"), "restartPolicy"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda j: j["metadata"].update(name="Demo_1"), "DNS-1035"),
+        (
+            lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="main"),
+            "no container named 'tensorflow'",
+        ),
+        (lambda j: j["spec"]["tfReplicaSpecs"].update(Chief={"replicas": 2}), "at most one Chief"),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"), "restartPolicy"),
+    ],
+)
 def test_jobs_the_operator_webhook_rejects_are_rejected(change, message):
     job = tfjob()
     change(job)
@@ -256,8 +322,12 @@ def test_the_projects_kustomization_renders_to_a_runnable_tfjob(tmp_path):
 
 def test_command_expansion_sees_only_the_containers_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("FROM_MY_SHELL", "leak")
-    container = {"name": "tensorflow", "image": "img", "args": ["$(FROM_MY_SHELL)", "$(OWN)"],
-                 "env": [{"name": "OWN", "value": "mine"}]}
+    container = {
+        "name": "tensorflow",
+        "image": "img",
+        "args": ["$(FROM_MY_SHELL)", "$(OWN)"],
+        "env": [{"name": "OWN", "value": "mine"}],
+    }
     (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
     assert plan.argv[-2:] == ["$(FROM_MY_SHELL)", "mine"]
 
@@ -267,8 +337,11 @@ def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tm
     submit = pytest.importorskip("scripts.cluster.submit", reason="the cluster room is not part of this project")
 
     job = tfjob({"name": "tensorflow", "image": "img", "args": ["--epochs", "5"]})
-    job["spec"]["tfReplicaSpecs"]["Chief"] = {"replicas": 1, "restartPolicy": "ExitCode", "template": {"spec": {
-        "containers": [{"name": "tensorflow", "image": "img"}]}}}
+    job["spec"]["tfReplicaSpecs"]["Chief"] = {
+        "replicas": 1,
+        "restartPolicy": "ExitCode",
+        "template": {"spec": {"containers": [{"name": "tensorflow", "image": "img"}]}},
+    }
     manifest = tmp_path / "job.yaml"
     manifest.write_text(yaml.safe_dump(job))
     monkeypatch.setattr(submit.tfjob_manifest, "render", lambda k8s_dir=None: [job])

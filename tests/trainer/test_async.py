@@ -21,8 +21,24 @@ from multiworker import (
 from trainer import datasets, layout, status
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
-RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "4096", "--test-examples", "1024",
-       "--seed", "7", "--log-every", "16", "--per-worker-batch-size", "32", "--threads", "1"]
+RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--train-examples",
+    "4096",
+    "--test-examples",
+    "1024",
+    "--seed",
+    "7",
+    "--log-every",
+    "16",
+    "--per-worker-batch-size",
+    "32",
+    "--threads",
+    "1",
+]
 # The synthetic task's best test accuracy is 0.9 (10% label noise); the sync tests allow 0.02 around it. Async
 # updates computed on stale weights cost a little more on a run this short.
 ACCURACY_FLOOR = datasets.SYNTHETIC_BEST_ACCURACY - 0.03
@@ -51,8 +67,9 @@ def one_ps(tmp_path_factory):
     root = tmp_path_factory.mktemp("async")
     scratch = root / "scratch"
     scratch.mkdir()
-    cluster, results, servers = run_async(root / "model", [*RUN, "--no-eval-in-loop"], env={"TMPDIR": str(scratch)},
-                                          evaluator=True)
+    cluster, results, servers = run_async(
+        root / "model", [*RUN, "--no-eval-in-loop"], env={"TMPDIR": str(scratch)}, evaluator=True
+    )
     return root, cluster, results["chief"], servers, results["evaluator"]
 
 

@@ -19,12 +19,15 @@ def tf_config(cluster, task_type, index, **extra):
 
 
 WORKERS = {"worker": ["job-worker-0.default.svc:2222", "job-worker-1.default.svc:2222"]}
-CHIEF_AND_WORKERS = {"chief": ["job-chief-0.default.svc:2222"],
-                     "worker": ["job-worker-0.default.svc:2222", "job-worker-1.default.svc:2222"]}
+CHIEF_AND_WORKERS = {
+    "chief": ["job-chief-0.default.svc:2222"],
+    "worker": ["job-worker-0.default.svc:2222", "job-worker-1.default.svc:2222"],
+}
 
 
-@pytest.mark.parametrize("text", [None, "", "   ", "{}", '{"cluster": {}}',
-                                  tf_config({"worker": ["localhost:2222"]}, "worker", 0)])
+@pytest.mark.parametrize(
+    "text", [None, "", "   ", "{}", '{"cluster": {}}', tf_config({"worker": ["localhost:2222"]}, "worker", 0)]
+)
 def test_no_or_single_task_config_means_one_process(text):
     cluster = parse_tf_config(text)
     assert cluster == SINGLE_PROCESS
@@ -70,8 +73,13 @@ def test_operator_chief_ps_worker_evaluator_shape_is_async_with_a_role_per_task(
             cluster = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, rtype, index, address), strategy)
             assert cluster.is_async and cluster.num_workers == 2 and cluster.num_ps == 1
             roles[cluster.name] = cluster.role
-    assert roles == {"chief-0": "coordinator", "ps-0": "server", "worker-0": "server", "worker-1": "server",
-                     "evaluator-0": "evaluator"}
+    assert roles == {
+        "chief-0": "coordinator",
+        "ps-0": "server",
+        "worker-0": "server",
+        "worker-1": "server",
+        "evaluator-0": "evaluator",
+    }
     chief = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, "Chief", 0, address))
     assert chief.is_chief and chief.chief_address == "mnist-chief-0.default.svc:2222"
     worker = parse_tf_config(operator_tf_config(ASYNC_REPLICAS, "Worker", 0, address))
@@ -89,14 +97,17 @@ def test_chief_and_workers_without_ps_stay_sync_unless_async_is_asked():
     assert parse_tf_config(tf_config(CHIEF_AND_WORKERS, "chief", 0), "sync") == chief
 
 
-@pytest.mark.parametrize("cluster, task, strategy, field, fix", [
-    ({"worker": ["a:1", "b:1"], "ps": ["p:1"]}, "worker", "auto", "cluster.chief", "Chief"),
-    ({"chief": ["c:1"], "ps": ["p:1"]}, "chief", "auto", "cluster.worker", "Worker"),
-    ({"chief": ["c:1"], "ps": ["p:1"]}, "ps", "async", "cluster.worker", "Worker"),
-    (CHIEF_AND_WORKERS, "chief", "async", "cluster.ps", "--strategy sync"),
-    ({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, "chief", "sync", "cluster.ps", "--strategy async"),
-    ({"worker": ["a:1"], "ps": ["p:1"]}, "ps", "auto", "cluster.chief", "Chief"),
-])
+@pytest.mark.parametrize(
+    "cluster, task, strategy, field, fix",
+    [
+        ({"worker": ["a:1", "b:1"], "ps": ["p:1"]}, "worker", "auto", "cluster.chief", "Chief"),
+        ({"chief": ["c:1"], "ps": ["p:1"]}, "chief", "auto", "cluster.worker", "Worker"),
+        ({"chief": ["c:1"], "ps": ["p:1"]}, "ps", "async", "cluster.worker", "Worker"),
+        (CHIEF_AND_WORKERS, "chief", "async", "cluster.ps", "--strategy sync"),
+        ({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, "chief", "sync", "cluster.ps", "--strategy async"),
+        ({"worker": ["a:1"], "ps": ["p:1"]}, "ps", "auto", "cluster.chief", "Chief"),
+    ],
+)
 def test_bad_async_shapes_name_the_fix(cluster, task, strategy, field, fix):
     with pytest.raises(ClusterConfigError) as error:
         parse_tf_config(tf_config(cluster, task, 0), strategy)
@@ -115,20 +126,23 @@ def test_value_is_immutable():
         cluster.task_index = 1
 
 
-@pytest.mark.parametrize("text, field, fix", [
-    ("{not json", "(whole value)", "JSON"),
-    ("[1, 2]", "(whole value)", "object"),
-    (json.dumps({"cluster": WORKERS}), "task", '"task"'),
-    (tf_config(WORKERS, "chief", 0), "task.type", "add \"chief\""),
-    (tf_config(WORKERS, "worker", 2), "task.index", "0..1"),
-    (tf_config(WORKERS, "worker", -1), "task.index", "0..1"),
-    (tf_config(WORKERS, "worker", "0"), "task.index", "integer"),
-    (tf_config({"master": ["m:2222"], "worker": ["w:2222"]}, "worker", 0), "cluster.master", "chief"),
-    (tf_config({"worker": ["a:1", "b:2"]}, "master", 0), "task.type", "chief"),
-    (tf_config({"worker": "a:1"}, "worker", 0), "cluster.worker", "list"),
-    (tf_config({"chief": ["a:1", "b:1"]}, "chief", 0), "cluster.chief", "one chief"),
-    (tf_config({"trainer": ["a:1"]}, "trainer", 0), "cluster.trainer", "unknown"),
-])
+@pytest.mark.parametrize(
+    "text, field, fix",
+    [
+        ("{not json", "(whole value)", "JSON"),
+        ("[1, 2]", "(whole value)", "object"),
+        (json.dumps({"cluster": WORKERS}), "task", '"task"'),
+        (tf_config(WORKERS, "chief", 0), "task.type", 'add "chief"'),
+        (tf_config(WORKERS, "worker", 2), "task.index", "0..1"),
+        (tf_config(WORKERS, "worker", -1), "task.index", "0..1"),
+        (tf_config(WORKERS, "worker", "0"), "task.index", "integer"),
+        (tf_config({"master": ["m:2222"], "worker": ["w:2222"]}, "worker", 0), "cluster.master", "chief"),
+        (tf_config({"worker": ["a:1", "b:2"]}, "master", 0), "task.type", "chief"),
+        (tf_config({"worker": "a:1"}, "worker", 0), "cluster.worker", "list"),
+        (tf_config({"chief": ["a:1", "b:1"]}, "chief", 0), "cluster.chief", "one chief"),
+        (tf_config({"trainer": ["a:1"]}, "trainer", 0), "cluster.trainer", "unknown"),
+    ],
+)
 def test_bad_tf_config_names_field_and_fix(text, field, fix):
     with pytest.raises(ClusterConfigError) as error:
         parse_tf_config(text)
@@ -137,22 +151,38 @@ def test_bad_tf_config_names_field_and_fix(text, field, fix):
 
 
 def test_bad_tf_config_exits_2_before_tensorflow_is_imported():
-    probe = ("import sys; from trainer.__main__ import main; code = main(['--dataset', 'synthetic']); "
-             "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)")
+    probe = (
+        "import sys; from trainer.__main__ import main; code = main(['--dataset', 'synthetic']); "
+        "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)"
+    )
     bad = tf_config({"worker": ["a:1", "b:1"]}, "master", 0)
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={"TF_CONFIG": bad, "PATH": "/usr/bin"},
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env={"TF_CONFIG": bad, "PATH": "/usr/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG task.type" in result.stderr and "chief" in result.stderr
 
 
 def test_async_without_ps_exits_2_before_tensorflow_is_imported():
-    probe = ("import sys; from trainer.__main__ import main; code = main(['--strategy', 'async']); "
-             "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)")
+    probe = (
+        "import sys; from trainer.__main__ import main; code = main(['--strategy', 'async']); "
+        "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)"
+    )
     text = tf_config(CHIEF_AND_WORKERS, "chief", 0)
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={"TF_CONFIG": text, "PATH": "/usr/bin"},
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env={"TF_CONFIG": text, "PATH": "/usr/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG cluster.ps: missing" in result.stderr and "--strategy sync" in result.stderr

@@ -8,9 +8,28 @@ from trainer import layout
 from trainer.checkpoint import checkpoint_prefixes, checkpoint_step
 
 # 2048 examples / batch 64 = 32 steps per epoch, 2 epochs, a checkpoint every 8 steps: 8 checkpoints, all kept.
-RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "2048", "--test-examples", "512",
-       "--seed", "3", "--log-every", "8", "--steps-per-loop", "4", "--checkpoint-every", "8",
-       "--keep-checkpoints", "100", "--threads", "1"]
+RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--train-examples",
+    "2048",
+    "--test-examples",
+    "512",
+    "--seed",
+    "3",
+    "--log-every",
+    "8",
+    "--steps-per-loop",
+    "4",
+    "--checkpoint-every",
+    "8",
+    "--keep-checkpoints",
+    "100",
+    "--threads",
+    "1",
+]
 
 
 def test_the_evaluator_evaluates_every_checkpoint_and_exits_after_the_last(tmp_path):
@@ -18,8 +37,13 @@ def test_the_evaluator_evaluates_every_checkpoint_and_exits_after_the_last(tmp_p
     trainer_port, evaluator_port = (f"127.0.0.1:{port}" for port in free_ports(2))
     cluster = {"worker": [trainer_port], "evaluator": [evaluator_port]}
     args = [*RUN, "--model-dir", str(model_dir)]
-    results = wait_all({"evaluator": start(args, tf_config(cluster, "evaluator", 0)),
-                        "trainer": start([*args, "--no-eval-in-loop"], tf_config(cluster, "worker", 0))}, 300)
+    results = wait_all(
+        {
+            "evaluator": start(args, tf_config(cluster, "evaluator", 0)),
+            "trainer": start([*args, "--no-eval-in-loop"], tf_config(cluster, "worker", 0)),
+        },
+        300,
+    )
     for result in results.values():
         assert result.returncode == 0, result.output[-3000:]
     model = layout.ModelDir(str(model_dir))
@@ -34,8 +58,9 @@ def test_the_evaluator_evaluates_every_checkpoint_and_exits_after_the_last(tmp_p
 
 
 def test_without_eval_in_loop_the_chief_evaluates_only_the_last_epoch(tmp_path):
-    result = wait_all({"single": start([*RUN, "--no-eval-in-loop", "--model-dir", str(tmp_path / "model")], None)},
-                      300)["single"]
+    result = wait_all(
+        {"single": start([*RUN, "--no-eval-in-loop", "--model-dir", str(tmp_path / "model")], None)}, 300
+    )["single"]
     assert result.returncode == 0, result.output[-3000:]
     assert "epoch 1/2 done: train loss" in result.output and "(test pass left to the evaluator)" in result.output
     assert "epoch 2/2 done:" in result.output and "| test loss" in result.output

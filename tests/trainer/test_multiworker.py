@@ -10,8 +10,20 @@ import tensorflow as tf
 from multiworker import run_group, start, tf_config, wait_all, worker_cluster
 from trainer import datasets, layout
 
-SMALL_RUN = ["--dataset", "synthetic", "--epochs", "2", "--train-examples", "2048", "--test-examples", "512",
-             "--seed", "7", "--log-every", "16"]
+SMALL_RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--train-examples",
+    "2048",
+    "--test-examples",
+    "512",
+    "--seed",
+    "7",
+    "--log-every",
+    "16",
+]
 
 
 def finished_line(output):
@@ -23,16 +35,21 @@ def two_workers(tmp_path_factory):
     root = tmp_path_factory.mktemp("two_workers")
     scratch = root / "scratch"
     scratch.mkdir()
-    results = run_group(2, [*SMALL_RUN, "--per-worker-batch-size", "32", "--model-dir", str(root / "model")],
-                        env={"TMPDIR": str(scratch)})
+    results = run_group(
+        2,
+        [*SMALL_RUN, "--per-worker-batch-size", "32", "--model-dir", str(root / "model")],
+        env={"TMPDIR": str(scratch)},
+    )
     return root, results
 
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     root = tmp_path_factory.mktemp("one_process")
-    results = wait_all({"single": start([*SMALL_RUN, "--per-worker-batch-size", "64",
-                                         "--model-dir", str(root / "model")], None)}, timeout=240)
+    results = wait_all(
+        {"single": start([*SMALL_RUN, "--per-worker-batch-size", "64", "--model-dir", str(root / "model")], None)},
+        timeout=240,
+    )
     return root, results["single"]
 
 
@@ -52,8 +69,9 @@ def test_only_the_chief_logs_progress(two_workers):
 
 def test_exactly_one_model_and_no_worker_scratch_left(two_workers):
     root, _ = two_workers
-    assert sorted(os.listdir(root / "model")) == sorted([layout.KERAS_MODEL, layout.SAVED_MODEL, layout.METRICS,
-                                                         layout.CHECKPOINTS, layout.LOGS, layout.STATUS])
+    assert sorted(os.listdir(root / "model")) == sorted(
+        [layout.KERAS_MODEL, layout.SAVED_MODEL, layout.METRICS, layout.CHECKPOINTS, layout.LOGS, layout.STATUS]
+    )
     assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-save-")]
     assert sorted(os.listdir(root)) == ["model", "scratch"]
 
@@ -72,7 +90,8 @@ def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):
     example = datasets.synthetic_example_fn(7)
     images = np.stack([example(tf.constant(i, tf.int64))[0].numpy() for i in range(8)])
     served = tf.saved_model.load(str(root / "model" / layout.SAVED_MODEL)).signatures["serve"](
-        images=tf.constant(images))
+        images=tf.constant(images)
+    )
     probabilities = served["probabilities"].numpy()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
     import keras
@@ -102,8 +121,20 @@ def test_one_process_and_two_workers_learn_the_same(two_workers, one_process):
     assert abs(one["test_accuracy"] - two["test_accuracy"]) <= 0.02
 
 
-ACCURACY_RUN = ["--dataset", "synthetic", "--epochs", "3", "--train-examples", "4096", "--test-examples", "2000",
-                "--seed", "5", "--log-every", "64"]
+ACCURACY_RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "3",
+    "--train-examples",
+    "4096",
+    "--test-examples",
+    "2000",
+    "--seed",
+    "5",
+    "--log-every",
+    "64",
+]
 
 
 def accuracy_of(results, model_dir):
@@ -113,20 +144,40 @@ def accuracy_of(results, model_dir):
 
 
 @pytest.mark.slow
-def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and_a_wrong_loss_scale_does_not(
-        tmp_path):
-    one = accuracy_of({"single": wait_all({"single": start([*ACCURACY_RUN, "--per-worker-batch-size", "64",
-                                                            "--model-dir", str(tmp_path / "one")], None)},
-                                          timeout=300)["single"]}, tmp_path / "one")
-    two = accuracy_of(run_group(2, [*ACCURACY_RUN, "--per-worker-batch-size", "32", "--model-dir",
-                                    str(tmp_path / "two")], timeout=300), tmp_path / "two")
+def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and_a_wrong_loss_scale_does_not(tmp_path):
+    one = accuracy_of(
+        {
+            "single": wait_all(
+                {
+                    "single": start(
+                        [*ACCURACY_RUN, "--per-worker-batch-size", "64", "--model-dir", str(tmp_path / "one")], None
+                    )
+                },
+                timeout=300,
+            )["single"]
+        },
+        tmp_path / "one",
+    )
+    two = accuracy_of(
+        run_group(
+            2, [*ACCURACY_RUN, "--per-worker-batch-size", "32", "--model-dir", str(tmp_path / "two")], timeout=300
+        ),
+        tmp_path / "two",
+    )
     best = datasets.SYNTHETIC_BEST_ACCURACY
     assert abs(one - two) <= 0.02 and abs(one - best) <= 0.02 and abs(two - best) <= 0.02, (one, two)
     # Adam divides out any constant gradient scale (2x, the local-instead-of-global batch bug, trains the same);
     # a scale that sinks the gradients under Adam's epsilon stops learning, and the comparison must see it.
-    wrong = accuracy_of(run_group(2, [*ACCURACY_RUN, "--per-worker-batch-size", "32", "--model-dir",
-                                      str(tmp_path / "wrong")], timeout=300, module="wrong_loss_scale",
-                                  env={"WRONG_LOSS_SCALE": "1e-9"}), tmp_path / "wrong")
+    wrong = accuracy_of(
+        run_group(
+            2,
+            [*ACCURACY_RUN, "--per-worker-batch-size", "32", "--model-dir", str(tmp_path / "wrong")],
+            timeout=300,
+            module="wrong_loss_scale",
+            env={"WRONG_LOSS_SCALE": "1e-9"},
+        ),
+        tmp_path / "wrong",
+    )
     assert abs(wrong - best) > 0.02 and abs(wrong - one) > 0.02, (wrong, one)
 
 
@@ -134,8 +185,10 @@ def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and
 def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present, tmp_path):
     cluster = worker_cluster(2)
     index = int(present[-1])
-    alone = start(["--dataset", "synthetic", "--startup-timeout", "5", "--model-dir", str(tmp_path / "model")],
-                  tf_config(cluster, "worker", index))
+    alone = start(
+        ["--dataset", "synthetic", "--startup-timeout", "5", "--model-dir", str(tmp_path / "model")],
+        tf_config(cluster, "worker", index),
+    )
     result = wait_all({present: alone}, timeout=90)[present]
     assert result.returncode == -9  # SIGKILL from the start-up watchdog: 137 in a pod, retryable
     assert "the training group did not form within 5 s" in result.output
@@ -145,16 +198,38 @@ def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present, tmp_p
 
 def test_download_in_a_group_is_refused_before_tensorflow_starts(tmp_path):
     cluster = worker_cluster(2)
-    result = wait_all({"w": start(["--dataset", "mnist", "--download", "--model-dir", str(tmp_path)],
-                                  tf_config(cluster, "worker", 1))}, timeout=60)["w"]
+    result = wait_all(
+        {
+            "w": start(
+                ["--dataset", "mnist", "--download", "--model-dir", str(tmp_path)], tf_config(cluster, "worker", 1)
+            )
+        },
+        timeout=60,
+    )["w"]
     assert result.returncode == 2 and "python -m trainer.data" in result.output
 
 
 def test_a_bad_model_name_exits_2_before_the_group_forms(tmp_path):
     # A lone worker of a two-worker group: had it waited for its peer, the start-up watchdog would kill it.
     cluster = worker_cluster(2)
-    result = wait_all({"w": start(["--dataset", "synthetic", "--model", "resnet", "--startup-timeout", "30",
-                                   "--model-dir", str(tmp_path)], tf_config(cluster, "worker", 0))}, timeout=90)["w"]
+    result = wait_all(
+        {
+            "w": start(
+                [
+                    "--dataset",
+                    "synthetic",
+                    "--model",
+                    "resnet",
+                    "--startup-timeout",
+                    "30",
+                    "--model-dir",
+                    str(tmp_path),
+                ],
+                tf_config(cluster, "worker", 0),
+            )
+        },
+        timeout=90,
+    )["w"]
     assert result.returncode == 2, result.output[-3000:]
     assert "unknown model 'resnet'; choose one of batch_norm, cnn, dropout" in result.output
     assert "joining the group" not in result.output
@@ -163,8 +238,20 @@ def test_a_bad_model_name_exits_2_before_the_group_forms(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["dropout", "batch_norm"])
 def test_every_model_variant_ends_with_identical_weights_on_both_workers(model, tmp_path):
-    results = run_group(2, [*SMALL_RUN, "--epochs", "1", "--model", model, "--per-worker-batch-size", "32",
-                            "--model-dir", str(tmp_path / "model")])
+    results = run_group(
+        2,
+        [
+            *SMALL_RUN,
+            "--epochs",
+            "1",
+            "--model",
+            model,
+            "--per-worker-batch-size",
+            "32",
+            "--model-dir",
+            str(tmp_path / "model"),
+        ],
+    )
     for result in results.values():
         assert result.returncode == 0, result.output[-3000:]
     assert len({finished_line(r.output).split("weights sha256 ")[1] for r in results.values()}) == 1
