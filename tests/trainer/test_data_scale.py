@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from multiworker import ROOT, run_group, start, tf_config, wait_all, worker_cluster
+from multiworker import ROOT, run_group, start, tf_config, wait_all, wait_for_step, worker_cluster
 from trainer import datasets, layout
 
 TRAIN, TEST = 1024, 300
@@ -322,7 +322,7 @@ RESUME_FLAGS = [
 def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path_factory):
     """Kill worker-1 mid-epoch under the local runner; after the restart the group skips to the checkpoint's
     step in the same per-epoch file order and shuffle, so the final weights equal an uninterrupted run's."""
-    from tests.trainer.test_fault_tolerance import digests, finish, replica, wait_for_step
+    from tests.trainer.test_fault_tolerance import digests, finish, replica
 
     out = tmp_path_factory.mktemp("resume")
     subprocess.run(

@@ -17,7 +17,7 @@ import urllib.request
 import psutil
 import pytest
 
-from multiworker import ROOT, free_ports, start, wait_all
+from multiworker import ROOT, free_ports, start, wait_all, wait_for_step
 from trainer import layout, status
 
 CHECKPOINT_EVERY = 20
@@ -82,20 +82,6 @@ def replica(runner, name):
         if config and config["task"] == {"type": kind, "index": int(index)}:
             return child
     raise AssertionError(f"no live process for {name}")
-
-
-def wait_for_step(model_dir, at_least, runner, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert runner.poll() is None, runner.communicate()[0][-3000:]
-        try:
-            step = status.read_status(str(model_dir)).get("global_step") or 0
-        except (OSError, ValueError):
-            step = 0
-        if step >= at_least:
-            return step
-        time.sleep(0.05)
-    raise AssertionError(f"step {at_least} not reached in {timeout} s")
 
 
 def finish(runner, scratch):
