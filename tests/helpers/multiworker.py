@@ -163,3 +163,17 @@ def wait_for_step(model_dir: object, at_least: int, process: subprocess.Popen, t
             return step
         time.sleep(0.05)
     raise AssertionError(f"step {at_least} not reached in {timeout} s")
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in a fresh interpreter from the repository root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def python_prints(code: str, env: dict[str, str]) -> str:
+    """What `python -c code` prints (stripped); the run must succeed."""
+    result = run_python(code, env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
