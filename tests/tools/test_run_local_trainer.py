@@ -22,10 +22,16 @@ RUNNER = ["-m", "scripts.localrun.run_local"]
 SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
 
-def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
+def start(
+    job_dir: pathlib.Path, console: pathlib.Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     with console.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, *RUNNER, "--job-dir", str(job_dir), *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, *RUNNER, "--job-dir", str(job_dir), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
         )
 
 
@@ -118,28 +124,8 @@ def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(
     # The settings route (k8s/settings.env, or the environment as make exports it) reaches both Jobs' env.
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     env = {**os.environ, **tfrecord_settings(tmp_path / "data")}
-    with console.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                *RUNNER,
-                "--job-dir",
-                str(job_dir),
-                "--workers",
-                "1",
-                "--dataset",
-                "tfrecord",
-                "--epochs",
-                "1",
-                "--",
-                "--per-worker-batch-size",
-                "32",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-        )
+    args = ["--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"]
+    proc = start(job_dir, console, *args, env=env)
     assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
     text = console.read_text()
     ready = "dataset tfrecord is ready: train 2 files 256 examples, test 1 files 64 examples"

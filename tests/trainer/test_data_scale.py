@@ -1,7 +1,6 @@
 """Data at any scale: each worker reads only its shard, on real files and real process groups."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -9,6 +8,7 @@ import sys
 
 import pytest
 
+from local_runner import digests, finish, replica, start_runner
 from multiworker import ROOT, run_group, start, tf_config, trainer_flags, wait_all, wait_for_step, worker_cluster
 from record_files import write_records
 from trainer import datasets, layout
@@ -273,40 +273,14 @@ RESUME_FLAGS = [
 def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path_factory):
     """Kill worker-1 mid-epoch under the local runner; after the restart the group skips to the checkpoint's
     step in the same per-epoch file order and shuffle, so the final weights equal an uninterrupted run's."""
-    from tests.trainer.test_fault_tolerance import digests, finish, replica
-
     out = tmp_path_factory.mktemp("resume")
     files = write_records(out / "data", 6400, 8, 500, 2, seed=3)
     uninterrupted = run_group(2, [*RESUME_FLAGS, *files, "--model-dir", str(out / "uninterrupted")], timeout=400)
     expected = finished_digests(uninterrupted)
 
     scratch = out / "scratch"
-    scratch.mkdir()
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scripts.localrun.run_local",
-            "--workers",
-            "2",
-            "--dataset",
-            "tfrecord",
-            "--skip-prepare",
-            "--epochs",
-            "2",
-            "--job-dir",
-            str(out / "job"),
-            "--",
-            *RESUME_FLAGS,
-            *files,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "TMPDIR": str(scratch)},
-    )
+    runner_args = ["--workers", "2", "--dataset", "tfrecord", "--skip-prepare", "--epochs", "2"]
+    runner = start_runner(out / "job", scratch, runner_args, [*RESUME_FLAGS, *files])
     wait_for_step(out / "job" / "model", 50, runner)
     replica(runner, "worker-1").kill()
     output = finish(runner, scratch)
