@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from trainer.config import Config
 from trainer.errors import DataError
+from trainer.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,8 @@ def share(total: int, index: int, count: int) -> int:
 
 
 SourceBuilder = Callable[..., Source]
-DATASETS: dict[str, SourceBuilder] = {}
-
-
-def register(name: str) -> Callable[[SourceBuilder], SourceBuilder]:
-    def add(builder: SourceBuilder) -> SourceBuilder:
-        DATASETS[name] = builder
-        return builder
-
-    return add
+DATASETS: Registry[SourceBuilder] = Registry()
+register = DATASETS.register
 
 
 def check_dataset(config: Config) -> None:

@@ -16,17 +16,11 @@ import keras
 from keras import layers
 
 from trainer.errors import ConfigError
+from trainer.registry import Registry
 
 ModelBuilder = Callable[[tuple[int, ...], int], keras.Model]
-MODELS: dict[str, ModelBuilder] = {}
-
-
-def register(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
-    def add(builder: ModelBuilder) -> ModelBuilder:
-        MODELS[name] = builder
-        return builder
-
-    return add
+MODELS: Registry[ModelBuilder] = Registry()
+register = MODELS.register
 
 
 def _scaled_input(input_shape: tuple[int, ...]) -> tuple[keras.KerasTensor, keras.KerasTensor]:

@@ -118,14 +118,7 @@ def train_and_evaluate(
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
-    status.update(
-        state="running",
-        workers=workers,
-        global_step=start_step,
-        total_steps=total_steps,
-        epochs=config.epochs,
-        epoch=progress.epoch_of(start_step + 1),
-    )
+    _report_running(status, progress, workers, start_step)
 
     step = last_checkpoint = start_step
     throughput = Throughput(global_batch_size, started_at)
@@ -156,26 +149,8 @@ def train_and_evaluate(
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
 
             if step % log_every == 0 or step == epoch_end:
-                speed = throughput.end_interval()
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
-                loss, accuracy = float(metrics.train_loss.result()), float(metrics.train_accuracy.result())
-                progress.step(step, loss, accuracy, speed)
-                _write_scalars(
-                    train_log,
-                    step,
-                    loss=loss,
-                    accuracy=accuracy,
-                    examples_per_second=speed,
-                    learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-                )
-                status.update(
-                    global_step=step,
-                    epoch=progress.epoch_of(step),
-                    loss=loss,
-                    accuracy=accuracy,
-                    examples_per_second=speed,
-                    eta_seconds=(total_steps - step) * global_batch_size / speed if speed else None,
-                )
+                _report_training(progress, status, train_log, throughput, optimizer, step, metrics.train)
 
             # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
             if step == epoch_end and (config.eval_in_loop or step == total_steps):
@@ -190,11 +165,7 @@ def train_and_evaluate(
                     metrics.reset()
             elif step == epoch_end:
                 epoch_train_metrics = metrics.train()
-                progress.line(
-                    f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
-                    f"{epoch_train_metrics['train_loss']:.4f} accuracy "
-                    f"{epoch_train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
-                )
+                _report_epoch_without_test(progress, step, epoch_train_metrics)
                 metrics.reset()
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
@@ -226,15 +197,7 @@ def train_and_evaluate(
         **split_sizes,
         cache=cache,
     )
-    if cluster.is_chief:
-        write_json(ModelDir(config.model_dir).metrics, record)
-    status.update(state="succeeded", global_step=step, **test_metrics)
-    # Every worker prints this one line, so a reader can compare the replicas' weights.
-    print(
-        f"{cluster.name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
-        f"weights sha256 {record['weights_sha256']}",
-        flush=True,
-    )
+    _report_finished(config.model_dir, cluster.name, cluster.is_chief, status, step, test_metrics, record)
     return record
 
 
@@ -343,6 +306,80 @@ def _metrics_record(
         "config": config.to_dict(),
         "versions": {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__},
     }
+
+
+def _report_running(status: StatusReporter, progress: Progress, workers: int, start_step: int) -> None:
+    """The status as the loop starts, from a fresh run or a checkpoint."""
+    status.update(
+        state="running",
+        workers=workers,
+        global_step=start_step,
+        total_steps=progress.total_steps,
+        epochs=progress.epochs,
+        epoch=progress.epoch_of(start_step + 1),
+    )
+
+
+def _report_training(
+    progress: Progress,
+    status: StatusReporter,
+    writer: Any,
+    throughput: Throughput,
+    optimizer: keras.optimizers.Optimizer,
+    step: int,
+    train_metrics: Callable[[], dict[str, float]],
+) -> None:
+    """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
+    (read after the interval closes, so a metric read counts in the next interval, as a checkpoint does)."""
+    speed = throughput.end_interval()
+    metrics = train_metrics()
+    loss, accuracy = metrics["train_loss"], metrics["train_accuracy"]
+    progress.step(step, loss, accuracy, speed)
+    _write_scalars(
+        writer,
+        step,
+        loss=loss,
+        accuracy=accuracy,
+        examples_per_second=speed,
+        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+    )
+    status.update(
+        global_step=step,
+        epoch=progress.epoch_of(step),
+        loss=loss,
+        accuracy=accuracy,
+        examples_per_second=speed,
+        eta_seconds=(progress.total_steps - step) * throughput.global_batch_size / speed if speed else None,
+    )
+
+
+def _report_epoch_without_test(progress: Progress, step: int, train_metrics: dict[str, float]) -> None:
+    """The epoch's line when its test pass is left to the evaluator task (--no-eval-in-loop)."""
+    progress.line(
+        f"epoch {progress.epoch_of(step)}/{progress.epochs} done: train loss {train_metrics['train_loss']:.4f} "
+        f"accuracy {train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
+    )
+
+
+def _report_finished(
+    model_dir: str,
+    task_name: str,
+    is_chief: bool,
+    status: StatusReporter,
+    step: int,
+    test_metrics: dict[str, float],
+    record: dict[str, Any],
+) -> None:
+    """metrics.json (the chief's), the final status, and the one line every training task prints at the end."""
+    if is_chief:
+        write_json(ModelDir(model_dir).metrics, record)
+    status.update(state="succeeded", global_step=step, **test_metrics)
+    # Every worker prints this one line, so a reader can compare the replicas' weights.
+    print(
+        f"{task_name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
+        f"weights sha256 {record['weights_sha256']}",
+        flush=True,
+    )
 
 
 def _limited(size: int, limit: int, rank: int, workers: int) -> int:

@@ -16,6 +16,7 @@ group-failure code, and the run resumes from the last checkpoint once every task
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 from typing import Any
 
@@ -23,17 +24,23 @@ import keras
 import tensorflow as tf
 
 from trainer import datasets, pipeline, saving
-from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
 from trainer.evaluator import evaluation_function
-from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress, Throughput
 from trainer.status import StatusReporter
-from trainer.train import _metrics_record, _summary_writers, _write_scalars
+from trainer.train import (
+    _metrics_record,
+    _report_epoch_without_test,
+    _report_finished,
+    _report_running,
+    _report_training,
+    _summary_writers,
+    _write_scalars,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +99,7 @@ def train_async(
     )
     train_log, test_log = _summary_writers(config.model_dir, True)
     stop = StopSignal()
-    status.update(
-        state="running",
-        workers=cluster.num_workers,
-        global_step=start_step,
-        total_steps=total_steps,
-        epochs=config.epochs,
-        epoch=progress.epoch_of(start_step + 1),
-    )
+    _report_running(status, progress, cluster.num_workers, start_step)
 
     step = scheduled = start_step
     throughput = Throughput(batch_size, started_at)
@@ -126,7 +126,9 @@ def train_async(
             previous, step = step, step + steps
             throughput.ran(steps)
             if step // log_every > previous // log_every or step == epoch_end:
-                _report(progress, status, train_log, throughput, optimizer, sums, step, total_steps)
+                _report_training(
+                    progress, status, train_log, throughput, optimizer, step, functools.partial(_epoch_metrics, sums)
+                )
             if step < pause_at and not stop.requested:
                 continue
         if stop.requested:
@@ -144,11 +146,7 @@ def train_async(
                 status.update(**test_metrics)
                 progress.epoch_done(step // steps_per_epoch, {**train_metrics, **test_metrics})
             else:
-                progress.line(
-                    f"epoch {step // steps_per_epoch}/{config.epochs} done: train loss "
-                    f"{train_metrics['train_loss']:.4f} accuracy {train_metrics['train_accuracy']:.4f} "
-                    f"(test pass left to the evaluator)"
-                )
+                _report_epoch_without_test(progress, step, train_metrics)
             sums = _zero_sums()
         checkpointer.save(step)
 
@@ -173,13 +171,7 @@ def train_async(
         test_examples=test_size,
         cache=cache,
     )
-    write_json(ModelDir(config.model_dir).metrics, record)
-    status.update(state="succeeded", global_step=step, **test_metrics)
-    print(
-        f"{cluster.name} finished: test accuracy {record['test_accuracy']:.4f}, "
-        f"weights sha256 {record['weights_sha256']}",
-        flush=True,
-    )
+    _report_finished(config.model_dir, cluster.name, True, status, step, test_metrics, record)
     return record
 
 
@@ -252,36 +244,3 @@ def _zero_sums() -> dict[str, float]:
 def _epoch_metrics(sums: dict[str, float]) -> dict[str, float]:
     examples = sums["examples"] or 1.0
     return {"train_loss": sums["loss_sum"] / examples, "train_accuracy": sums["correct"] / examples}
-
-
-def _report(
-    progress: Progress,
-    status: StatusReporter,
-    writer: Any,
-    throughput: Throughput,
-    optimizer: keras.optimizers.Optimizer,
-    sums: dict[str, float],
-    step: int,
-    total_steps: int,
-) -> None:
-    """A progress line, TensorBoard scalars and the status, from the sums gathered since the epoch began."""
-    speed = throughput.end_interval()
-    metrics = _epoch_metrics(sums)
-    loss, accuracy = metrics["train_loss"], metrics["train_accuracy"]
-    progress.step(step, loss, accuracy, speed)
-    _write_scalars(
-        writer,
-        step,
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-    )
-    status.update(
-        global_step=step,
-        epoch=progress.epoch_of(step),
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        eta_seconds=(total_steps - step) * throughput.global_batch_size / speed if speed else None,
-    )

@@ -33,6 +33,7 @@ import tempfile
 import time
 from typing import Any
 
+from scripts.common.cli import split_trainer_flags
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment, peak_rss_bytes, signal_group
 from scripts.common.settings import ROOT
@@ -64,7 +65,6 @@ class BenchError(RuntimeError):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
-    ours, trainer_flags = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(
         prog="python -m scripts.bench.bench",
         description=__doc__.split("\n\n")[0],
@@ -92,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go"
     )
+    ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
     if args.global_batch_size < 2 or args.global_batch_size % 2:

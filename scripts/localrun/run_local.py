@@ -16,6 +16,7 @@ import shutil
 import sys
 
 from scripts.common import manifest as tfjob_manifest
+from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
 
 from . import manifests as manifest_io
@@ -31,7 +32,6 @@ SYNTHETIC = "synthetic"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ours, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(
         prog="python -m scripts.localrun.run_local",
         description=__doc__.split("\n\n")[0],
@@ -55,8 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--clean", action="store_true", help="delete the job directory first (a fresh volume)")
     parser.add_argument("--skip-prepare", action="store_true", help="do not run the data-preparation Job")
+    ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
-    args.trainer_flags = extra
+    args.trainer_flags = trainer_flags
     return args
 
 

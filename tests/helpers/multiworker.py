@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from scripts.common.ports import free_ports
 from scripts.common.processes import signal_group
+from trainer import status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -140,3 +141,39 @@ class OutputFollower:
     def output(self) -> str:
         self._thread.join(timeout=30)
         return "".join(self.lines)
+
+
+def trainer_flags(**values: object) -> list[str]:
+    """The trainer's command-line flags for keyword arguments: trainer_flags(train_examples=64) is
+    ["--train-examples", "64"]."""
+    return [part for name, value in values.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def wait_for_step(model_dir: object, at_least: int, process: subprocess.Popen, timeout: float = 180) -> int:
+    """Waits until the run's status shows `at_least` global steps (the process must still be running); returns the
+    step it shows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        try:
+            step = status.read_status(str(model_dir)).get("global_step") or 0
+        except (OSError, ValueError):
+            step = 0
+        if step >= at_least:
+            return step
+        time.sleep(0.05)
+    raise AssertionError(f"step {at_least} not reached in {timeout} s")
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in a fresh interpreter from the repository root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def python_prints(code: str, env: dict[str, str]) -> str:
+    """What `python -c code` prints (stripped); the run must succeed."""
+    result = run_python(code, env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()

@@ -13,6 +13,7 @@ import sys
 import kubernetes_validate
 import pytest
 
+from multiworker import python_prints
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 from scripts.common.tfconfig import operator_address, tf_config
@@ -161,13 +162,4 @@ def test_an_environment_override_reaches_the_async_shape_too():
         "import pathlib; from scripts.common import manifest; "
         "print(manifest.the_one(manifest.render(pathlib.Path('k8s-async')), 'TFJob')['metadata']['name'])"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "JOB_NAME": "mine"},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "mine"
+    assert python_prints(code, {**os.environ, "JOB_NAME": "mine"}) == "mine"

@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from record_files import write_records
 from trainer.layout import ModelDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -21,10 +22,16 @@ RUNNER = ["-m", "scripts.localrun.run_local"]
 SMALL = ["--train-examples", "2048", "--test-examples", "512"]
 
 
-def start(job_dir: pathlib.Path, console: pathlib.Path, *args: str) -> subprocess.Popen:
+def start(
+    job_dir: pathlib.Path, console: pathlib.Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     with console.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, *RUNNER, "--job-dir", str(job_dir), *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, *RUNNER, "--job-dir", str(job_dir), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
         )
 
 
@@ -102,29 +109,9 @@ def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_pat
     assert "resumed from" in chief_log.read_text()
 
 
-def write_records(out: pathlib.Path) -> dict[str, str]:
+def tfrecord_settings(out: pathlib.Path) -> dict[str, str]:
     """A small trainer.records dataset; returns the settings that point the manifests at it."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.records",
-            "--out",
-            str(out),
-            "--train-examples",
-            "256",
-            "--train-shards",
-            "2",
-            "--test-examples",
-            "64",
-            "--test-shards",
-            "1",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    write_records(out, 256, 2, 64, 1, seed=42)
     return {
         "TRAINER_TRAIN_FILES": str(out / "train-*"),
         "TRAINER_TEST_FILES": str(out / "test-*"),
@@ -136,29 +123,9 @@ def write_records(out: pathlib.Path) -> dict[str, str]:
 def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(tmp_path):
     # The settings route (k8s/settings.env, or the environment as make exports it) reaches both Jobs' env.
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
-    env = {**os.environ, **write_records(tmp_path / "data")}
-    with console.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                *RUNNER,
-                "--job-dir",
-                str(job_dir),
-                "--workers",
-                "1",
-                "--dataset",
-                "tfrecord",
-                "--epochs",
-                "1",
-                "--",
-                "--per-worker-batch-size",
-                "32",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-        )
+    env = {**os.environ, **tfrecord_settings(tmp_path / "data")}
+    args = ["--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"]
+    proc = start(job_dir, console, *args, env=env)
     assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
     text = console.read_text()
     ready = "dataset tfrecord is ready: train 2 files 256 examples, test 1 files 64 examples"

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from multiworker import python_prints
 from scripts.common import settings as project_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -116,16 +117,7 @@ def test_a_job_name_in_the_environment_reaches_the_manifests_run_local_reads():
         "from scripts.common import manifest; from scripts.localrun import manifests as m; "
         "print(m.parse(manifest.render(), 'k8s').name)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "JOB_NAME": "mine"},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "mine"
+    assert python_prints(code, {**os.environ, "JOB_NAME": "mine"}) == "mine"
 
 
 def test_a_value_with_a_space_from_the_environment_is_refused_like_one_in_the_file():

@@ -1,10 +1,12 @@
 """Asynchronous training with parameter servers, as real processes on 127.0.0.1: a chief coordinating, ps tasks
 holding the variables, workers running the scheduled steps."""
 
+import contextlib
+import dataclasses
 import json
 import os
 import signal
-import time
+import subprocess
 
 import pytest
 
@@ -16,28 +18,16 @@ from multiworker import (
     start_servers,
     stop_servers,
     tf_config,
+    trainer_flags,
     wait_all,
+    wait_for_step,
 )
 from trainer import datasets, layout, status
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = [
-    "--dataset",
-    "synthetic",
-    "--epochs",
-    "2",
-    "--train-examples",
-    "4096",
-    "--test-examples",
-    "1024",
-    "--seed",
-    "7",
-    "--log-every",
-    "16",
-    "--per-worker-batch-size",
-    "32",
-    "--threads",
-    "1",
+    *trainer_flags(dataset="synthetic", train_examples=4096, test_examples=1024, seed=7, epochs=2, threads=1),
+    *trainer_flags(log_every=16, per_worker_batch_size=32),
 ]
 # The synthetic task's best test accuracy is 0.9 (10% label noise); the sync tests allow 0.02 around it. Async
 # updates computed on stale weights cost a little more on a run this short.
@@ -117,20 +107,6 @@ def test_two_ps_tasks_each_hold_part_of_the_variables(tmp_path):
     assert "ps-0 " in placement and "ps-1 " in placement, placement
 
 
-def wait_for_step(model_dir, at_least, chief, timeout=240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert chief.poll() is None, chief.communicate()[0][-3000:]
-        try:
-            step = status.read_status(str(model_dir)).get("global_step") or 0
-        except (OSError, ValueError):
-            step = 0
-        if step >= at_least:
-            return step
-        time.sleep(0.05)
-    raise AssertionError(f"step {at_least} not reached in {timeout} s")
-
-
 LONG_RUN = [*RUN, "--epochs", "3", "--train-examples", "8192", "--checkpoint-every", "64", "--steps-per-loop", "4"]
 LONG_TOTAL = 3 * 8192 // 32
 # Long enough for two kills and two restarts (a restart takes seconds here) before the last step.
@@ -143,6 +119,32 @@ def kill(process):
     process.wait()
 
 
+@dataclasses.dataclass
+class LongRun:
+    cluster: dict[str, list[str]]
+    args: list[str]
+    servers: dict[str, subprocess.Popen]
+    chief: subprocess.Popen
+
+    def start(self, kind, index):
+        """Starts (or restarts) one task of the run, as the operator would."""
+        return start(self.args, tf_config(self.cluster, kind, index))
+
+
+@contextlib.contextmanager
+def long_run_past_step_100(model_dir):
+    """A LONG_RUN cluster (2 workers, 1 ps) whose chief has passed step 100; its servers are stopped at the end."""
+    cluster = async_cluster(2, 1)
+    args = [*LONG_RUN, "--model-dir", str(model_dir)]
+    servers = start_servers(cluster, args)
+    try:
+        chief = start(args, tf_config(cluster, "chief", 0))
+        wait_for_step(model_dir, 100, chief, timeout=240)
+        yield LongRun(cluster, args, servers, chief)
+    finally:
+        stop_servers(servers)
+
+
 @pytest.mark.slow
 def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(tmp_path):
     model_dir = tmp_path / "model"
@@ -152,14 +154,14 @@ def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(
     chief = start(args, tf_config(cluster, "chief", 0))
     restarted = {}
     try:
-        wait_for_step(model_dir, 100, chief)
+        wait_for_step(model_dir, 100, chief, timeout=240)
         kill(servers.pop("worker-1"))
-        step = wait_for_step(model_dir, 164, chief)  # the coordinator goes on with worker-0 alone
+        step = wait_for_step(model_dir, 164, chief, timeout=240)  # the coordinator goes on with worker-0 alone
         restarted["worker-1"] = OutputFollower(start(args, tf_config(cluster, "worker", 1)))
         restarted["worker-1"].wait_for("input pipeline built on this worker")
         # Only the restarted worker-1 is left to run steps: progress now proves it receives work again.
         kill(servers.pop("worker-0"))
-        step = wait_for_step(model_dir, step + 64, chief)
+        step = wait_for_step(model_dir, step + 64, chief, timeout=240)
         restarted["worker-0"] = OutputFollower(start(args, tf_config(cluster, "worker", 0)))
         output, _ = chief.communicate(timeout=400)
     finally:
@@ -175,20 +177,13 @@ def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(
 @pytest.mark.slow
 def test_sigterm_to_the_chief_checkpoints_exits_143_and_a_new_chief_resumes_there(tmp_path):
     model_dir = tmp_path / "model"
-    cluster = async_cluster(2, 1)
-    args = [*LONG_RUN, "--model-dir", str(model_dir)]
-    servers = start_servers(cluster, args)
-    try:
-        chief = start(args, tf_config(cluster, "chief", 0))
-        wait_for_step(model_dir, 100, chief)
-        os.killpg(chief.pid, signal.SIGTERM)
-        stopped = wait_all({"chief": chief}, 120)["chief"]
+    with long_run_past_step_100(model_dir) as run:
+        os.killpg(run.chief.pid, signal.SIGTERM)
+        stopped = wait_all({"chief": run.chief}, 120)["chief"]
         assert stopped.returncode == 143, stopped.output[-3000:]
         stopped_at = status.read_status(str(model_dir))["global_step"]
         assert status.read_status(str(model_dir))["state"] == "preempted"
-        resumed = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, 300)["chief"]
-    finally:
-        stop_servers(servers)
+        resumed = wait_all({"chief": run.start("chief", 0)}, 300)["chief"]
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert f"resuming at step {stopped_at}" in resumed.output
     metrics = json.loads((model_dir / layout.METRICS).read_text())
@@ -198,20 +193,13 @@ def test_sigterm_to_the_chief_checkpoints_exits_143_and_a_new_chief_resumes_ther
 @pytest.mark.slow
 def test_a_lost_ps_makes_the_chief_exit_retryably_and_the_restarted_tasks_resume_from_the_last_checkpoint(tmp_path):
     model_dir = tmp_path / "model"
-    cluster = async_cluster(2, 1)
-    args = [*LONG_RUN, "--model-dir", str(model_dir)]
-    servers = start_servers(cluster, args)
-    try:
-        chief = start(args, tf_config(cluster, "chief", 0))
-        wait_for_step(model_dir, 100, chief)
-        kill(servers.pop("ps-0"))
-        lost = wait_all({"chief": chief}, 180)["chief"]
+    with long_run_past_step_100(model_dir) as run:
+        kill(run.servers.pop("ps-0"))
+        lost = wait_all({"chief": run.chief}, 180)["chief"]
         # Under restartPolicy ExitCode the operator recreates both: the ps (killed, 137) and the chief (144).
         assert lost.returncode == 144, lost.output[-3000:]
-        servers["ps-0"] = start(args, tf_config(cluster, "ps", 0))
-        resumed = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, 300)["chief"]
-    finally:
-        stop_servers(servers)
+        run.servers["ps-0"] = run.start("ps", 0)
+        resumed = wait_all({"chief": run.start("chief", 0)}, 300)["chief"]
     assert resumed.returncode == 0, resumed.output[-3000:]
     metrics = json.loads((model_dir / layout.METRICS).read_text())
     assert metrics["steps"] == LONG_TOTAL and metrics["resumed_from_step"] >= 64

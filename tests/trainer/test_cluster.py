@@ -2,12 +2,10 @@
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 
-from multiworker import ROOT
+from multiworker import run_python
 from scripts.common.tfconfig import operator_address
 from scripts.common.tfconfig import tf_config as operator_tf_config
 from trainer.cluster import SINGLE_PROCESS, parse_tf_config
@@ -156,14 +154,7 @@ def test_bad_tf_config_exits_2_before_tensorflow_is_imported():
         "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)"
     )
     bad = tf_config({"worker": ["a:1", "b:1"]}, "master", 0)
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env={"TF_CONFIG": bad, "PATH": "/usr/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_python(probe, {"TF_CONFIG": bad, "PATH": "/usr/bin"})
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG task.type" in result.stderr and "chief" in result.stderr
@@ -175,14 +166,7 @@ def test_async_without_ps_exits_2_before_tensorflow_is_imported():
         "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)"
     )
     text = tf_config(CHIEF_AND_WORKERS, "chief", 0)
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env={"TF_CONFIG": text, "PATH": "/usr/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_python(probe, {"TF_CONFIG": text, "PATH": "/usr/bin"})
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG cluster.ps: missing" in result.stderr and "--strategy sync" in result.stderr

@@ -1,7 +1,6 @@
 """Data at any scale: each worker reads only its shard, on real files and real process groups."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -9,51 +8,25 @@ import sys
 
 import pytest
 
-from multiworker import ROOT, run_group, start, tf_config, wait_all, worker_cluster
+from local_runner import digests, finish, replica, start_runner
+from multiworker import ROOT, run_group, start, tf_config, trainer_flags, wait_all, wait_for_step, worker_cluster
+from record_files import write_records
 from trainer import datasets, layout
 
 TRAIN, TEST = 1024, 300
 RECORD_FLAGS = ["--dataset", "tfrecord", "--image-shape", "28x28x1", "--num-classes", "10", "--seed", "3"]
 
 
-def write_records(out, train_shards, test_shards=2):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.records",
-            "--out",
-            str(out),
-            "--train-examples",
-            str(TRAIN),
-            "--train-shards",
-            str(train_shards),
-            "--test-examples",
-            str(TEST),
-            "--test-shards",
-            str(test_shards),
-            "--seed",
-            "3",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return ["--train-files", str(out / "train-*"), "--test-files", str(out / "test-*")]
-
-
 @pytest.fixture(scope="module")
 def eight_files(tmp_path_factory):
     out = tmp_path_factory.mktemp("eight")
-    return out, write_records(out, 8)
+    return out, write_records(out, TRAIN, 8, TEST, 2, seed=3)
 
 
 @pytest.fixture(scope="module")
 def one_file(tmp_path_factory):
     out = tmp_path_factory.mktemp("one")
-    return out, write_records(out, 1, test_shards=1)
+    return out, write_records(out, TRAIN, 1, TEST, 1, seed=3)
 
 
 def opened_files(trace_path, directory):
@@ -148,19 +121,8 @@ def test_two_workers_train_on_eight_files_with_identical_weights_and_count_each_
     tmp_path, eight_files
 ):
     directory, files = eight_files
-    results = run_group(
-        2,
-        [
-            *RECORD_FLAGS,
-            *files,
-            "--epochs",
-            "1",
-            "--per-worker-batch-size",
-            "32",
-            "--model-dir",
-            str(tmp_path / "model"),
-        ],
-    )
+    flags = trainer_flags(epochs=1, per_worker_batch_size=32, model_dir=tmp_path / "model")
+    results = run_group(2, [*RECORD_FLAGS, *files, *flags])
     assert len(finished_digests(results)) == 1
     assert "worker-0 reads its own 4 of 8 files" in results["worker-0"].output
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
@@ -170,19 +132,8 @@ def test_two_workers_train_on_eight_files_with_identical_weights_and_count_each_
 @pytest.mark.slow
 def test_two_workers_train_on_one_file_and_say_why_each_reads_it_all(tmp_path, one_file):
     _, files = one_file
-    results = run_group(
-        2,
-        [
-            *RECORD_FLAGS,
-            *files,
-            "--epochs",
-            "1",
-            "--per-worker-batch-size",
-            "32",
-            "--model-dir",
-            str(tmp_path / "model"),
-        ],
-    )
+    flags = trainer_flags(epochs=1, per_worker_batch_size=32, model_dir=tmp_path / "model")
+    results = run_group(2, [*RECORD_FLAGS, *files, *flags])
     assert len(finished_digests(results)) == 1
     for name, result in results.items():
         lines = [line for line in result.output.splitlines() if "element sharding" in line]
@@ -322,63 +273,14 @@ RESUME_FLAGS = [
 def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path_factory):
     """Kill worker-1 mid-epoch under the local runner; after the restart the group skips to the checkpoint's
     step in the same per-epoch file order and shuffle, so the final weights equal an uninterrupted run's."""
-    from tests.trainer.test_fault_tolerance import digests, finish, replica, wait_for_step
-
     out = tmp_path_factory.mktemp("resume")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.records",
-            "--out",
-            str(out / "data"),
-            "--train-examples",
-            "6400",
-            "--train-shards",
-            "8",
-            "--test-examples",
-            "500",
-            "--test-shards",
-            "2",
-            "--seed",
-            "3",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    files = ["--train-files", str(out / "data" / "train-*"), "--test-files", str(out / "data" / "test-*")]
+    files = write_records(out / "data", 6400, 8, 500, 2, seed=3)
     uninterrupted = run_group(2, [*RESUME_FLAGS, *files, "--model-dir", str(out / "uninterrupted")], timeout=400)
     expected = finished_digests(uninterrupted)
 
     scratch = out / "scratch"
-    scratch.mkdir()
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scripts.localrun.run_local",
-            "--workers",
-            "2",
-            "--dataset",
-            "tfrecord",
-            "--skip-prepare",
-            "--epochs",
-            "2",
-            "--job-dir",
-            str(out / "job"),
-            "--",
-            *RESUME_FLAGS,
-            *files,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "TMPDIR": str(scratch)},
-    )
+    runner_args = ["--workers", "2", "--dataset", "tfrecord", "--skip-prepare", "--epochs", "2"]
+    runner = start_runner(out / "job", scratch, runner_args, [*RESUME_FLAGS, *files])
     wait_for_step(out / "job" / "model", 50, runner)
     replica(runner, "worker-1").kill()
     output = finish(runner, scratch)

@@ -3,32 +3,14 @@
 import json
 import os
 
-from multiworker import free_ports, start, tf_config, wait_all
+from multiworker import free_ports, start, tf_config, trainer_flags, wait_all
 from trainer import layout
 from trainer.checkpoint import checkpoint_prefixes, checkpoint_step
 
 # 2048 examples / batch 64 = 32 steps per epoch, 2 epochs, a checkpoint every 8 steps: 8 checkpoints, all kept.
 RUN = [
-    "--dataset",
-    "synthetic",
-    "--epochs",
-    "2",
-    "--train-examples",
-    "2048",
-    "--test-examples",
-    "512",
-    "--seed",
-    "3",
-    "--log-every",
-    "8",
-    "--steps-per-loop",
-    "4",
-    "--checkpoint-every",
-    "8",
-    "--keep-checkpoints",
-    "100",
-    "--threads",
-    "1",
+    *trainer_flags(dataset="synthetic", train_examples=2048, test_examples=512, seed=3, epochs=2, threads=1),
+    *trainer_flags(log_every=8, steps_per_loop=4, checkpoint_every=8, keep_checkpoints=100),
 ]
 
 

@@ -5,7 +5,6 @@ restarts replicas as the Kubeflow operator does under restartPolicy ExitCode.
 """
 
 import json
-import os
 import re
 import signal
 import socket
@@ -14,10 +13,10 @@ import sys
 import time
 import urllib.request
 
-import psutil
 import pytest
 
-from multiworker import ROOT, free_ports, start, wait_all
+from local_runner import digests, finish, replica, start_runner
+from multiworker import ROOT, free_ports, start, wait_all, wait_for_step
 from trainer import layout, status
 
 CHECKPOINT_EVERY = 20
@@ -37,73 +36,12 @@ RUN = [
     "4",
 ]
 TOTAL_STEPS = 300
+RUNNER_ARGS = ["--workers", "2", "--dataset", "synthetic", "--epochs", "3"]
 
 
-def start_runner(job_dir, scratch):
-    scratch.mkdir()
-    command = [
-        sys.executable,
-        "-m",
-        "scripts.localrun.run_local",
-        "--workers",
-        "2",
-        "--dataset",
-        "synthetic",
-        "--epochs",
-        "3",
-        "--job-dir",
-        str(job_dir),
-        "--",
-        *RUN,
-        "--status-port",
-        str(free_ports(1)[0]),
-        "--status-host",
-        "127.0.0.1",
-    ]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "TMPDIR": str(scratch)},
-    )
-
-
-def replica(runner, name):
-    """The live process of replica `name` (e.g. worker-1), found by the TF_CONFIG the runner gave it."""
-    kind, index = name.rsplit("-", 1)
-    for child in psutil.Process(runner.pid).children(recursive=True):
-        try:
-            config = json.loads(child.environ().get("TF_CONFIG", "null") or "null")
-        except (psutil.Error, json.JSONDecodeError):
-            continue
-        if config and config["task"] == {"type": kind, "index": int(index)}:
-            return child
-    raise AssertionError(f"no live process for {name}")
-
-
-def wait_for_step(model_dir, at_least, runner, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert runner.poll() is None, runner.communicate()[0][-3000:]
-        try:
-            step = status.read_status(str(model_dir)).get("global_step") or 0
-        except (OSError, ValueError):
-            step = 0
-        if step >= at_least:
-            return step
-        time.sleep(0.05)
-    raise AssertionError(f"step {at_least} not reached in {timeout} s")
-
-
-def finish(runner, scratch):
-    output, _ = runner.communicate(timeout=300)
-    assert runner.returncode == 0, output[-4000:]
-    assert "Succeeded" in output
-    assert not [name for name in os.listdir(scratch) if name.startswith("trainer-worker-")]  # scratch removed
-    return output
+def trainer_args():
+    """RUN, and the live status on a free port."""
+    return [*RUN, "--status-port", str(free_ports(1)[0]), "--status-host", "127.0.0.1"]
 
 
 def work_redone(output, resumed_from_step):
@@ -113,17 +51,10 @@ def work_redone(output, resumed_from_step):
     return max(lost) - resumed_from_step
 
 
-def digests(output):
-    """The weights fingerprint each replica printed last."""
-    found = dict(re.findall(r"(worker-\d) finished: .*weights sha256 (\w+)", output))
-    assert set(found) == {"worker-0", "worker-1"}, output[-3000:]
-    return set(found.values())
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["worker-1", "worker-0"])
 def test_a_killed_worker_costs_at_most_one_checkpoint_interval(tmp_path, victim):
-    runner = start_runner(tmp_path / "job", tmp_path / "scratch")
+    runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
     model_dir = tmp_path / "job" / "model"
     wait_for_step(model_dir, 60, runner)
     replica(runner, victim).kill()
@@ -152,7 +83,7 @@ def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted
     """The race CI hit: a replica dies and its replacement is up before the survivor noticed. The
     survivor's next heartbeat or collective then fails with a coordination-service error of any code
     (InvalidArgument "must be registered", FailedPrecondition, ...), which must be retried like a lost peer."""
-    runner = start_runner(tmp_path / "job", tmp_path / "scratch")
+    runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
     model_dir = tmp_path / "job" / "model"
     wait_for_step(model_dir, 40, runner)
     victim, waiting = replica(runner, restarted), replica(runner, survivor)
@@ -172,7 +103,7 @@ def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
-    runner = start_runner(tmp_path / "job", tmp_path / "scratch")
+    runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
     model_dir = tmp_path / "job" / "model"
     wait_for_step(model_dir, 40, runner)
     replica(runner, "worker-1").send_signal(signal.SIGTERM)

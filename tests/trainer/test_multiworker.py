@@ -7,23 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from multiworker import run_group, start, tf_config, wait_all, worker_cluster
+from multiworker import run_group, start, tf_config, trainer_flags, wait_all, worker_cluster
 from trainer import datasets, layout
 
-SMALL_RUN = [
-    "--dataset",
-    "synthetic",
-    "--epochs",
-    "2",
-    "--train-examples",
-    "2048",
-    "--test-examples",
-    "512",
-    "--seed",
-    "7",
-    "--log-every",
-    "16",
-]
+SMALL_RUN = trainer_flags(dataset="synthetic", epochs=2, train_examples=2048, test_examples=512, seed=7, log_every=16)
 
 
 def finished_line(output):

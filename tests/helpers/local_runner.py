@@ -1,0 +1,70 @@
+"""The project's local TFJob runner (python -m scripts.localrun.run_local) as a test drives it: start a job, find a
+replica's process to kill, wait for the job to succeed, read what each replica printed last."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import psutil
+
+from multiworker import ROOT
+
+
+def start_runner(
+    job_dir: pathlib.Path, scratch: pathlib.Path, runner_args: Sequence[str], trainer_args: Sequence[str]
+) -> subprocess.Popen:
+    """Starts run_local on the project manifest with `runner_args`, the trainer's flags after `--`, and TMPDIR in
+    `scratch` (created here) so a test can see the scratch directories removed."""
+    scratch.mkdir()
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scripts.localrun.run_local",
+            *runner_args,
+            "--job-dir",
+            str(job_dir),
+            "--",
+            *trainer_args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+
+
+def replica(runner: subprocess.Popen, name: str) -> psutil.Process:
+    """The live process of replica `name` (e.g. worker-1), found by the TF_CONFIG the runner gave it."""
+    kind, index = name.rsplit("-", 1)
+    for child in psutil.Process(runner.pid).children(recursive=True):
+        try:
+            config = json.loads(child.environ().get("TF_CONFIG", "null") or "null")
+        except (psutil.Error, json.JSONDecodeError):
+            continue
+        if config and config["task"] == {"type": kind, "index": int(index)}:
+            return child
+    raise AssertionError(f"no live process for {name}")
+
+
+def finish(runner: subprocess.Popen, scratch: pathlib.Path) -> str:
+    output, _ = runner.communicate(timeout=300)
+    assert runner.returncode == 0, output[-4000:]
+    assert "Succeeded" in output
+    assert not [name for name in os.listdir(scratch) if name.startswith("trainer-worker-")]  # scratch removed
+    return output
+
+
+def digests(output: str) -> set[str]:
+    """The weights fingerprint each replica printed last."""
+    found = dict(re.findall(r"(worker-\d) finished: .*weights sha256 (\w+)", output))
+    assert set(found) == {"worker-0", "worker-1"}, output[-3000:]
+    return set(found.values())
