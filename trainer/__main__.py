@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     if cluster.role == "server":
-        run_server(cluster)
+        run_server(cluster, config.startup_timeout)
         return exit_codes.OK
     if cluster.is_evaluator:
         from trainer.evaluator import follow_checkpoints
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.train_async import train_async
 
             _ASYNC_RUN.append(True)
-            strategy, coordinator = create_parameter_server_strategy(cluster)
+            strategy, coordinator = create_parameter_server_strategy(cluster, config.startup_timeout)
             train_async(config, cluster, strategy, coordinator, STARTED_AT, status)
         else:
             from trainer.train import train_and_evaluate

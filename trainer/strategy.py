@@ -152,9 +152,9 @@ def _listening(address: str) -> bool:
         return False
 
 
-def run_server(cluster: Cluster) -> None:
+def run_server(cluster: Cluster, startup_timeout: float) -> None:
     """An async worker or ps task: serves the coordinator's ops and variables until the process is stopped."""
-    _wait_for_dns(cluster, time.monotonic() + 600, _async_addresses(cluster))
+    _wait_for_dns(cluster, time.monotonic() + startup_timeout, _async_addresses(cluster))
     server = tf.distribute.Server(
         _async_cluster_spec(cluster),
         job_name=cluster.task_type,
@@ -172,12 +172,12 @@ def run_server(cluster: Cluster) -> None:
     server.join()
 
 
-def create_parameter_server_strategy(cluster: Cluster) -> tuple[tf.distribute.Strategy, Any]:
+def create_parameter_server_strategy(cluster: Cluster, startup_timeout: float) -> tuple[tf.distribute.Strategy, Any]:
     """The async chief's ParameterServerStrategy and the ClusterCoordinator that schedules steps onto workers.
 
     Variables go whole to the ps tasks in turn (round robin). A variable_partitioner would split large ones, but
     Keras 3's optimizer cannot update a ShardedVariable ("doesn't support being used as a reference")."""
-    _wait_for_dns(cluster, time.monotonic() + 600, _async_addresses(cluster))
+    _wait_for_dns(cluster, time.monotonic() + startup_timeout, _async_addresses(cluster))
     log.info(
         "%s: async coordinator of %d worker(s) and %d ps task(s): %s",
         cluster.name,
