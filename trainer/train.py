@@ -10,10 +10,7 @@ chief prints and persists.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import platform
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,15 +19,22 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import datasets, pipeline, saving
-from trainer.atomic_file import write_json
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
 from trainer.errors import ModelDirError
-from trainer.layout import ModelDir
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress, Throughput
+from trainer.report import (
+    metrics_record,
+    report_epoch_without_test,
+    report_finished,
+    report_running,
+    report_training,
+    summary_writers,
+    write_scalars,
+)
 from trainer.status import StatusReporter
 from trainer.strategy import is_group_failure
 
@@ -116,9 +120,9 @@ def train_and_evaluate(
     )
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
-    train_log, test_log = _summary_writers(config.model_dir, cluster.is_chief)
+    train_log, test_log = summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
-    _report_running(status, progress, workers, start_step)
+    report_running(status, progress, workers, start_step)
 
     step = last_checkpoint = start_step
     throughput = Throughput(global_batch_size, started_at)
@@ -150,7 +154,7 @@ def train_and_evaluate(
 
             if step % log_every == 0 or step == epoch_end:
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
-                _report_training(progress, status, train_log, throughput, optimizer, step, metrics.train)
+                report_training(progress, status, train_log, throughput, optimizer, step, metrics.train)
 
             # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
             if step == epoch_end and (config.eval_in_loop or step == total_steps):
@@ -158,14 +162,14 @@ def train_and_evaluate(
                     test_metrics = evaluate()
                     epoch_train_metrics = metrics.train()
                     progress.epoch_done(step // steps_per_epoch, {**epoch_train_metrics, **test_metrics})
-                    _write_scalars(
+                    write_scalars(
                         test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"]
                     )
                     status.update(**test_metrics)
                     metrics.reset()
             elif step == epoch_end:
                 epoch_train_metrics = metrics.train()
-                _report_epoch_without_test(progress, step, epoch_train_metrics)
+                report_epoch_without_test(progress, step, epoch_train_metrics)
                 metrics.reset()
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
@@ -182,7 +186,7 @@ def train_and_evaluate(
 
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
-    record = _metrics_record(
+    record = metrics_record(
         config,
         model,
         throughput,
@@ -197,7 +201,7 @@ def train_and_evaluate(
         **split_sizes,
         cache=cache,
     )
-    _report_finished(config.model_dir, cluster.name, cluster.is_chief, status, step, test_metrics, record)
+    report_finished(config.model_dir, cluster.name, cluster.is_chief, status, step, test_metrics, record)
     return record
 
 
@@ -292,96 +296,6 @@ def _run_summary(
     )
 
 
-def _metrics_record(
-    config: Config, model: keras.Model, throughput: Throughput, results: dict[str, float], **run: int | float | str
-) -> dict[str, Any]:
-    """What metrics.json holds: the last epoch's results, throughput, the run's shape, config and versions."""
-    return {
-        **results,
-        "examples_per_second": throughput.steady_examples_per_second,
-        "time_to_first_step_seconds": throughput.time_to_first_step,
-        "duration_seconds": time.time() - throughput.started_at,
-        **run,
-        "weights_sha256": weights_digest(model),
-        "config": config.to_dict(),
-        "versions": {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__},
-    }
-
-
-def _report_running(status: StatusReporter, progress: Progress, workers: int, start_step: int) -> None:
-    """The status as the loop starts, from a fresh run or a checkpoint."""
-    status.update(
-        state="running",
-        workers=workers,
-        global_step=start_step,
-        total_steps=progress.total_steps,
-        epochs=progress.epochs,
-        epoch=progress.epoch_of(start_step + 1),
-    )
-
-
-def _report_training(
-    progress: Progress,
-    status: StatusReporter,
-    writer: Any,
-    throughput: Throughput,
-    optimizer: keras.optimizers.Optimizer,
-    step: int,
-    train_metrics: Callable[[], dict[str, float]],
-) -> None:
-    """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
-    (read after the interval closes, so a metric read counts in the next interval, as a checkpoint does)."""
-    speed = throughput.end_interval()
-    metrics = train_metrics()
-    loss, accuracy = metrics["train_loss"], metrics["train_accuracy"]
-    progress.step(step, loss, accuracy, speed)
-    _write_scalars(
-        writer,
-        step,
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-    )
-    status.update(
-        global_step=step,
-        epoch=progress.epoch_of(step),
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        eta_seconds=(progress.total_steps - step) * throughput.global_batch_size / speed if speed else None,
-    )
-
-
-def _report_epoch_without_test(progress: Progress, step: int, train_metrics: dict[str, float]) -> None:
-    """The epoch's line when its test pass is left to the evaluator task (--no-eval-in-loop)."""
-    progress.line(
-        f"epoch {progress.epoch_of(step)}/{progress.epochs} done: train loss {train_metrics['train_loss']:.4f} "
-        f"accuracy {train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
-    )
-
-
-def _report_finished(
-    model_dir: str,
-    task_name: str,
-    is_chief: bool,
-    status: StatusReporter,
-    step: int,
-    test_metrics: dict[str, float],
-    record: dict[str, Any],
-) -> None:
-    """metrics.json (the chief's), the final status, and the one line every training task prints at the end."""
-    if is_chief:
-        write_json(ModelDir(model_dir).metrics, record)
-    status.update(state="succeeded", global_step=step, **test_metrics)
-    # Every worker prints this one line, so a reader can compare the replicas' weights.
-    print(
-        f"{task_name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
-        f"weights sha256 {record['weights_sha256']}",
-        flush=True,
-    )
-
-
 def _limited(size: int, limit: int, rank: int, workers: int) -> int:
     """A worker's shard size under --train-examples/--test-examples (0 = all): its share of the limit."""
     return min(size, datasets.share(limit, rank, workers)) if limit else size
@@ -411,29 +325,3 @@ def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
     """Every worker's `value` added up: a collective, so all workers must call it at the same point."""
     return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)), axis=None)
-
-
-def _summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
-    """TensorBoard writers under <model-dir>/logs on the chief; None elsewhere (others write nothing)."""
-    if not is_chief:
-        return None, None
-    layout = ModelDir(model_dir)
-    return tf.summary.create_file_writer(layout.logs("train")), tf.summary.create_file_writer(layout.logs("test"))
-
-
-def _write_scalars(writer: Any, step: int, **values: float | None) -> None:
-    if writer is None:
-        return
-    with writer.as_default(step=step):
-        for name, value in values.items():
-            if value is not None:
-                tf.summary.scalar(name, value)
-    writer.flush()
-
-
-def weights_digest(model: keras.Model) -> str:
-    """A fingerprint of every weight, identical on workers that hold identical weights."""
-    digest = hashlib.sha256()
-    for weight in model.weights:
-        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight.value)).tobytes())
-    return digest.hexdigest()

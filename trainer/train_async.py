@@ -23,7 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer import datasets, pipeline, saving
+from trainer import datasets, pipeline, report, saving
 from trainer.checkpoint import Checkpointer
 from trainer.cluster import Cluster
 from trainer.config import Config
@@ -32,15 +32,6 @@ from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
 from trainer.progress import Progress, Throughput
 from trainer.status import StatusReporter
-from trainer.train import (
-    _metrics_record,
-    _report_epoch_without_test,
-    _report_finished,
-    _report_running,
-    _report_training,
-    _summary_writers,
-    _write_scalars,
-)
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +88,9 @@ def train_async(
         f"{steps_per_epoch} steps/epoch x {config.epochs} epochs, learning rate {config.learning_rate:g}"
         + (f", resuming at step {start_step}" if start_step else "")
     )
-    train_log, test_log = _summary_writers(config.model_dir, True)
+    train_log, test_log = report.summary_writers(config.model_dir, True)
     stop = StopSignal()
-    _report_running(status, progress, cluster.num_workers, start_step)
+    report.report_running(status, progress, cluster.num_workers, start_step)
 
     step = scheduled = start_step
     throughput = Throughput(batch_size, started_at)
@@ -126,7 +117,7 @@ def train_async(
             previous, step = step, step + steps
             throughput.ran(steps)
             if step // log_every > previous // log_every or step == epoch_end:
-                _report_training(
+                report.report_training(
                     progress, status, train_log, throughput, optimizer, step, functools.partial(_epoch_metrics, sums)
                 )
             if step < pause_at and not stop.requested:
@@ -142,18 +133,20 @@ def train_async(
             if config.eval_in_loop or step == total_steps:
                 with throughput.paused():
                     test_metrics = evaluate()
-                _write_scalars(test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
+                report.write_scalars(
+                    test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"]
+                )
                 status.update(**test_metrics)
                 progress.epoch_done(step // steps_per_epoch, {**train_metrics, **test_metrics})
             else:
-                _report_epoch_without_test(progress, step, train_metrics)
+                report.report_epoch_without_test(progress, step, train_metrics)
             sums = _zero_sums()
         checkpointer.save(step)
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         test_metrics = evaluate()
     saving.save_model(model, config.model_dir, is_chief=True)
-    record = _metrics_record(
+    record = report.metrics_record(
         config,
         model,
         throughput,
@@ -171,7 +164,7 @@ def train_async(
         test_examples=test_size,
         cache=cache,
     )
-    _report_finished(config.model_dir, cluster.name, True, status, step, test_metrics, record)
+    report.report_finished(config.model_dir, cluster.name, True, status, step, test_metrics, record)
     return record
 
 
