@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     args.warmup_steps = warmup
     if not args.no_async:
-        async_log_every = parse_config([*trainer_flags, "--log-every", "1"], environ={}).effective_log_every
+        async_log_every = parse_config([*async_modes.LOOP_FLAGS, *trainer_flags], environ={}).effective_log_every
         async_modes.check_arguments(parser, args, async_log_every)
     return args
 

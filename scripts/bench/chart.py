@@ -170,7 +170,11 @@ def _async_accuracy(axis, phase: dict[str, Any]) -> None:
             )
     axis.set_xlabel("seconds from the launch of the processes (start-up included)")
     axis.set_ylabel("test accuracy after the epoch")
-    axis.set_title(f"Test accuracy over wall time: {phase['config']['data']}", fontsize=10)
+    axis.axhline(phase["config"]["reached_accuracy"], color="grey", linestyle=":", linewidth=1)
+    axis.set_title(
+        f"Test accuracy after each epoch over wall time\n{phase['config']['data']} (dotted: within 0.01 of the best)",
+        fontsize=10,
+    )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8, loc="lower right")
 

@@ -108,6 +108,8 @@ def test_accuracy_after_the_same_wall_time_is_each_runs_latest_evaluation_when_t
     assert slowed["per_round"][0]["seconds"] == 22
     assert slowed["test_accuracy"]["sync_two_workers_straggler"]["median"] == 0.5
     assert slowed["test_accuracy"]["async_two_workers_straggler"]["median"] == 0.9
+    assert phase["variants"]["sync_two_workers"]["summary"]["seconds_to_accuracy"]["median"] == 14
+    assert phase["variants"]["async_two_workers"]["summary"]["runs_reaching_accuracy"] == 1
     assert phase["ratios"]["sync_straggler_over_sync"]["of_medians"] == 0.5
     assert phase["ratios"]["async_straggler_over_async"]["of_medians"] == 0.8
     assert phase["ratios"]["async_straggler_over_sync_straggler"]["per_round"] == [2.0]
