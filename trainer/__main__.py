@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    from trainer.progress import Startup
+
+    startup = Startup(STARTED_AT)
+    startup.reached("tensorflow_imported")
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
@@ -111,12 +115,14 @@ def main(argv: list[str] | None = None) -> int:
 
             _ASYNC_RUN.append(True)
             strategy, coordinator = create_parameter_server_strategy(cluster, config.startup_timeout)
-            train_async(config, cluster, strategy, coordinator, STARTED_AT, status)
+            startup.reached("group_formed")
+            train_async(config, cluster, strategy, coordinator, startup, status)
         else:
             from trainer.train import train_and_evaluate
 
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-            train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
+            startup.reached("group_formed")
+            train_and_evaluate(config, cluster, strategy, startup, status)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
