@@ -54,7 +54,7 @@ def train_and_evaluate(
     global_batch_size = config.per_worker_batch_size * workers
     learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
     keras.utils.set_random_seed(config.seed)
-    inputs = Inputs(config, cluster, strategy, global_batch_size)
+    inputs = Inputs(config, cluster, strategy, global_batch_size)  # this worker's shards: nothing read yet
 
     with strategy.scope():
         model = build_model(config.model, inputs.source.image_shape, inputs.source.num_classes)
@@ -67,7 +67,7 @@ def train_and_evaluate(
         )
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
-    _check_same_step_everywhere(strategy, start_step)
+    inputs.agree(start_step)
     startup.reached("model_restored")
 
     steps_per_epoch, total_steps = inputs.steps_per_epoch, inputs.steps_per_epoch * config.epochs
@@ -157,14 +157,24 @@ class Inputs:
         self.source = datasets.load(config)
         self.train_shard = self.source.train.shard(cluster.rank, workers)
         self.test_shard = self.source.test.shard(cluster.rank, workers)
-        train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
         self.test_size = _limited(self.test_shard.size, config.test_examples, cluster.rank, workers)
+        self.train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
         reads = self.train_shard.reads
         (log.warning if self.train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, reads)
-        sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, self.test_size])
-        self.sizes = {"train_examples": sum(row[0] for row in sizes), "test_examples": sum(row[1] for row in sizes)}
-        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in sizes], config.per_worker_batch_size)
         self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.image_shape)
+
+    def agree(self, start_step: int) -> None:
+        """One collective: every worker's shard sizes (the smallest train shard sets the steps per epoch) and the
+        step it restored, which must be the same everywhere (else the workers would silently diverge)."""
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        rows = _gather_over_workers(self.strategy, rank, workers, [self.train_size, self.test_size, start_step])
+        if any(row[2] != start_step for row in rows):
+            raise ModelDirError(
+                f"the workers restored different checkpoints (steps by rank: {[row[2] for row in rows]}). Every "
+                f"worker must see the chief's --model-dir: mount the same shared volume on all of them"
+            )
+        self.sizes = {"train_examples": sum(row[0] for row in rows), "test_examples": sum(row[1] for row in rows)}
+        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], self.config.per_worker_batch_size)
 
     def train_iterator(self, start_step: int) -> Any:
         """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
@@ -300,16 +310,6 @@ def _gather_over_workers(
     total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
     replicas_per_worker = strategy.num_replicas_in_sync // workers  # each local replica added the same rows
     return [tuple(int(v) // replicas_per_worker for v in row) for row in total.numpy()]
-
-
-def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
-    """A worker that restored a different checkpoint than its peers would silently diverge."""
-    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(step, tf.int64))
-    if int(total) != step * strategy.num_replicas_in_sync:
-        raise ModelDirError(
-            f"the workers restored different checkpoints (this one: step {step}). Every worker "
-            f"must see the chief's --model-dir: mount the same shared volume on all of them"
-        )
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:

@@ -115,6 +115,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
     train_steps, _ = step_functions(strategy, model, optimizer, metrics, global_batch, test_batches=None)
     constant = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
     inputs = Inputs(config, cluster, strategy, global_batch)
+    inputs.agree(0)
     trainer_iterator = inputs.train_iterator(0)
     distributed = iter(
         strategy.distribute_datasets_from_function(
