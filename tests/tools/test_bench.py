@@ -95,7 +95,13 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     for name in ("trainer_one_process", "trainer_two_workers"):
         for run in results["variants"][name]["runs"]:
             in_time_order = sorted(run["startup_seconds"], key=run["startup_seconds"].get)
-            assert in_time_order == ["tensorflow_imported", "group_formed", "model_restored", "input_ready", "first_step"]
+            assert in_time_order == [
+                "tensorflow_imported",
+                "group_formed",
+                "model_restored",
+                "input_ready",
+                "first_step",
+            ]
             assert run["exit_seconds"] >= 0
     costs = results["step_costs"]
     assert costs["ms_per_step"]["collective_ops_in_the_step_function"] >= 1
