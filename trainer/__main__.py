@@ -9,10 +9,12 @@ import time
 
 STARTED_AT = time.time()  # before the heavy imports: time to first step counts them
 
+import atexit  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
@@ -24,7 +26,6 @@ from trainer.config import parse_config  # noqa: E402
 from trainer.errors import UserError, first_line  # noqa: E402
 
 log = logging.getLogger("trainer")
-_ASYNC_RUN: list[bool] = []  # set by main() when this process coordinated an async run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    from trainer.progress import Startup
+
+    startup = Startup(STARTED_AT)
+    startup.reached("tensorflow_imported")
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
@@ -109,14 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         if cluster.is_async:
             from trainer.train_async import train_async
 
-            _ASYNC_RUN.append(True)
             strategy, coordinator = create_parameter_server_strategy(cluster, config.startup_timeout)
-            train_async(config, cluster, strategy, coordinator, STARTED_AT, status)
+            startup.reached("group_formed")
+            train_async(config, cluster, strategy, coordinator, startup, status)
         else:
             from trainer.train import train_and_evaluate
 
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-            train_and_evaluate(config, cluster, strategy, STARTED_AT, status)
+            startup.reached("group_formed")
+            train_and_evaluate(config, cluster, strategy, startup, status)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -148,15 +154,19 @@ def main(argv: list[str] | None = None) -> int:
     return exit_codes.OK
 
 
+def exit_without_teardown(code: int) -> NoReturn:
+    """Ends the process once everything is persisted, skipping the interpreter's teardown of TensorFlow: its C++
+    destructors and thread joins took seconds on a busy machine, and after a lost worker the async coordinator's
+    RPC threads can abort (SIGABRT) in it. The exit functions (scratch directories, the log filter) still run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     from trainer import tf_log_filter
 
     # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
     tf_log_filter.install()
-    code = main()
-    if _ASYNC_RUN:
-        # The coordinator's RPC threads can abort (SIGABRT) in C++ teardown after a worker was lost: skip it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    exit_without_teardown(main())

@@ -63,6 +63,17 @@ class Progress:
         self.stream.flush()
 
 
+class Startup:
+    """Seconds from process start to each start-up milestone: where the time to the first step goes."""
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at
+        self.seconds: dict[str, float] = {}
+
+    def reached(self, milestone: str) -> None:
+        self.seconds[milestone] = round(time.time() - self.started_at, 3)
+
+
 class Throughput:
     """Examples per second between log points, the steady rate over the run, and the time to the first step.
 
@@ -70,9 +81,10 @@ class Throughput:
     `paused()` (evaluation) does not. The first interval after a (re)start is warm-up (tracing) and is left out.
     """
 
-    def __init__(self, global_batch_size: int, started_at: float) -> None:
+    def __init__(self, global_batch_size: int, startup: Startup) -> None:
         self.global_batch_size = global_batch_size
-        self.started_at = started_at
+        self.startup = startup
+        self.started_at = startup.started_at
         self.time_to_first_step: float | None = None
         self._interval_started = time.perf_counter()
         self._interval_steps = 0
@@ -85,6 +97,11 @@ class Throughput:
         self._interval_steps += steps
         if self.time_to_first_step is None:
             self.time_to_first_step = time.time() - self.started_at
+            self.startup.reached("first_step")
+
+    @property
+    def ran_a_step(self) -> bool:
+        return self.time_to_first_step is not None
 
     def end_interval(self) -> float | None:
         """Closes the interval since the last call: its examples/s, or None for the warm-up interval."""

@@ -28,6 +28,8 @@ def metrics_record(
         **results,
         "examples_per_second": throughput.steady_examples_per_second,
         "time_to_first_step_seconds": throughput.time_to_first_step,
+        # Seconds from process start to each milestone (tensorflow_imported, group_formed, ... first_step).
+        "startup_seconds": throughput.startup.seconds,
         "duration_seconds": time.time() - throughput.started_at,
         **run,
         "weights_sha256": weights_digest(model),
@@ -81,12 +83,26 @@ def report_training(
     )
 
 
-def report_epoch_without_test(progress: Progress, step: int, train_metrics: dict[str, float]) -> None:
-    """The epoch's line when its test pass is left to the evaluator task (--no-eval-in-loop)."""
-    progress.line(
-        f"epoch {progress.epoch_of(step)}/{progress.epochs} done: train loss {train_metrics['train_loss']:.4f} "
-        f"accuracy {train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
-    )
+def report_epoch(
+    progress: Progress,
+    status: StatusReporter,
+    writer: Any,
+    step: int,
+    train_metrics: dict[str, float],
+    test_metrics: dict[str, float],
+) -> None:
+    """The line that closes an epoch, with its test scalars and status; with no test metrics (--no-eval-in-loop:
+    an evaluator task follows the checkpoints), the training figures alone."""
+    epoch = progress.epoch_of(step)
+    if not test_metrics:
+        progress.line(
+            f"epoch {epoch}/{progress.epochs} done: train loss {train_metrics['train_loss']:.4f} "
+            f"accuracy {train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
+        )
+        return
+    write_scalars(writer, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
+    status.update(**test_metrics)
+    progress.epoch_done(epoch, {**train_metrics, **test_metrics})
 
 
 def report_finished(

@@ -25,15 +25,14 @@ from trainer.config import Config
 from trainer.errors import ModelDirError
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
-from trainer.progress import Progress, Throughput
+from trainer.progress import Progress, Startup, Throughput
 from trainer.report import (
     metrics_record,
-    report_epoch_without_test,
+    report_epoch,
     report_finished,
     report_running,
     report_training,
     summary_writers,
-    write_scalars,
 )
 from trainer.status import StatusReporter
 from trainer.strategy import is_group_failure
@@ -45,7 +44,7 @@ def train_and_evaluate(
     config: Config,
     cluster: Cluster,
     strategy: tf.distribute.Strategy,
-    started_at: float,
+    startup: Startup,
     status: StatusReporter | None = None,
 ) -> dict[str, Any]:
     """Trains (resuming from the newest checkpoint) and evaluates; the chief saves the model and
@@ -55,122 +54,62 @@ def train_and_evaluate(
     global_batch_size = config.per_worker_batch_size * workers
     learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
     keras.utils.set_random_seed(config.seed)
-
-    # Each worker opens only its own shard; the group then agrees on the steps per epoch.
-    source = datasets.load(config)
-    train_shard = source.train.shard(cluster.rank, workers)
-    test_shard = source.test.shard(cluster.rank, workers)
-    train_size = _limited(train_shard.size, config.train_examples, cluster.rank, workers)
-    test_size = _limited(test_shard.size, config.test_examples, cluster.rank, workers)
-    (log.warning if train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, train_shard.reads)
-    sizes = _gather_over_workers(strategy, cluster.rank, workers, [train_size, test_size])
-    split_sizes = {"train_examples": sum(train for train, _ in sizes), "test_examples": sum(test for _, test in sizes)}
-    steps_per_epoch = pipeline.steps_per_epoch([train for train, _ in sizes], config.per_worker_batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    log_every = config.effective_log_every
+    inputs = Inputs(config, cluster, strategy, global_batch_size)  # this worker's shards: nothing read yet
 
     with strategy.scope():
-        model = build_model(config.model, source.image_shape, source.num_classes)
+        model = build_model(config.model, inputs.source.image_shape, inputs.source.num_classes)
         optimizer = build_optimizer(learning_rate)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
-        metrics = _Metrics()
+        metrics = Metrics()
         checkpointer = Checkpointer(
             config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints, model=model, optimizer=optimizer
         )
-
     checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": global_batch_size})
     start_step = checkpointer.restore_latest()
-    _check_same_step_everywhere(strategy, start_step)
-    cache = pipeline.cache_kind(config.cache, train_shard, source.image_shape)
-    train_batches = strategy.distribute_datasets_from_function(
-        lambda context: pipeline.train_batches(
-            train_shard,
-            cluster.rank,
-            context.get_per_replica_batch_size(global_batch_size),
-            steps_per_epoch * config.per_worker_batch_size,
-            config.seed,
-            config.epochs,
-            min(start_step, total_steps),
-            steps_per_epoch,
-            config.shuffle_buffer,
-            cache,
-        )
-    )
-    test_cache = pipeline.cache_kind(config.cache, test_shard, source.image_shape)
-    test_batches = strategy.distribute_datasets_from_function(
-        lambda context: pipeline.test_batches(
-            test_shard, context.get_per_replica_batch_size(global_batch_size), test_size, test_cache
-        )
-    )
-    iterator = iter(train_batches)
-    train_steps, evaluate = _step_functions(strategy, model, optimizer, metrics, global_batch_size, test_batches)
+    inputs.agree(start_step)
+    startup.reached("model_restored")
 
+    steps_per_epoch, total_steps = inputs.steps_per_epoch, inputs.steps_per_epoch * config.epochs
+    iterator = inputs.train_iterator(min(start_step, total_steps))
+    train_steps, evaluate = step_functions(strategy, model, optimizer, metrics, global_batch_size, inputs.test())
     progress = Progress(total_steps, steps_per_epoch, config.epochs, enabled=cluster.is_chief or config.verbose_workers)
     progress.line(
-        _run_summary(
-            config,
-            split_sizes["train_examples"],
-            workers,
-            global_batch_size,
-            steps_per_epoch,
-            learning_rate,
-            start_step,
-        )
+        _run_summary(config, inputs.sizes["train_examples"], workers, steps_per_epoch, learning_rate, start_step)
     )
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     train_log, test_log = summary_writers(config.model_dir, cluster.is_chief)
     stop = StopSignal()
     report_running(status, progress, workers, start_step)
+    startup.reached("input_ready")
 
     step = last_checkpoint = start_step
-    throughput = Throughput(global_batch_size, started_at)
+    throughput = Throughput(global_batch_size, startup)
     test_metrics: dict[str, float] = {}
     epoch_train_metrics: dict[str, float] = {}
     try:
         while step < total_steps:
-            epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
-            next_log = (step // log_every + 1) * log_every
-            next_checkpoint = (
-                (step // config.checkpoint_every + 1) * config.checkpoint_every
-                if config.checkpoint_every
-                else epoch_end
-            )
-            # The first call runs one step, so the time to the first finished step is measured exactly.
-            steps = (
-                1
-                if throughput.time_to_first_step is None
-                else min(config.steps_per_loop, epoch_end - step, next_log - step, next_checkpoint - step)
-            )
+            epoch_end, next_checkpoint, steps = _next_call(config, step, steps_per_epoch, throughput.ran_a_step)
             stopping = int(train_steps(iterator, tf.constant(steps), tf.constant(int(stop.requested)))) > 0
             step += steps
             throughput.ran(steps)
-
             if stopping:
                 checkpointer.save(step)
                 status.update(state="preempted", global_step=step)
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
-
-            if step % log_every == 0 or step == epoch_end:
+            if step % config.effective_log_every == 0 or step == epoch_end:
                 # Reading a metric all-reduces it across workers: every worker reads at the same steps.
                 report_training(progress, status, train_log, throughput, optimizer, step, metrics.train)
-
-            # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
-            if step == epoch_end and (config.eval_in_loop or step == total_steps):
-                with throughput.paused():
-                    test_metrics = evaluate()
-                    epoch_train_metrics = metrics.train()
-                    progress.epoch_done(step // steps_per_epoch, {**epoch_train_metrics, **test_metrics})
-                    write_scalars(
-                        test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"]
-                    )
-                    status.update(**test_metrics)
-                    metrics.reset()
-            elif step == epoch_end:
+            if step == epoch_end:
                 epoch_train_metrics = metrics.train()
-                report_epoch_without_test(progress, step, epoch_train_metrics)
                 metrics.reset()
+                # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
+                evaluated = config.eval_in_loop or step == total_steps
+                if evaluated:
+                    with throughput.paused():
+                        test_metrics = evaluate()
+                report_epoch(progress, status, test_log, step, epoch_train_metrics, test_metrics if evaluated else {})
             if step == epoch_end or step == next_checkpoint:
                 checkpointer.save(step)
                 last_checkpoint = step
@@ -183,29 +122,95 @@ def train_and_evaluate(
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         test_metrics = evaluate()
-
     saving.save_model(model, config.model_dir, cluster.is_chief)
     checkpointer.close()
-    record = metrics_record(
-        config,
-        model,
-        throughput,
-        {**epoch_train_metrics, **test_metrics},
-        workers=workers,
-        global_batch_size=global_batch_size,
-        learning_rate=learning_rate,
-        steps=step,
-        resumed_from_step=start_step,
-        restarts=status.restarts,
-        steps_per_epoch=steps_per_epoch,
-        **split_sizes,
-        cache=cache,
-    )
+    shape = {"workers": workers, "global_batch_size": global_batch_size, "learning_rate": learning_rate}
+    progress_made = {"steps": step, "resumed_from_step": start_step, "restarts": status.restarts}
+    results = {**epoch_train_metrics, **test_metrics}
+    data: dict[str, int | str] = {**inputs.sizes, "steps_per_epoch": steps_per_epoch, "cache": inputs.cache}
+    record = metrics_record(config, model, throughput, results, **shape, **progress_made, **data)
     report_finished(config.model_dir, cluster.name, cluster.is_chief, status, step, test_metrics, record)
     return record
 
 
-class _Metrics:
+def _next_call(config: Config, step: int, steps_per_epoch: int, warmed_up: bool) -> tuple[int, int, int]:
+    """(the step that ends this epoch, the next periodic checkpoint's step, how many steps the next call runs):
+    a call stops at an epoch end, a log point or a checkpoint, whichever comes first."""
+    epoch_end = (step // steps_per_epoch + 1) * steps_per_epoch
+    next_log = (step // config.effective_log_every + 1) * config.effective_log_every
+    every = config.checkpoint_every
+    next_checkpoint = (step // every + 1) * every if every else epoch_end
+    # The first call runs one step, so the time to the first finished step is measured exactly.
+    steps = min(config.steps_per_loop, epoch_end - step, next_log - step, next_checkpoint - step) if warmed_up else 1
+    return epoch_end, next_checkpoint, steps
+
+
+class Inputs:
+    """This worker's shards of both splits, the steps per epoch the group agreed on, and their pipelines."""
+
+    def __init__(
+        self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, global_batch_size: int
+    ) -> None:
+        self.config, self.cluster, self.strategy, self.global_batch_size = config, cluster, strategy, global_batch_size
+        workers = cluster.num_workers
+        # Each worker opens only its own shard; the group then agrees on the steps per epoch.
+        self.source = datasets.load(config)
+        self.train_shard = self.source.train.shard(cluster.rank, workers)
+        self.test_shard = self.source.test.shard(cluster.rank, workers)
+        self.test_size = _limited(self.test_shard.size, config.test_examples, cluster.rank, workers)
+        self.train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
+        reads = self.train_shard.reads
+        (log.warning if self.train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, reads)
+        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.image_shape)
+
+    def agree(self, start_step: int) -> None:
+        """One collective: every worker's shard sizes (the smallest train shard sets the steps per epoch) and the
+        step it restored, which must be the same everywhere (else the workers would silently diverge)."""
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        rows = _gather_over_workers(self.strategy, rank, workers, [self.train_size, self.test_size, start_step])
+        if any(row[2] != start_step for row in rows):
+            raise ModelDirError(
+                f"the workers restored different checkpoints (steps by rank: {[row[2] for row in rows]}). Every "
+                f"worker must see the chief's --model-dir: mount the same shared volume on all of them"
+            )
+        self.sizes = {"train_examples": sum(row[0] for row in rows), "test_examples": sum(row[1] for row in rows)}
+        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], self.config.per_worker_batch_size)
+
+    def train_iterator(self, start_step: int) -> Any:
+        """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
+        plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
+        cross-worker check per step that the steps agreed by construction make needless (docs/bench.md)."""
+        config, rank, workers = self.config, self.cluster.rank, self.cluster.num_workers
+
+        def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return pipeline.train_batches(
+                self.train_shard,
+                rank,
+                context.get_per_replica_batch_size(self.global_batch_size),
+                self.steps_per_epoch * config.per_worker_batch_size,
+                config.seed,
+                config.epochs,
+                start_step,
+                self.steps_per_epoch,
+                config.shuffle_buffer,
+                self.cache,
+            )
+
+        if self.strategy.num_replicas_in_sync == workers:
+            return iter(batches(tf.distribute.InputContext(workers, rank, workers)))
+        return iter(self.strategy.distribute_datasets_from_function(batches))
+
+    def test(self) -> Any:
+        """The test split's batches; distributed, since workers' shards differ by up to one partial batch."""
+        cache = pipeline.cache_kind(self.config.cache, self.test_shard, self.source.image_shape)
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: pipeline.test_batches(
+                self.test_shard, context.get_per_replica_batch_size(self.global_batch_size), self.test_size, cache
+            )
+        )
+
+
+class Metrics:
     """Keras metrics with per-replica state; reading one all-reduces it, so every worker reads at the same steps."""
 
     def __init__(self) -> None:
@@ -228,11 +233,11 @@ class _Metrics:
             metric.reset_state()
 
 
-def _step_functions(
+def step_functions(
     strategy: tf.distribute.Strategy,
     model: keras.Model,
     optimizer: keras.optimizers.Optimizer,
-    metrics: _Metrics,
+    metrics: Metrics,
     global_batch_size: int,
     test_batches: Any,
 ) -> tuple[Callable[..., tf.Tensor], Callable[[], dict[str, float]]]:
@@ -279,15 +284,10 @@ def _step_functions(
 
 
 def _run_summary(
-    config: Config,
-    train_size: int,
-    workers: int,
-    global_batch_size: int,
-    steps_per_epoch: int,
-    learning_rate: float,
-    start_step: int,
+    config: Config, train_size: int, workers: int, steps_per_epoch: int, learning_rate: float, start_step: int
 ) -> str:
     """The run's first line: what trains on what, and how the work is split."""
+    global_batch_size = workers * config.per_worker_batch_size
     return (
         f"training {config.model} on {config.dataset}: {train_size} examples, "
         f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {global_batch_size}, "
@@ -310,16 +310,6 @@ def _gather_over_workers(
     total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(rows))
     replicas_per_worker = strategy.num_replicas_in_sync // workers  # each local replica added the same rows
     return [tuple(int(v) // replicas_per_worker for v in row) for row in total.numpy()]
-
-
-def _check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int) -> None:
-    """A worker that restored a different checkpoint than its peers would silently diverge."""
-    total = tf.function(lambda local: _sum_over_workers(strategy, local), autograph=False)(tf.constant(step, tf.int64))
-    if int(total) != step * strategy.num_replicas_in_sync:
-        raise ModelDirError(
-            f"the workers restored different checkpoints (this one: step {step}). Every worker "
-            f"must see the chief's --model-dir: mount the same shared volume on all of them"
-        )
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:

@@ -30,7 +30,7 @@ from trainer.config import Config
 from trainer.evaluator import evaluation_function
 from trainer.model import build_model, build_optimizer
 from trainer.preemption import Preempted, StopSignal
-from trainer.progress import Progress, Throughput
+from trainer.progress import Progress, Startup, Throughput
 from trainer.status import StatusReporter
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def train_async(
     cluster: Cluster,
     strategy: tf.distribute.Strategy,
     coordinator: Any,
-    started_at: float,
+    startup: Startup,
     status: StatusReporter,
 ) -> dict[str, Any]:
     """Trains asynchronously (resuming from the newest checkpoint), evaluates and saves; returns the metrics."""
@@ -93,7 +93,7 @@ def train_async(
     report.report_running(status, progress, cluster.num_workers, start_step)
 
     step = scheduled = start_step
-    throughput = Throughput(batch_size, started_at)
+    throughput = Throughput(batch_size, startup)
     sums = _zero_sums()  # since the epoch began
     in_flight: collections.deque = collections.deque()
     limit = CLOSURES_IN_FLIGHT_PER_WORKER * cluster.num_workers
@@ -129,18 +129,13 @@ def train_async(
             status.update(state="preempted", global_step=step)
             raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
         if step == epoch_end:
-            train_metrics = _epoch_metrics(sums)
-            if config.eval_in_loop or step == total_steps:
+            train_metrics, sums = _epoch_metrics(sums), _zero_sums()
+            # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
+            evaluated = config.eval_in_loop or step == total_steps
+            if evaluated:
                 with throughput.paused():
                     test_metrics = evaluate()
-                report.write_scalars(
-                    test_log, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"]
-                )
-                status.update(**test_metrics)
-                progress.epoch_done(step // steps_per_epoch, {**train_metrics, **test_metrics})
-            else:
-                report.report_epoch_without_test(progress, step, train_metrics)
-            sums = _zero_sums()
+            report.report_epoch(progress, status, test_log, step, train_metrics, test_metrics if evaluated else {})
         checkpointer.save(step)
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model

@@ -51,6 +51,7 @@ from .runs import BenchError, busy_cpu_seconds, clean_environment, log_tail, spr
 
 PEER_MODULE = "scripts.bench.tutorial_fit"
 INPUT_MODULE = "scripts.bench.input_pipeline"
+STEP_COSTS_MODULE = "scripts.bench.step_costs"
 INPUT_WORKERS = 2
 INPUT_SHARDS = 8  # at least INPUT_WORKERS: each worker reads only its own files
 VARIANTS = {
@@ -218,12 +219,14 @@ def run_once(
             )
         )
         log.close()
-    usages = wait_for(processes, args.timeout, run_dir)
+    exited_at: dict[int, float] = {}
+    usages = wait_for(processes, args.timeout, run_dir, exited_at)
     wall_seconds = time.monotonic() - started
     own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
     # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
     background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
     report = read_report(program, run_dir, model_dir)
+    metrics_file = pathlib.Path(ModelDir(str(model_dir)).metrics)
     return {
         "examples_per_second": report["examples_per_second"],
         "time_to_first_step_seconds": report["time_to_first_step_seconds"],
@@ -233,11 +236,18 @@ def run_once(
         "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
         "workers": report["workers"],
         "global_batch_size": report["global_batch_size"],
+        # The trainer's own start-up milestones, seconds from process start (the peer reports none).
+        "startup_seconds": report.get("startup_seconds", {}),
+        # From the chief's metrics.json (written just before its final line) to the last process's exit.
+        "exit_seconds": max(exited_at.values()) - metrics_file.stat().st_mtime if metrics_file.exists() else None,
     }
 
 
-def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path) -> list[Any]:
-    """Reaps every worker with wait4 (for its rusage); any failure or the timeout kills the rest."""
+def wait_for(
+    processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path, exited_at: dict[int, float]
+) -> list[Any]:
+    """Reaps every worker with wait4 (for its rusage) and notes when each exited (within 0.1 s); any failure or
+    the timeout kills the rest."""
     deadline = time.monotonic() + timeout
     usages: dict[int, Any] = {}
     try:
@@ -250,6 +260,7 @@ def wait_for(processes: list[subprocess.Popen], timeout: float, run_dir: pathlib
                     continue
                 process.returncode = os.waitstatus_to_exitcode(status)
                 usages[index] = usage
+                exited_at[index] = time.time()
                 if process.returncode != 0:
                     raise BenchError(
                         f"worker {index} exited with code {process.returncode}; its log is "
@@ -374,6 +385,33 @@ def input_pipeline_once(args: argparse.Namespace, files: pathlib.Path, run_dir: 
     return json.loads(lines[-1])
 
 
+def step_costs_once(args: argparse.Namespace, run_dir: pathlib.Path) -> dict[str, Any]:
+    """The two-worker step's breakdown and the scaling model (scripts/bench/step_costs.py), worker 0's report."""
+    run_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", STEP_COSTS_MODULE, "--batch", str(args.global_batch_size // 2)]
+    argv += ["--steps", str(max(10, args.steps // 4)), "--repeats", str(max(3, args.repeats))]
+    ports = free_ports(2)
+    processes = []
+    for index in range(2):
+        worker_tf_config = tf_config({"Worker": 2}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
+        with open(run_dir / f"worker-{index}.log", "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    argv,
+                    cwd=ROOT,
+                    env={**clean_environment(), "TF_CONFIG": str(worker_tf_config)},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    wait_for(processes, args.timeout, run_dir, {})
+    lines = [line for line in (run_dir / "worker-0.log").read_text().splitlines() if line.startswith("{")]
+    if not lines:
+        raise BenchError(f"{STEP_COSTS_MODULE} printed no result; see {run_dir / 'worker-0.log'}")
+    return json.loads(lines[-1])
+
+
 def run_input_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, list[dict[str, Any]]]:
     """Pipeline alone, then the trainer's two workers on the same files, `--repeats` rounds."""
     files = write_records(args, scratch / "records")
@@ -423,6 +461,20 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         # The largest worker in each run: the figure a pod's memory limit has to cover.
         "peak_rss_bytes_per_worker": spread([max(run["peak_rss_bytes"]) for run in runs]),
         "background_cpu_share": spread([run["background_cpu_share"] for run in runs]),
+        **(
+            {
+                "first_step_after_group_formed_seconds": spread(
+                    [run["startup_seconds"]["first_step"] - run["startup_seconds"]["group_formed"] for run in runs]
+                ),
+                "startup_seconds": {
+                    milestone: statistics.median(run["startup_seconds"][milestone] for run in runs)
+                    for milestone in runs[0]["startup_seconds"]
+                },
+                "exit_seconds": spread([run["exit_seconds"] for run in runs]),
+            }
+            if runs[0]["startup_seconds"]
+            else {}
+        ),
     }
 
 
@@ -452,6 +504,18 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any], inputs: dic
             ">=",
         ),
         ("time_to_first_step_seconds", "trainer time to first step, s (slowest variant's median)", first_step, "<="),
+        (
+            "first_step_after_group_formed_seconds",
+            "trainer first step after the group formed, s (slowest variant's median)",
+            max(summaries[name]["first_step_after_group_formed_seconds"]["median"] for name in trainer),
+            "<=",
+        ),
+        (
+            "exit_seconds",
+            "trainer exit after its final line, s (slowest variant's median)",
+            max(summaries[name]["exit_seconds"]["median"] for name in trainer),
+            "<=",
+        ),
         ("peak_rss_bytes", "trainer peak RSS per worker, bytes (largest seen)", rss, "<="),
         (
             "input_over_step",
@@ -551,6 +615,27 @@ def print_table(results: dict[str, Any]) -> None:
         f"{inputs['input_over_step']['of_medians']:.1f}x (per round: "
         f"{', '.join(f'{r:.1f}x' for r in inputs['input_over_step']['per_round'])})"
     )
+    for name, variant in results["variants"].items():
+        milestones = variant["summary"].get("startup_seconds")
+        if milestones:
+            print(
+                f"{name} start-up, s from process start: "
+                + ", ".join(f"{milestone} {seconds:.2f}" for milestone, seconds in milestones.items())
+                + f"; exit {variant['summary']['exit_seconds']['median']:.2f} s after the final line"
+            )
+    costs = results["step_costs"]
+    print(
+        "two workers' step, ms (worker 0): "
+        + ", ".join(f"{part} {ms:.1f}" for part, ms in costs["breakdown_ms"].items())
+        + f"; the distributed iterator instead of the trainer's: {costs['ms_per_step']['distributed_iterator']:.1f}"
+        f" against {costs['ms_per_step']['trainer']:.1f}"
+    )
+    model = costs["scaling_model"]
+    print(
+        f"predicted efficiency, workers on separate machines ({model['bandwidth_gbit']:.2f} Gbit/s, "
+        f"{model['hop_latency_us']:.0f} us per hop): "
+        + ", ".join(f"{n} workers {100 * e:.0f}%" for n, e in model["efficiency_by_workers"].items())
+    )
     for target in results["targets"]:
         print(
             f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
@@ -579,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = run_rounds(plan, args, scratch, "main")
             sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
             input_runs = run_input_rounds(args, scratch)
+            print("[step costs] two workers' step, part by part ...", flush=True)
+            step_costs = step_costs_once(args, scratch / "step-costs")
             async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
@@ -643,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "ratios": ratios,
         "input": inputs,
+        "step_costs": step_costs,
         "targets": check_targets(summaries, ratios, inputs),
         "warnings": warnings,
     }

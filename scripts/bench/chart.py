@@ -18,6 +18,8 @@ TARGETS = {
     "trainer_over_peer": 1.8,
     "two_workers_over_one_process": 0.9,
     "time_to_first_step_seconds": 15.0,
+    "first_step_after_group_formed_seconds": 2.0,
+    "exit_seconds": 1.0,
     "peak_rss_bytes": 1.5e9,
     "input_over_step": 3.0,
 }

@@ -87,10 +87,31 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
         "trainer_over_peer",
         "two_workers_over_one_process",
         "time_to_first_step_seconds",
+        "first_step_after_group_formed_seconds",
+        "exit_seconds",
         "peak_rss_bytes",
         "input_over_step",
     }
     assert all(isinstance(target["met"], bool) for target in results["targets"])
+    for name in ("trainer_one_process", "trainer_two_workers"):
+        for run in results["variants"][name]["runs"]:
+            in_time_order = sorted(run["startup_seconds"], key=run["startup_seconds"].get)
+            assert in_time_order == [
+                "tensorflow_imported",
+                "group_formed",
+                "model_restored",
+                "input_ready",
+                "first_step",
+            ]
+            assert run["exit_seconds"] >= 0
+    costs = results["step_costs"]
+    assert costs["ms_per_step"]["collective_ops_in_the_step_function"] >= 1
+    assert all(costs["ms_per_step"][part] > 0 for part in ("compute_alone", "allreduce_model", "trainer"))
+    assert set(costs["breakdown_ms"]) == {"compute", "allreduce_transfer", "wait_and_handoffs", "input"}
+    efficiency = costs["scaling_model"]["efficiency_by_workers"]
+    assert list(efficiency) == ["2", "4", "8", "16", "64"]
+    assert all(0 < e <= 1 for e in efficiency.values()) and efficiency["2"] >= efficiency["64"]
+    assert "two workers' step, ms" in result.stdout and "predicted efficiency" in result.stdout
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
     assert "async" not in results
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)

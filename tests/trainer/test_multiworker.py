@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -242,3 +243,26 @@ def test_every_model_variant_ends_with_identical_weights_on_both_workers(model, 
     for result in results.values():
         assert result.returncode == 0, result.output[-3000:]
     assert len({finished_line(r.output).split("weights sha256 ")[1] for r in results.values()}) == 1
+
+
+@pytest.mark.slow
+def test_workers_that_restored_different_checkpoints_stop_with_the_fix(tmp_path):
+    """A worker whose --model-dir is not the chief's shared volume restores another step: training on would
+    silently diverge, so every worker exits 2 naming the fix."""
+    run = trainer_flags(dataset="synthetic", train_examples=256, test_examples=64, per_worker_batch_size=32)
+    first = run_group(2, [*run, "--epochs", "1", "--model-dir", str(tmp_path / "shared")])
+    assert all(result.returncode == 0 for result in first.values()), first
+    # The same run's setup without its checkpoints: the worker that mounts it restores step 0, the chief step 4.
+    shutil.copytree(tmp_path / "shared", tmp_path / "local")
+    shutil.rmtree(layout.ModelDir(str(tmp_path / "local")).checkpoints)
+    cluster = worker_cluster(2)
+    processes = {
+        f"worker-{index}": start(
+            [*run, "--epochs", "2", "--model-dir", str(tmp_path / model_dir)], tf_config(cluster, "worker", index)
+        )
+        for index, model_dir in enumerate(["shared", "local"])
+    }
+    for result in wait_all(processes, timeout=240).values():
+        assert result.returncode == 2, result.output[-2000:]
+        assert "restored different checkpoints (steps by rank: [4, 0])" in result.output
+        assert "mount the same shared volume" in result.output

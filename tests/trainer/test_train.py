@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import time
 
 import pytest
 import tensorflow as tf
@@ -10,6 +11,7 @@ import tensorflow as tf
 from trainer import layout, model
 from trainer.cluster import SINGLE_PROCESS
 from trainer.config import parse_config
+from trainer.progress import Startup
 from trainer.status import StatusReporter
 from trainer.train import train_and_evaluate
 
@@ -41,7 +43,7 @@ def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
     status = StatusReporter(config.model_dir, enabled=True)
     try:
-        return train_and_evaluate(config, SINGLE_PROCESS, two_replicas(), started_at=0.0, status=status)
+        return train_and_evaluate(config, SINGLE_PROCESS, two_replicas(), Startup(time.time()), status=status)
     finally:
         status.close()
 
