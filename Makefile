@@ -102,7 +102,7 @@ delete: install ## delete the TFJob (the volume and its model stay)
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 	$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
-bench: install ## throughput, scaling and start-up against the tutorial loop; writes bench/ (BENCH_ARGS=, ARGS=)
+bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
 
 clean: ## remove local runs and caches (keeps .venv)

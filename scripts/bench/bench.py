@@ -11,9 +11,11 @@ interleaved the same way:
   input_pipeline       worker 0 of 2's input pipeline alone (scripts/bench/input_pipeline.py, decode included)
   trainer_on_files     python -m trainer, two local workers on the same files, --cache none
 and the ratio of the first to the second's examples/s per worker (the step's demand on one worker's input),
-which must be at least 3: input never starves the step. Writes bench/results.json and
-bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N workers. Trainer flags for every
-trainer run go after `--`:  python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
+which must be at least 3: input never starves the step. Then the async phase (scripts/bench/async_modes.py;
+`--no-async` skips it): sync 2 workers against async 2 workers + 1 ps, with and without a straggler on one
+worker. Writes bench/results.json and bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N
+workers. Trainer flags for every trainer run (the async phase's too) go after `--`:
+  python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from scripts.common.cli import split_trainer_flags
 from scripts.common.ports import free_ports
-from scripts.common.processes import inherited_environment, peak_rss_bytes, signal_group
+from scripts.common.processes import peak_rss_bytes, signal_group
 from scripts.common.settings import ROOT
 from scripts.common.tfconfig import tf_config
 from trainer.atomic_file import replaced_on_success, write_json
@@ -43,7 +45,9 @@ from trainer.config import parse_config  # pure Python: no TensorFlow import her
 from trainer.errors import ConfigError
 from trainer.layout import ModelDir
 
+from . import async_modes
 from .chart import TARGETS, draw
+from .runs import BenchError, busy_cpu_seconds, clean_environment, log_tail, spread
 
 PEER_MODULE = "scripts.bench.tutorial_fit"
 INPUT_MODULE = "scripts.bench.input_pipeline"
@@ -58,10 +62,6 @@ VARIANTS = {
 
 # Above this share of the CPUs taken by other processes during a run, the figures are flagged as noisy.
 BUSY_SHARE = 0.05
-
-
-class BenchError(RuntimeError):
-    """A run failed or the settings cannot work; the message says which and where its logs are."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -93,6 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go"
     )
+    async_modes.add_arguments(parser)
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
@@ -117,6 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
         )
     args.warmup_steps = warmup
+    if not args.no_async:
+        async_log_every = parse_config([*async_modes.LOOP_FLAGS, *trainer_flags], environ={}).effective_log_every
+        async_modes.check_arguments(parser, args, async_log_every)
     return args
 
 
@@ -185,22 +189,6 @@ def command(
         str(model_dir),
         *args.trainer_flags,
     ]
-
-
-def clean_environment() -> dict[str, str]:
-    """This shell's environment minus anything that would change what a run does."""
-    env = inherited_environment()
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-def busy_cpu_seconds() -> float:
-    """CPU time the whole machine has spent busy since boot (every process, every core)."""
-    import psutil
-
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 def run_once(
@@ -287,10 +275,6 @@ def wait_for(
                 signal_group(process.pid, signal.SIGKILL)
                 process.wait()
     return [usages[index] for index in range(len(processes))]
-
-
-def log_tail(path: pathlib.Path, lines: int = 15) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
@@ -467,17 +451,6 @@ def input_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "of_medians": statistics.median(alone) / statistics.median(demand),
             "per_round": [a / d for a, d in zip(alone, demand, strict=True)],
         },
-    }
-
-
-def spread(values: list[float]) -> dict[str, Any]:
-    median = statistics.median(values)
-    return {
-        "median": median,
-        "min": min(values),
-        "max": max(values),
-        "spread_percent": 100 * (max(values) - min(values)) / median if median else None,
-        "values": values,
     }
 
 
@@ -668,6 +641,8 @@ def print_table(results: dict[str, Any]) -> None:
             f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:,.3g} "
             f"(target {target['target']})"
         )
+    if "async" in results:
+        async_modes.print_summary(results["async"])
     if results["warnings"]:
         print("\n".join(f"warning: {text}" for text in results["warnings"]))
 
@@ -691,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
             input_runs = run_input_rounds(args, scratch)
             print("[step costs] two workers' step, part by part ...", flush=True)
             step_costs = step_costs_once(args, scratch / "step-costs")
+            async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
@@ -710,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
         for variant_runs in [*runs.values(), input_runs["trainer_on_files"]]
         for run in variant_runs
     ]
+    if async_runs:
+        shares += [run["background_cpu_share"] for variant_runs in async_runs.values() for run in variant_runs]
     warnings = []
     if max(shares) > BUSY_SHARE:
         warnings.append(
@@ -756,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
         "targets": check_targets(summaries, ratios, inputs),
         "warnings": warnings,
     }
+    if async_runs:
+        results["async"] = async_modes.summarize(async_runs, args)
     if sweep_runs:
         results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs

@@ -1,4 +1,5 @@
-"""Draws bench/results.json as one PNG: throughput, start-up, memory, input vs step (and the worker sweep, if run)."""
+"""Draws bench/results.json as one PNG: throughput, start-up, memory, input vs step (and the worker sweep and
+the async phase, if run)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ TARGETS = {
     "input_over_step": 3.0,
 }
 INPUT_COLOURS = ("#74c476", "#2171b5")
+ASYNC_COLOURS = {
+    "sync_two_workers": "#2171b5",
+    "async_two_workers": "#6a51a3",
+    "sync_two_workers_straggler": "#9ecae1",
+    "async_two_workers_straggler": "#bcbddc",
+}
 
 
 def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, fmt: str) -> None:
@@ -116,10 +123,68 @@ def _input(axis, inputs: dict[str, Any], met: bool) -> None:
     _target_line(axis, need, f"target {TARGETS['input_over_step']:g}x the step = {need:,.0f}", met)
 
 
+def _async_throughput(axis, phase: dict[str, Any]) -> None:
+    """Examples/s of sync and async, without and with the straggler, with the slow-down ratios."""
+    variants = phase["variants"]
+    for position, (name, variant) in enumerate(variants.items()):
+        summary = variant["summary"]["examples_per_second"]
+        height = summary["median"]
+        axis.bar(position, height, color=ASYNC_COLOURS.get(name, "grey"), width=0.6)
+        axis.errorbar(
+            position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black", capsize=5
+        )
+        axis.scatter([position] * len(summary["values"]), summary["values"], color="black", s=10, zorder=3)
+        axis.text(
+            position,
+            height / 2,
+            f"{height:,.0f}",
+            ha="center",
+            va="center",
+            fontsize=11,
+            fontweight="bold",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+        )
+    axis.set_xticks(range(len(variants)), [variant["label"].replace(", ", "\n") for variant in variants.values()])
+    axis.grid(axis="y", alpha=0.3)
+    ratios = phase["ratios"]
+    straggler = phase["config"]["straggler"]
+    axis.set_title(
+        f"Sync vs async (examples/s); straggler {straggler['replica']} stopped "
+        f"{100 * straggler['stopped_share']:.0f}% of the time\nwith it: sync "
+        f"{ratios['sync_straggler_over_sync']['of_medians']:.2f}x, async "
+        f"{ratios['async_straggler_over_async']['of_medians']:.2f}x of their own rate without it",
+        fontsize=10,
+    )
+
+
+def _async_accuracy(axis, phase: dict[str, Any]) -> None:
+    """Test accuracy after each epoch against seconds from launch, every run (start-up included)."""
+    for name, variant in phase["variants"].items():
+        for run in variant["runs"]:
+            seconds = [evaluation["seconds"] for evaluation in run["evaluations"]]
+            accuracy = [evaluation["test_accuracy"] for evaluation in run["evaluations"]]
+            axis.plot(
+                seconds,
+                accuracy,
+                marker="o",
+                color=ASYNC_COLOURS.get(name, "grey"),
+                label=variant["label"] if run["round"] == 0 else None,
+            )
+    axis.set_xlabel("seconds from the launch of the processes (start-up included)")
+    axis.set_ylabel("test accuracy after the epoch")
+    reached = phase["config"]["reached_accuracy"]
+    axis.axhline(reached, color="grey", linestyle=":", linewidth=1, label=f"{reached:g}: within 0.01 of the best")
+    axis.set_title(f"Test accuracy after each epoch over wall time\n{phase['config']['data']}", fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="lower right")
+
+
 def draw(results: dict[str, Any], path: pathlib.Path) -> None:
     """Writes the chart as PNG to `path` (whatever its suffix)."""
     sweep = results.get("sweep")
-    figure, grid = plt.subplots(2, 3 if sweep else 2, figsize=(13 if sweep else 11, 11.2), squeeze=False)
+    phase = results.get("async")
+    rows = 3 if phase else 2
+    figure, grid = plt.subplots(rows, 3 if sweep else 2, figsize=(13 if sweep else 11, 5.6 * rows), squeeze=False)
     axes = grid.flatten()
     met = {row["key"]: row["met"] for row in results["targets"]}
     peer = results["variants"]["peer_two_workers"]["summary"]["examples_per_second"]["median"]
@@ -152,9 +217,15 @@ def draw(results: dict[str, Any], path: pathlib.Path) -> None:
     _target_line(axes[2], rss_gb, f"target {rss_gb:g} GB", met["peak_rss_bytes"])
 
     _input(axes[3], results["input"], met["input_over_step"])
+    columns = 3 if sweep else 2
     if sweep:
         _sweep(axes[4], sweep, results["machine"]["logical_cpus"])
         axes[5].set_visible(False)
+    if phase:
+        _async_throughput(axes[2 * columns], phase)
+        _async_accuracy(axes[2 * columns + 1], phase)
+        for axis in axes[2 * columns + 2 :]:
+            axis.set_visible(False)
 
     ratios = results["ratios"]
     config, machine = results["config"], results["machine"]

@@ -48,6 +48,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
         "16",
         "--workers",
         "2",
+        "--no-async",  # tests/tools/test_bench_async.py runs that phase
         "--output-dir",
         str(tmp_path),
         timeout=900,
@@ -112,6 +113,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert all(0 < e <= 1 for e in efficiency.values()) and efficiency["2"] >= efficiency["64"]
     assert "two workers' step, ms" in result.stdout and "predicted efficiency" in result.stdout
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
+    assert "async" not in results
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
 
     chart = (tmp_path / "bench.png").read_bytes()
