@@ -79,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
-    if config.threads:
-        # Must precede every TF op; more threads than cores makes co-located workers fight over them.
-        tf.config.threading.set_intra_op_parallelism_threads(config.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(config.threads)
+    # Must precede every TF op. Several processes of one group on one host would each start a pool per core:
+    # more threads than cores, fighting over them (docs/bench.md measures the gain of sharing the cores out).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = config.threads or cores // cluster.tasks_on_this_host
+    if config.threads or cluster.tasks_on_this_host > 1:
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, threads))
+        tf.config.threading.set_inter_op_parallelism_threads(max(1, threads))
 
     from trainer.preemption import Preempted
     from trainer.preflight import check_inputs_before_the_group_forms

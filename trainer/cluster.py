@@ -88,6 +88,14 @@ class Cluster:
         return self.task_type in TRAINING_TYPES and self.rank == 0
 
     @property
+    def tasks_on_this_host(self) -> int:
+        """Members of TF_CONFIG (every task type) whose host is this task's: co-located processes share its cores."""
+        if not self.members:
+            return 1
+        host = self.members[self.task_type][self.task_index].rsplit(":", 1)[0]
+        return sum(address.rsplit(":", 1)[0] == host for addresses in self.members.values() for address in addresses)
+
+    @property
     def chief_address(self) -> str | None:
         return self.training_addresses[0] if self.training_addresses else None
 

@@ -86,9 +86,8 @@ class Config:
     collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
     threads: int = _field(
         0,
-        "TensorFlow intra- and inter-op threads (0 = one per visible core); set it to the "
-        "cores this worker really has: k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit "
-        "(rounded up), on one machine use cores / workers",
+        "TensorFlow intra- and inter-op threads (0 = the visible cores, shared out among the TF_CONFIG tasks "
+        "on this host); k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit (rounded up)",
     )
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")

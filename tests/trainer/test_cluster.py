@@ -170,3 +170,19 @@ def test_async_without_ps_exits_2_before_tensorflow_is_imported():
     assert result.returncode == 2
     assert "tensorflow imported: False" in result.stdout
     assert "TF_CONFIG cluster.ps: missing" in result.stderr and "--strategy sync" in result.stderr
+
+
+def test_tasks_on_this_host_count_the_processes_that_share_its_cores():
+    local = {"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "task": {"type": "worker", "index": 1}}
+    assert parse_tf_config(json.dumps(local)).tasks_on_this_host == 2
+    pods = operator_tf_config({"Worker": 2}, "Worker", 0, operator_address("job", "default", 2222))
+    assert parse_tf_config(pods).tasks_on_this_host == 1  # each pod has its own host name and cores
+    async_cluster = {
+        "chief": ["localhost:1"],
+        "ps": ["localhost:2"],
+        "worker": ["localhost:3", "other:4"],
+        "evaluator": ["localhost:5"],
+    }
+    on_localhost = {"cluster": async_cluster, "task": {"type": "ps", "index": 0}}
+    assert parse_tf_config(json.dumps(on_localhost)).tasks_on_this_host == 4
+    assert SINGLE_PROCESS.tasks_on_this_host == 1
