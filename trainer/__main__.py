@@ -70,32 +70,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return exit_codes.BAD_CONFIG
 
-    import tensorflow as tf
-
     from trainer.progress import Startup
-
-    startup = Startup(STARTED_AT)
-    startup.reached("tensorflow_imported")
-    # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
-
-    # Must precede every TF op. Several processes of one group on one host would each start a pool per core:
-    # more threads than cores, fighting over them (docs/bench.md measures the gain of sharing the cores out).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = config.threads or cores // cluster.tasks_on_this_host
-    if config.threads or cluster.tasks_on_this_host > 1:
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, threads))
-        tf.config.threading.set_inter_op_parallelism_threads(max(1, threads))
-
-    from trainer.preemption import Preempted
-    from trainer.preflight import check_inputs_before_the_group_forms
-    from trainer.strategy import (
+    from trainer.strategy import (  # imports TensorFlow: most of the start-up
         create_parameter_server_strategy,
         create_strategy,
         is_group_failure,
         leave_group,
         run_server,
+        share_cores,
     )
+
+    startup = Startup(STARTED_AT)
+    startup.reached("tensorflow_imported")
+    share_cores(config.threads, cluster)  # before any TensorFlow op
+    # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+
+    from trainer.preemption import Preempted
+    from trainer.preflight import check_inputs_before_the_group_forms
 
     if cluster.role == "server":
         run_server(cluster, config.startup_timeout)

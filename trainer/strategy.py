@@ -63,6 +63,18 @@ if not ready:
 """
 
 
+def share_cores(threads: int, cluster: Cluster) -> None:
+    """Sizes TensorFlow's thread pools; call it before any TensorFlow op. threads 0: the visible cores, shared out
+    among the TF_CONFIG tasks on this host, since processes that each start a pool per core run more threads than
+    there are cores and fight over them (docs/bench.md measures the gain); alone on its host, TensorFlow's default."""
+    if not threads and cluster.tasks_on_this_host == 1:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = threads or max(1, cores // cluster.tasks_on_this_host)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
 def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy for a group of two or more, the default strategy for one process."""
     if not cluster.is_distributed:

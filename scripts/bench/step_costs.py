@@ -43,7 +43,7 @@ from trainer import pipeline
 from trainer.cluster import from_environment
 from trainer.config import parse_config
 from trainer.model import build_model, build_optimizer
-from trainer.strategy import create_strategy, leave_group
+from trainer.strategy import create_strategy, leave_group, share_cores
 from trainer.train import Inputs, Metrics, step_functions
 
 IMAGE_SHAPE, CLASSES = (28, 28, 1), 10
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
          str(2 * args.batch * args.steps * (args.repeats + 1)), "--epochs", "1"],
         environ={},
     )  # fmt: skip
+    share_cores(config.threads, cluster)  # the thread pools the trainer would have
     strategy = create_strategy(cluster, config.collective, config.startup_timeout)
     ms = _measure(strategy, cluster, config, args)
     if cluster.is_chief:
