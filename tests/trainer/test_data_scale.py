@@ -266,6 +266,10 @@ RESUME_FLAGS = [
     "4",
     "--log-every",
     "20",
+    # The same thread pools in both runs (run-local sets TRAINER_THREADS from the pod's CPU limit, a bare group
+    # shares the cores out): the number of intra-op threads changes float rounding, hence the weights' digest.
+    "--threads",
+    "1",
 ]
 
 
