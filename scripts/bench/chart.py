@@ -35,28 +35,34 @@ ASYNC_COLOURS = {
 def _bars(axis, results: dict[str, Any], key: str, scale: float, use_max: bool, fmt: str) -> None:
     names = list(results["variants"])
     for position, name in enumerate(names):
-        summary = results["variants"][name]["summary"][key]
-        height = (summary["max"] if use_max else summary["median"]) / scale
-        low, high = summary["min"] / scale, summary["max"] / scale
-        axis.bar(position, height, color=COLOURS.get(name, "grey"), width=0.6)
-        if not use_max:
-            axis.errorbar(position, height, yerr=[[height - low], [high - height]], color="black", capsize=5)
-        points = summary["values"]
-        axis.scatter([position] * len(points), [p / scale for p in points], color="black", s=10, zorder=3)
-        # The median, written inside its bar so it cannot collide with whiskers or target lines.
-        axis.text(
-            position,
-            height / 2,
-            fmt.format(height),
-            ha="center",
-            va="center",
-            fontsize=11,
-            fontweight="bold",
-            color="black",
-            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
-        )
+        _bar(axis, position, results["variants"][name]["summary"][key], COLOURS.get(name, "grey"), fmt, scale, use_max)
     axis.set_xticks(range(len(names)), [results["variants"][name]["label"].replace(", ", "\n") for name in names])
     axis.grid(axis="y", alpha=0.3)
+
+
+def _bar(
+    axis, position: int, summary: dict[str, Any], colour: str, fmt: str = "{:,.0f}", scale: float = 1, use_max=False
+) -> None:
+    """One variant: a bar at its median (or max), whiskers from min to max, a dot per run, the figure inside."""
+    height = (summary["max"] if use_max else summary["median"]) / scale
+    low, high = summary["min"] / scale, summary["max"] / scale
+    axis.bar(position, height, color=colour, width=0.6)
+    if not use_max:
+        axis.errorbar(position, height, yerr=[[height - low], [high - height]], color="black", capsize=5)
+    points = summary["values"]
+    axis.scatter([position] * len(points), [p / scale for p in points], color="black", s=10, zorder=3)
+    # The median, written inside its bar so it cannot collide with whiskers or target lines.
+    axis.text(
+        position,
+        height / 2,
+        fmt.format(height),
+        ha="center",
+        va="center",
+        fontsize=11,
+        fontweight="bold",
+        color="black",
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+    )
 
 
 def _target_line(axis, value: float, text: str, met: bool) -> None:
@@ -100,22 +106,7 @@ def _input(axis, inputs: dict[str, Any], met: bool) -> None:
         ("training step\n(per worker, same files)", inputs["step_examples_per_second_per_worker"]),
     ]
     for position, ((_, summary), colour) in enumerate(zip(bars, INPUT_COLOURS, strict=True)):
-        height = summary["median"]
-        axis.bar(position, height, color=colour, width=0.6)
-        axis.errorbar(
-            position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black", capsize=5
-        )
-        axis.scatter([position] * len(summary["values"]), summary["values"], color="black", s=10, zorder=3)
-        axis.text(
-            position,
-            height / 2,
-            f"{height:,.0f}",
-            ha="center",
-            va="center",
-            fontsize=11,
-            fontweight="bold",
-            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
-        )
+        _bar(axis, position, summary, colour)
     axis.set_xticks(range(len(bars)), [label for label, _ in bars])
     axis.grid(axis="y", alpha=0.3)
     axis.set_title(f"Input vs step on TFRecord files (examples/s): {inputs['input_over_step']['of_medians']:.1f}x")
@@ -127,23 +118,7 @@ def _async_throughput(axis, phase: dict[str, Any]) -> None:
     """Examples/s of sync and async, without and with the straggler, with the slow-down ratios."""
     variants = phase["variants"]
     for position, (name, variant) in enumerate(variants.items()):
-        summary = variant["summary"]["examples_per_second"]
-        height = summary["median"]
-        axis.bar(position, height, color=ASYNC_COLOURS.get(name, "grey"), width=0.6)
-        axis.errorbar(
-            position, height, yerr=[[height - summary["min"]], [summary["max"] - height]], color="black", capsize=5
-        )
-        axis.scatter([position] * len(summary["values"]), summary["values"], color="black", s=10, zorder=3)
-        axis.text(
-            position,
-            height / 2,
-            f"{height:,.0f}",
-            ha="center",
-            va="center",
-            fontsize=11,
-            fontweight="bold",
-            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
-        )
+        _bar(axis, position, variant["summary"]["examples_per_second"], ASYNC_COLOURS.get(name, "grey"))
     axis.set_xticks(range(len(variants)), [variant["label"].replace(", ", "\n") for variant in variants.values()])
     axis.grid(axis="y", alpha=0.3)
     ratios = phase["ratios"]
