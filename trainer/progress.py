@@ -84,8 +84,6 @@ class Throughput:
     def __init__(self, global_batch_size: int, startup: Startup) -> None:
         self.global_batch_size = global_batch_size
         self.startup = startup
-        self.started_at = startup.started_at
-        self.time_to_first_step: float | None = None
         self._interval_started = time.perf_counter()
         self._interval_steps = 0
         self._intervals = 0
@@ -95,13 +93,17 @@ class Throughput:
     def ran(self, steps: int) -> None:
         """Counts `steps` finished training steps."""
         self._interval_steps += steps
-        if self.time_to_first_step is None:
-            self.time_to_first_step = time.time() - self.started_at
+        if not self.ran_a_step:
             self.startup.reached("first_step")
 
     @property
     def ran_a_step(self) -> bool:
-        return self.time_to_first_step is not None
+        return "first_step" in self.startup.seconds
+
+    @property
+    def time_to_first_step(self) -> float | None:
+        """Seconds from process start to the first finished step (after a restart: this process's start)."""
+        return self.startup.seconds.get("first_step")
 
     def end_interval(self) -> float | None:
         """Closes the interval since the last call: its examples/s, or None for the warm-up interval."""

@@ -30,7 +30,7 @@ def metrics_record(
         "time_to_first_step_seconds": throughput.time_to_first_step,
         # Seconds from process start to each milestone (tensorflow_imported, group_formed, ... first_step).
         "startup_seconds": throughput.startup.seconds,
-        "duration_seconds": time.time() - throughput.started_at,
+        "duration_seconds": time.time() - throughput.startup.started_at,
         **run,
         "weights_sha256": weights_digest(model),
         "config": config.to_dict(),

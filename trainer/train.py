@@ -177,11 +177,9 @@ class Inputs:
         self.sizes = {"train_examples": sum(row[0] for row in rows), "test_examples": sum(row[1] for row in rows)}
         self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], self.config.per_worker_batch_size)
 
-    def train_iterator(self, start_step: int) -> Any:
-        """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
-        plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
-        cross-worker check per step that the steps agreed by construction make needless (docs/bench.md)."""
-        config, rank, workers = self.config, self.cluster.rank, self.cluster.num_workers
+    def train_batches(self, start_step: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+        """The dataset function of this worker's batches for every step from start_step on."""
+        config, rank = self.config, self.cluster.rank
 
         def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             return pipeline.train_batches(
@@ -197,6 +195,13 @@ class Inputs:
                 self.cache,
             )
 
+        return batches
+
+    def train_iterator(self, start_step: int) -> Any:
+        """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
+        plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
+        cross-worker check per step that the steps agreed by construction make needless (docs/bench.md)."""
+        batches, rank, workers = self.train_batches(start_step), self.cluster.rank, self.cluster.num_workers
         if self.strategy.num_replicas_in_sync == workers:
             return iter(batches(tf.distribute.InputContext(workers, rank, workers)))
         return iter(self.strategy.distribute_datasets_from_function(batches))

@@ -203,22 +203,9 @@ def run_once(
     run_dir.mkdir(parents=True)
     model_dir = run_dir / "model"
     argv = command(program, per_worker_batch, workers, args, model_dir, files)
-    ports = free_ports(workers)
-    env = clean_environment()
     busy_before = busy_cpu_seconds()
     started = time.monotonic()
-    processes = []
-    for index in range(workers):
-        # TF_CONFIG as the operator writes it for `workers` Worker replicas: none for a single one.
-        worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
-        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
-        log = open(run_dir / f"worker-{index}.log", "w")
-        processes.append(
-            subprocess.Popen(
-                argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        )
-        log.close()
+    processes = start_workers(argv, workers, run_dir)
     exited_at: dict[int, float] = {}
     usages = wait_for(processes, args.timeout, run_dir, exited_at)
     wall_seconds = time.monotonic() - started
@@ -241,6 +228,24 @@ def run_once(
         # From the chief's metrics.json (written just before its final line) to the last process's exit.
         "exit_seconds": max(exited_at.values()) - metrics_file.stat().st_mtime if metrics_file.exists() else None,
     }
+
+
+def start_workers(argv: list[str], workers: int, run_dir: pathlib.Path) -> list[subprocess.Popen]:
+    """`workers` processes of argv on 127.0.0.1, each in its own session with its log in run_dir/worker-<i>.log and
+    TF_CONFIG as the operator writes it for that many Worker replicas (none for a single one)."""
+    ports = free_ports(workers)
+    env = clean_environment()
+    processes = []
+    for index in range(workers):
+        worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
+        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
+        with open(run_dir / f"worker-{index}.log", "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+    return processes
 
 
 def wait_for(
@@ -390,21 +395,7 @@ def step_costs_once(args: argparse.Namespace, run_dir: pathlib.Path) -> dict[str
     run_dir.mkdir(parents=True)
     argv = [sys.executable, "-m", STEP_COSTS_MODULE, "--batch", str(args.global_batch_size // 2)]
     argv += ["--steps", str(max(10, args.steps // 4)), "--repeats", str(max(3, args.repeats))]
-    ports = free_ports(2)
-    processes = []
-    for index in range(2):
-        worker_tf_config = tf_config({"Worker": 2}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
-        with open(run_dir / f"worker-{index}.log", "w") as log:
-            processes.append(
-                subprocess.Popen(
-                    argv,
-                    cwd=ROOT,
-                    env={**clean_environment(), "TF_CONFIG": str(worker_tf_config)},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+    processes = start_workers(argv, 2, run_dir)
     wait_for(processes, args.timeout, run_dir, {})
     lines = [line for line in (run_dir / "worker-0.log").read_text().splitlines() if line.startswith("{")]
     if not lines:

@@ -39,7 +39,6 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer import pipeline
 from trainer.cluster import from_environment
 from trainer.config import parse_config
 from trainer.model import build_model, build_optimizer
@@ -118,14 +117,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
     inputs = Inputs(config, cluster, strategy, global_batch)
     inputs.agree(0)
     trainer_iterator = inputs.train_iterator(0)
-    distributed = iter(
-        strategy.distribute_datasets_from_function(
-            lambda context: pipeline.train_batches(
-                inputs.train_shard, cluster.rank, args.batch, inputs.steps_per_epoch * args.batch, config.seed,
-                1, 0, inputs.steps_per_epoch, config.shuffle_buffer, inputs.cache,
-            )
-        )
-    )  # fmt: skip
+    distributed = iter(strategy.distribute_datasets_from_function(inputs.train_batches(0)))
     barrier = all_reduce_function([tf.zeros(1)])
 
     def timed(run: Any, alone: bool = False) -> float:
