@@ -20,10 +20,13 @@ from typing import NoReturn  # noqa: E402
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from trainer import exit_codes  # noqa: E402
-from trainer.cluster import from_environment  # noqa: E402
-from trainer.config import parse_config  # noqa: E402
-from trainer.errors import UserError, first_line  # noqa: E402
+from trainer.config import Config, parse_config  # noqa: E402
+from trainer.distribution.cluster import from_environment  # noqa: E402
+from trainer.errors import (  # noqa: E402
+    ExitCode,
+    UserError,
+    first_line,
+)
 
 log = logging.getLogger("trainer")
 
@@ -34,14 +37,14 @@ def main(argv: list[str] | None = None) -> int:
         cluster = from_environment(strategy=config.strategy)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
-        return exit_codes.BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
     )
     # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
     log.setLevel(logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING)
     # Every worker says what it waits for while the group forms: that is where a stuck start shows.
-    logging.getLogger("trainer.strategy").setLevel(logging.INFO)
+    logging.getLogger("trainer.distribution.strategy").setLevel(logging.INFO)
     if config.download and cluster.is_distributed:
         print(
             "error: --download in a group of workers would download the same files concurrently. Prepare the "
@@ -49,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
             "data-preparation Job), then start the workers without --download",
             file=sys.stderr,
         )
-        return exit_codes.BAD_CONFIG
+        return ExitCode.BAD_CONFIG
 
-    from trainer import saving
-    from trainer.status import StatusReporter
+    from trainer.artifacts import saving
+    from trainer.artifacts.status import StatusReporter
 
     try:
         if cluster.is_chief:
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
-        return exit_codes.BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     status.update(state="starting", workers=cluster.num_workers)
     try:
         # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
@@ -68,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
-        return exit_codes.BAD_CONFIG
+        return ExitCode.BAD_CONFIG
 
-    from trainer.progress import Startup
-    from trainer.strategy import (  # imports TensorFlow: most of the start-up
+    from trainer.artifacts.progress import Startup
+    from trainer.distribution.strategy import (  # imports TensorFlow: most of the start-up
         create_parameter_server_strategy,
         create_strategy,
         is_group_failure,
@@ -86,28 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
-    from trainer.preemption import Preempted
-    from trainer.preflight import check_inputs_before_the_group_forms
+    from trainer.distribution.preemption import Preempted
 
     if cluster.role == "server":
         run_server(cluster, config.startup_timeout)
-        return exit_codes.OK
+        return ExitCode.OK
     if cluster.is_evaluator:
-        from trainer.evaluator import follow_checkpoints
+        from trainer.ps.evaluator import follow_checkpoints
 
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
-        logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
+        logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
         try:
             check_inputs_before_the_group_forms(config)
             follow_checkpoints(config, cluster)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
-            return exit_codes.BAD_CONFIG
-        return exit_codes.OK
+            return ExitCode.BAD_CONFIG
+        return ExitCode.OK
     try:
         check_inputs_before_the_group_forms(config)
         if cluster.is_async:
-            from trainer.train_async import train_async
+            from trainer.ps.train_async import train_async
 
             strategy, coordinator = create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
@@ -123,13 +125,13 @@ def main(argv: list[str] | None = None) -> int:
             "%s: %s; exiting with retryable code %d to resume after the restart",
             cluster.name,
             stopped,
-            exit_codes.PREEMPTED,
+            ExitCode.PREEMPTED,
         )
-        return exit_codes.PREEMPTED
+        return ExitCode.PREEMPTED
     except UserError as error:
         status.update(state="failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
-        return exit_codes.BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     except BaseException as error:
         if not is_group_failure(error):
             status.update(state="failed", error=f"{type(error).__name__}: {error}")
@@ -138,15 +140,25 @@ def main(argv: list[str] | None = None) -> int:
         status.update(state="failed", error=f"lost a peer, restarting: {reason}")
         print(
             f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
-            f"restart and resume; exiting with retryable code {exit_codes.GROUP_FAILED}.",
+            f"restart and resume; exiting with retryable code {ExitCode.GROUP_FAILED}.",
             file=sys.stderr,
         )
-        return exit_codes.GROUP_FAILED
+        return ExitCode.GROUP_FAILED
     finally:
         status.close()
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)
-    return exit_codes.OK
+    return ExitCode.OK
+
+
+def check_inputs_before_the_group_forms(config: Config) -> None:
+    """Raises the UserError of the first input that cannot work. Run before the group forms, so a typo in a flag
+    costs one process start, not a group start-up (and on a cluster, not a wait for every pod)."""
+    from trainer import model
+    from trainer.data import datasets
+
+    model.check_model_name(config.model)
+    datasets.check_dataset(config)
 
 
 def exit_without_teardown(code: int) -> NoReturn:
@@ -160,7 +172,7 @@ def exit_without_teardown(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    from trainer import tf_log_filter
+    from trainer.artifacts import tf_log_filter
 
     # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
     tf_log_filter.install()

@@ -11,8 +11,8 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from trainer.errors import ConfigError
 
@@ -20,6 +20,20 @@ ENV_PREFIX = "TRAINER_"
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
 STRATEGIES = ("auto", "sync", "async")
+
+# The name -> builder tables behind --model and --dataset, each filled by its module's @register("name").
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+class Registry(dict[str, Builder], Generic[Builder]):
+    def register(self, name: str) -> Callable[[Builder], Builder]:
+        """A decorator: @register("name") puts the builder under that name and returns it unchanged."""
+
+        def add(builder: Builder) -> Builder:
+            self[name] = builder
+            return builder
+
+        return add
 
 
 def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
@@ -36,7 +50,7 @@ class Config:
     )
     dataset_module: str = _field(
         "",
-        "your Python module that registers datasets with @trainer.datasets.register; "
+        "your Python module that registers datasets with @trainer.data.datasets.register; "
         "imported before --dataset is looked up",
     )
     data_dir: str = _field("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")

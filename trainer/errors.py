@@ -1,10 +1,22 @@
-"""Errors the user can fix, in one family: each one exits 2 (permanent: a restart cannot help).
+"""The exit codes, and the errors the user can fix, in one family: each one exits 2 (permanent: a restart cannot help).
 
 `python -m trainer` maps UserError to exit code 2 in one place (`trainer/__main__.py`). Every message
 names the problem and the fix; raise the subclass that says where the problem is.
 """
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes, chosen for the TFJob restartPolicy ExitCode: 1-127 fail the job, >= 128 restart the pod."""
+
+    OK = 0
+    BAD_CONFIG = 2  # TF_CONFIG, flags or data are wrong; restarting cannot help
+    PREEMPTED = 143  # SIGTERM: a checkpoint was saved, restart and resume (128 + SIGTERM)
+    GROUP_FAILED = 144  # a peer was lost or never joined; restart every worker and resume
+    STARTUP_TIMEOUT = 137  # the start-up watchdog killed the process (128 + SIGKILL)
 
 
 class UserError(Exception):

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import keras
 from keras import layers
 
+from trainer.config import Registry
 from trainer.errors import ConfigError
-from trainer.registry import Registry
 
 ModelBuilder = Callable[[tuple[int, ...], int], keras.Model]
 MODELS: Registry[ModelBuilder] = Registry()

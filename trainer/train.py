@@ -19,15 +19,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer import datasets, pipeline, saving
-from trainer.checkpoint import Checkpointer
-from trainer.cluster import Cluster
-from trainer.config import Config
-from trainer.errors import ModelDirError
-from trainer.model import build_model, build_optimizer
-from trainer.preemption import Preempted, StopSignal
-from trainer.progress import Progress, Startup, Throughput
-from trainer.report import (
+from trainer.artifacts import saving
+from trainer.artifacts.checkpoint import Checkpointer
+from trainer.artifacts.progress import Progress, Startup, Throughput
+from trainer.artifacts.report import (
     metrics_record,
     report_epoch,
     report_finished,
@@ -35,8 +30,14 @@ from trainer.report import (
     report_training,
     summary_writers,
 )
-from trainer.status import StatusReporter
-from trainer.strategy import is_group_failure
+from trainer.artifacts.status import StatusReporter
+from trainer.config import Config
+from trainer.data import datasets, pipeline
+from trainer.distribution.cluster import Cluster
+from trainer.distribution.preemption import Preempted, StopSignal
+from trainer.distribution.strategy import is_group_failure
+from trainer.errors import ModelDirError
+from trainer.model import build_model, build_optimizer
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from scripts.common.ports import free_ports
 from scripts.common.processes import signal_group, spawn
 from scripts.common.settings import ROOT
 from scripts.common.tfconfig import tf_config
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
 
 from .runs import BenchError, busy_cpu_seconds, clean_environment, log_tail, spread
 

@@ -6,7 +6,7 @@ Runs, interleaved round by round so machine drift hits every variant alike:
   peer_two_workers     scripts/bench/tutorial_fit.py (tf-keras model.fit), two local workers, G/2 each
 Each run reports steady-state examples/s (warm-up excluded), seconds from process
 start to the first finished step, and the peak RSS of every worker (from the
-kernel's accounting of the exited process). Then, on TFRecord files written by trainer.records (PNG),
+kernel's accounting of the exited process). Then, on TFRecord files written by trainer.data.records (PNG),
 interleaved the same way:
   input_pipeline       worker 0 of 2's input pipeline alone (scripts/bench/input_pipeline.py, decode included)
   trainer_on_files     python -m trainer, two local workers on the same files, --cache none
@@ -40,10 +40,10 @@ from scripts.common.ports import free_ports
 from scripts.common.processes import peak_rss_bytes, signal_group
 from scripts.common.settings import ROOT
 from scripts.common.tfconfig import tf_config
-from trainer.atomic_file import replaced_on_success, write_json
+from trainer.artifacts.atomic_file import replaced_on_success, write_json
 from trainer.config import parse_config  # pure Python: no TensorFlow import here
 from trainer.errors import ConfigError
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
 
 from . import async_modes
 from .chart import TARGETS, draw
@@ -135,7 +135,7 @@ def command(
     model_dir: pathlib.Path,
     files: pathlib.Path | None = None,
 ) -> list[str]:
-    """files: a trainer.records directory to train on (--cache none) instead of the synthetic task."""
+    """files: a trainer.data.records directory to train on (--cache none) instead of the synthetic task."""
     if program == "peer":
         return [
             sys.executable,
@@ -337,7 +337,7 @@ def write_records(args: argparse.Namespace, directory: pathlib.Path) -> pathlib.
         [
             sys.executable,
             "-m",
-            "trainer.records",
+            "trainer.data.records",
             "--out",
             str(directory),
             "--train-examples",
@@ -355,7 +355,7 @@ def write_records(args: argparse.Namespace, directory: pathlib.Path) -> pathlib.
         text=True,
     )
     if result.returncode != 0:
-        raise BenchError(f"python -m trainer.records failed:\n{result.stderr[-3000:]}")
+        raise BenchError(f"python -m trainer.data.records failed:\n{result.stderr[-3000:]}")
     return directory
 
 
@@ -666,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         **input_summary(input_runs),
         "runs": input_runs,
         "workers": INPUT_WORKERS,
-        "data": f"trainer.records PNG 28x28x1, {INPUT_SHARDS} train files, --cache none",
+        "data": f"trainer.data.records PNG 28x28x1, {INPUT_SHARDS} train files, --cache none",
     }
     ratios = {
         "two_workers_over_one_process": ratio(runs["trainer_two_workers"], runs["trainer_one_process"]),

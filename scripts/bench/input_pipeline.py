@@ -2,8 +2,8 @@
 
     python -m scripts.bench.input_pipeline --files 'DIR/train-*' --workers 2 --batch 64 --steps 400
 
-Builds exactly what the trainer feeds worker 0 of `--workers` (trainer.datasets.RecordFiles sharded by file,
-trainer.pipeline.train_batches with --cache none, so every record is read and decoded), iterates it, and
+Builds exactly what the trainer feeds worker 0 of `--workers` (trainer.data.datasets.RecordFiles sharded by file,
+trainer.data.pipeline.train_batches with --cache none, so every record is read and decoded), iterates it, and
 prints one JSON line: examples/s after `--warmup-steps` batches. `make bench` runs it beside the trainer on
 the same files, so the two figures say whether input could starve the step.
 """
@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from trainer import datasets, pipeline
+from trainer.data import datasets, pipeline
 from trainer.config import parse_config
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.bench.input_pipeline", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--files", required=True, help="glob of the TFRecord files (trainer.records' train-*)")
+    parser.add_argument("--files", required=True, help="glob of the TFRecord files (trainer.data.records' train-*)")
     parser.add_argument("--workers", type=int, default=2, help="the group size: worker 0 reads its share")
     parser.add_argument("--batch", type=int, required=True, help="the per-worker batch")
     parser.add_argument("--steps", type=int, required=True, help="batches in all, warm-up included")

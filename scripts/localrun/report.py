@@ -6,8 +6,8 @@ import pathlib
 import signal
 from collections.abc import Mapping
 
-from trainer.atomic_file import write_json
-from trainer.layout import ARTIFACTS
+from trainer.artifacts.atomic_file import write_json
+from trainer.artifacts.layout import ARTIFACTS
 
 from .console import Console
 from .operator_rules import Replica

@@ -1,4 +1,4 @@
-"""Small TFRecord datasets written by the project's own `python -m trainer.records`, for tests that read files."""
+"""Small TFRecord datasets written by the project's own `python -m trainer.data.records`, for tests that read files."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def write_records(
         [
             sys.executable,
             "-m",
-            "trainer.records",
+            "trainer.data.records",
             *trainer_flags(
                 out=out,
                 train_examples=train_examples,

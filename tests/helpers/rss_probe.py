@@ -10,8 +10,8 @@ import resource
 import sys
 import time
 
-from trainer import datasets, pipeline
 from trainer.config import Config
+from trainer.data import datasets, pipeline
 
 
 def main(examples: int, cache: str, batches: int) -> None:

@@ -1,7 +1,7 @@
 """One worker of a real group: records the example ids its own input pipeline yields, step by step.
 
 Run as `python -m shard_probe OUT.json TRAINER_FLAGS...` with TF_CONFIG set, on a --dataset tfrecord
-whose --label-feature is `index` (trainer.records writes each example's position there). It builds the
+whose --label-feature is `index` (trainer.data.records writes each example's position there). It builds the
 pipeline through the trainer's own functions, feeds it through distribute_datasets_from_function as
 the trainer does, and writes {"rank", "steps": [[ids of step 0], ...], "test": [ids]}.
 """
@@ -11,10 +11,10 @@ import sys
 
 import tensorflow as tf
 
-from trainer import datasets, pipeline
-from trainer.cluster import from_environment
 from trainer.config import parse_config
-from trainer.strategy import create_strategy
+from trainer.data import datasets, pipeline
+from trainer.distribution.cluster import from_environment
+from trainer.distribution.strategy import create_strategy
 
 
 def main(out_path: str, argv: list[str]) -> None:

@@ -130,7 +130,7 @@ def test_trainer_flags_go_after_the_double_dash_and_the_trainers_parser_checks_t
 def test_the_input_figure_reads_one_workers_own_files_and_decodes_them(tmp_path):
     # In this process, at toy size: the same shard and pipeline the trainer feeds worker 0 of 2.
     from scripts.bench import input_pipeline
-    from trainer import records
+    from trainer.data import records
 
     records.write_split(str(tmp_path), "train", 256, 4, seed=1, encoding="png")
     figure = input_pipeline.measure(

@@ -26,8 +26,8 @@ import pytest
 from multiworker import tf_config, worker_cluster
 from scripts.common import settings as project_settings
 from scripts.common.processes import signal_group
-from trainer import exit_codes
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
+from trainer.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
@@ -318,7 +318,7 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
             code = process.wait(timeout=TRAIN_TIMEOUT_S)
         finally:
             stop(process)
-    assert code == exit_codes.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
+    assert code == ExitCode.PREEMPTED, f"exit code {code}:\n{log.read_text()[-3000:]}"
     assert read_status(host_model_dir)["state"] == "preempted"
     assert (pathlib.Path(ModelDir(str(host_model_dir)).checkpoints) / "checkpoint").is_file(), (
         "no checkpoint was saved on SIGTERM"

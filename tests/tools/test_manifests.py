@@ -245,12 +245,12 @@ def test_tensorboard_reads_the_model_directory_on_the_volume(rendered):
 
 
 def test_run_policy_matches_the_trainer_exit_codes(tfjob):
-    from trainer import exit_codes
+    from trainer.errors import ExitCode
 
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["restartPolicy"] == "ExitCode"
     # The operator (v1.9) recreates a pod that exited >= 128 and fails the job on 1-127.
-    codes = {name: value for name, value in vars(exit_codes).items() if name.isupper() and isinstance(value, int)}
+    codes = {code.name: code.value for code in ExitCode}
     assert codes.pop("OK") == 0
     assert 1 <= codes.pop("BAD_CONFIG") <= 127
     assert codes and all(128 <= value <= 255 for value in codes.values()), codes

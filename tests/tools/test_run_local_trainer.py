@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from record_files import write_records
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNER = ["-m", "scripts.localrun.run_local"]
@@ -110,7 +110,7 @@ def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_pat
 
 
 def tfrecord_settings(out: pathlib.Path) -> dict[str, str]:
-    """A small trainer.records dataset; returns the settings that point the manifests at it."""
+    """A small trainer.data.records dataset; returns the settings that point the manifests at it."""
     write_records(out, 256, 2, 64, 1, seed=42)
     return {
         "TRAINER_TRAIN_FILES": str(out / "train-*"),

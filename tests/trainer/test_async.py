@@ -23,7 +23,9 @@ from multiworker import (
     wait_all,
     wait_for_step,
 )
-from trainer import datasets, exit_codes, layout, status
+from trainer.artifacts import layout, status
+from trainer.data import datasets
+from trainer.errors import ExitCode
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = [
@@ -155,7 +157,7 @@ def progress_or_retryable_exit(model_dir, at_least, chief, timeout=240):
     while time.monotonic() < deadline:
         if chief.poll() is not None:
             output = chief.communicate()[0]
-            assert chief.returncode == exit_codes.GROUP_FAILED, output[-4000:]
+            assert chief.returncode == ExitCode.GROUP_FAILED, output[-4000:]
             return output
         if (status.read_status(str(model_dir)).get("global_step") or 0) >= at_least:
             return None
@@ -191,7 +193,7 @@ def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(
         if retried is not None:
             chief = start(args, tf_config(cluster, "chief", 0))
         output, _ = chief.communicate(timeout=400)
-        while chief.returncode == exit_codes.GROUP_FAILED and restarts < CHIEF_RECREATIONS:
+        while chief.returncode == ExitCode.GROUP_FAILED and restarts < CHIEF_RECREATIONS:
             restarts += 1
             chief = start(args, tf_config(cluster, "chief", 0))
             output, _ = chief.communicate(timeout=400)

@@ -8,7 +8,7 @@ import pytest
 from multiworker import run_python
 from scripts.common.tfconfig import operator_address
 from scripts.common.tfconfig import tf_config as operator_tf_config
-from trainer.cluster import SINGLE_PROCESS, parse_tf_config
+from trainer.distribution.cluster import SINGLE_PROCESS, parse_tf_config
 from trainer.errors import ClusterConfigError
 
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
-from trainer import data, datasets, pipeline
+from trainer.data import __main__ as data
+from trainer.data import datasets, pipeline
 from trainer.errors import DataError
 
 
@@ -80,7 +81,7 @@ def ids_split(size):
 @pytest.fixture(scope="module")
 def record_split(tmp_path_factory):
     out = tmp_path_factory.mktemp("records")
-    from trainer import records
+    from trainer.data import records
 
     files = tuple(records.write_split(str(out), "train", 80, 3, seed=1, encoding="raw"))
     return datasets.RecordFiles(files, (28, 28, 1), label_feature="index")
@@ -117,7 +118,7 @@ def read_all(files, shape=(28, 28, 1)):
 
 
 def test_record_files_decode_raw_and_png_images_alike_and_resize_them(tmp_path):
-    from trainer import records
+    from trainer.data import records
 
     (tmp_path / "raw").mkdir()
     (tmp_path / "png").mkdir()

@@ -11,7 +11,8 @@ import pytest
 from local_runner import digests, finish, replica, start_runner
 from multiworker import ROOT, run_group, start, tf_config, trainer_flags, wait_all, wait_for_step, worker_cluster
 from record_files import write_records
-from trainer import datasets, layout
+from trainer.artifacts import layout
+from trainer.data import datasets
 
 TRAIN, TEST = 1024, 300
 RECORD_FLAGS = ["--dataset", "tfrecord", "--image-shape", "28x28x1", "--num-classes", "10", "--seed", "3"]
@@ -144,7 +145,7 @@ USER_MODULE = '''
 """A user's own dataset, outside the trainer: registered by name, found through --dataset-module."""
 import tensorflow as tf
 
-from trainer import datasets
+from trainer.data import datasets
 
 
 def example(index):

@@ -4,8 +4,8 @@ import json
 import os
 
 from multiworker import free_ports, start, tf_config, trainer_flags, wait_all
-from trainer import layout
-from trainer.checkpoint import checkpoint_prefixes, checkpoint_step
+from trainer.artifacts import layout
+from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 
 # 2048 examples / batch 64 = 32 steps per epoch, 2 epochs, a checkpoint every 8 steps: 8 checkpoints, all kept.
 RUN = [

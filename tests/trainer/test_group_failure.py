@@ -3,8 +3,9 @@
 import pytest
 import tensorflow as tf
 
-from trainer import exit_codes, status
 from trainer.__main__ import main
+from trainer.artifacts import status
+from trainer.errors import ExitCode
 
 # What worker-1 raised in CI when the chief was SIGKILLed and came back before worker-1's next heartbeat.
 CHIEF_RESTARTED = (
@@ -37,7 +38,7 @@ def run_main_raising(error, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("error", GROUP_FAILURES, ids=lambda error: type(error).__name__)
 def test_a_broken_group_exits_with_the_retryable_code(error, tmp_path, monkeypatch):
-    assert run_main_raising(error, tmp_path, monkeypatch) == exit_codes.GROUP_FAILED
+    assert run_main_raising(error, tmp_path, monkeypatch) == ExitCode.GROUP_FAILED
     reported = status.read_status(str(tmp_path))
     assert reported["state"] == "failed" and "lost a peer" in reported["error"]
 

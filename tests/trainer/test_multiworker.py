@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from multiworker import run_group, start, tf_config, trainer_flags, wait_all, worker_cluster
-from trainer import datasets, layout
+from trainer.artifacts import layout
+from trainer.data import datasets
 
 SMALL_RUN = trainer_flags(dataset="synthetic", epochs=2, train_examples=2048, test_examples=512, seed=7, log_every=16)
 

@@ -2,7 +2,7 @@
 
 import io
 
-from trainer.progress import Progress
+from trainer.artifacts.progress import Progress
 
 
 class Terminal(io.StringIO):

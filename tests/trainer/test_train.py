@@ -8,11 +8,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer import layout, model
-from trainer.cluster import SINGLE_PROCESS
+from trainer import model
+from trainer.artifacts import layout
+from trainer.artifacts.progress import Startup
+from trainer.artifacts.status import StatusReporter
 from trainer.config import parse_config
-from trainer.progress import Startup
-from trainer.status import StatusReporter
+from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.train import train_and_evaluate
 
 TINY = [

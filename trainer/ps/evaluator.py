@@ -17,15 +17,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer import datasets, pipeline
-from trainer.atomic_file import write_json
-from trainer.checkpoint import checkpoint_prefixes, checkpoint_step
-from trainer.cluster import Cluster
+from trainer.artifacts.atomic_file import write_json
+from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
+from trainer.artifacts.layout import ModelDir
+from trainer.artifacts.status import read_status
 from trainer.config import Config
+from trainer.data import datasets, pipeline
+from trainer.distribution.cluster import Cluster
 from trainer.errors import first_line
-from trainer.layout import ModelDir
 from trainer.model import build_model
-from trainer.status import read_status
 
 log = logging.getLogger(__name__)
 

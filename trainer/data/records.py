@@ -1,12 +1,12 @@
-"""`python -m trainer.records`: writes a dataset of TFRecord shards, of any size and shard count, in the
+"""`python -m trainer.data.records`: writes a dataset of TFRecord shards, of any size and shard count, in the
 format `--dataset tfrecord` reads (tf.train.Example with `image`: encoded PNG or raw uint8 bytes,
 `label`: int64, and `index`: int64, the example's position in its split, for checks).
 
-The examples are the synthetic task's (trainer/datasets.py), so a model trained on the files reaches the
+The examples are the synthetic task's (trainer/data/datasets.py), so a model trained on the files reaches the
 same documented best accuracy. Used by the tests and the benchmark; also a template for exporting your
 own data:
 
-    python -m trainer.records --out data/ --train-examples 60000 --train-shards 8 \\
+    python -m trainer.data.records --out data/ --train-examples 60000 --train-shards 8 \\
         --test-examples 10000 --test-shards 2
     python -m trainer --dataset tfrecord --train-files 'data/train-*' --test-files 'data/test-*' \\
         --image-shape 28x28x1 --num-classes 10
@@ -20,7 +20,7 @@ import sys
 
 import tensorflow as tf
 
-from trainer import datasets
+from trainer.data import datasets
 
 
 def _example(image: bytes, label: int, index: int) -> bytes:
@@ -59,7 +59,7 @@ def _encoded(image: tf.Tensor, label: tf.Tensor, encoding: str) -> tuple[tf.Tens
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.records",
+        prog="python -m trainer.data.records",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

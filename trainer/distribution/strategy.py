@@ -22,9 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainer import exit_codes
-from trainer.cluster import ASYNC_TYPES, TRAINING_TYPES, Cluster
-from trainer.errors import first_line
+from trainer.distribution.cluster import ASYNC_TYPES, TRAINING_TYPES, Cluster
+from trainer.errors import ExitCode, first_line
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
         f"{cluster.name}: the training group did not form within {startup_timeout:.0f} s "
         f"(--startup-timeout). Members: {', '.join(cluster.training_addresses)}. Check that every replica "
         f"is running and can reach {cluster.chief_address}; "
-        f"exiting with code {exit_codes.STARTUP_TIMEOUT} so the job restarts."
+        f"exiting with code {ExitCode.STARTUP_TIMEOUT} so the job restarts."
     )
     watchdog = subprocess.Popen(
         [sys.executable, "-c", _WATCHDOG, str(remaining), str(os.getpid()), message], stdin=subprocess.PIPE
@@ -231,7 +230,7 @@ def _wait_for_dns(cluster: Cluster, deadline: float, addresses: tuple[str, ...] 
             return
         if time.monotonic() > deadline:
             log.error("%s: these peers' host names never resolved: %s", cluster.name, ", ".join(pending))
-            sys.exit(exit_codes.STARTUP_TIMEOUT)
+            sys.exit(ExitCode.STARTUP_TIMEOUT)
         if not announced:
             log.info("%s: waiting for DNS names of %s", cluster.name, ", ".join(pending))
             announced = True

@@ -23,9 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
+from trainer.config import Config, Registry
 from trainer.errors import DataError
-from trainer.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def check_dataset(config: Config) -> None:
         raise DataError(
             f"--dataset: unknown dataset {config.dataset!r}; choose one of {', '.join(sorted(DATASETS))}, "
             f"any TFDS image-classification dataset name, or register your own with "
-            f"@trainer.datasets.register in a module given as --dataset-module"
+            f"@trainer.data.datasets.register in a module given as --dataset-module"
         )
 
 

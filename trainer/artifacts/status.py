@@ -4,7 +4,7 @@ The chief is the group's reporting authority: it writes `<model-dir>/status.json
 atomically at every log interval and state change, and serves the same JSON at
 GET /status and Prometheus metrics at GET /metrics. Other workers report nothing.
 
-`python -m trainer.status <model-dir or http://host:port>` prints a one-screen view.
+`python -m trainer.artifacts.status <model-dir or http://host:port>` prints a one-screen view.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import prometheus_client
 
-from trainer.atomic_file import write_json
+from trainer.artifacts.atomic_file import write_json
 from trainer.errors import StatusPortError
-from trainer.layout import STATUS, ModelDir
+from trainer.artifacts.layout import STATUS, ModelDir
 
 STATES = ("starting", "running", "preempted", "succeeded", "failed")
 
@@ -181,7 +181,7 @@ def render(status: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.status", description="Show a training run's live status, as the chief reports it."
+        prog="python -m trainer.artifacts.status", description="Show a training run's live status, as the chief reports it."
     )
     parser.add_argument("source", help="the run's --model-dir, its status.json, or the chief's http://host:port")
     parser.add_argument("--json", action="store_true", help="print the raw JSON instead")

@@ -23,9 +23,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainer.atomic_file import write_json
+from trainer.artifacts.atomic_file import write_json
 from trainer.errors import ModelDirError, first_line
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.atomic_file import write_json
+from trainer.artifacts.atomic_file import write_json
 from trainer.config import Config
-from trainer.layout import ModelDir
-from trainer.progress import Progress, Throughput
-from trainer.status import StatusReporter
+from trainer.artifacts.layout import ModelDir
+from trainer.artifacts.progress import Progress, Throughput
+from trainer.artifacts.status import StatusReporter
 
 
 def metrics_record(

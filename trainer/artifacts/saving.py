@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import keras
 import tensorflow as tf
 
-from trainer.atomic_file import replaced_on_success
+from trainer.artifacts.atomic_file import replaced_on_success
 from trainer.errors import ModelDirError
-from trainer.layout import ModelDir
+from trainer.artifacts.layout import ModelDir
 
 
 def check_model_dir(model_dir: str) -> None:

@@ -23,15 +23,16 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer import datasets, pipeline, report, saving
-from trainer.checkpoint import Checkpointer
-from trainer.cluster import Cluster
+from trainer.artifacts import report, saving
+from trainer.artifacts.checkpoint import Checkpointer
+from trainer.artifacts.progress import Progress, Startup, Throughput
+from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
-from trainer.evaluator import evaluation_function
+from trainer.data import datasets, pipeline
+from trainer.distribution.cluster import Cluster
+from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.model import build_model, build_optimizer
-from trainer.preemption import Preempted, StopSignal
-from trainer.progress import Progress, Startup, Throughput
-from trainer.status import StatusReporter
+from trainer.ps.evaluator import evaluation_function
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer import datasets
 from trainer.config import Config, parse_config
+from trainer.data import datasets
 from trainer.errors import UserError, first_line
 
 

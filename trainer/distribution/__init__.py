@@ -1,0 +1,1 @@
+"""Joining and leaving the training group: TF_CONFIG, the strategy, preemption."""
