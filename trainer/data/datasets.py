@@ -35,7 +35,7 @@ Example = tuple[tf.Tensor, tf.Tensor]  # (uint8 image HxWxC, int64 label)
 class Shard:
     """One worker's part of a split: its records in a per-epoch order, and how to decode one."""
 
-    records: Callable[[tf.Tensor], tf.data.Dataset]  # epoch seed -> undecoded records, in an order fixed by it
+    records: Callable[[tf.Tensor], tf.data.Dataset]  # the epoch's seed (the same on every worker) -> undecoded records
     decode: Callable[..., Example]
     size: int  # examples in this shard
     shuffled: bool  # records(seed) is already a full per-epoch permutation: no shuffle buffer needed

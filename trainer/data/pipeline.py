@@ -4,8 +4,8 @@ Every worker builds only its shard of the split (trainer/data/datasets.py decide
 its memory and reading follow the shard, not the dataset. The group agrees on steps per epoch first
 (the smallest shard decides), so every worker runs the same number of steps by construction.
 
-Order: epoch e's records come in an order fixed by (seed, e, worker): a seeded file order, a deterministic
-interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
+Order: epoch e's records come in an order fixed by (seed, e, worker): a file order seeded by (seed, e) alone (the
+same on every worker, as element sharding needs), a deterministic interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
 when it is cached (--cache); an uncached generated shard is a full seeded permutation, no buffer needed.
 Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps already done
 *before* decoding them: a resume costs reading (not decoding) that many records of this worker's shard
@@ -30,7 +30,14 @@ AUTO_CACHE_BYTES = 256 * 1024 * 1024
 
 
 def epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor, worker: int) -> tf.Tensor:
-    return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 1_009 + worker
+    """The seed of one worker's shuffle buffer in one epoch."""
+    return shared_epoch_seed(seed, epoch) * 1_009 + worker
+
+
+def shared_epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor) -> tf.Tensor:
+    """The seed of the epoch's record order, the same on every worker: element sharding keeps every n-th record of
+    one stream, which must be the same stream everywhere (a worker-dependent file order made shards overlap)."""
+    return tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
 
 def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
@@ -75,10 +82,11 @@ def train_batches(
     cached = _cached(shard, cache)
 
     def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
-        order = epoch_seed(seed, epoch, worker)
-        records = shard.records(order)
+        records = shard.records(shared_epoch_seed(seed, epoch))
         if not shard.shuffled:
-            records = records.shuffle(shuffle_buffer, seed=order, reshuffle_each_iteration=False)
+            records = records.shuffle(
+                shuffle_buffer, seed=epoch_seed(seed, epoch, worker), reshuffle_each_iteration=False
+            )
         return records.take(examples_per_epoch).skip(tf.where(epoch == start_epoch, skip, 0))
 
     def epoch_cached_batches(epoch: tf.Tensor) -> tf.data.Dataset:
