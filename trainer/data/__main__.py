@@ -1,7 +1,8 @@
 """`python -m trainer.data`: makes sure the data is there before any worker starts (the cluster's
 data-preparation Job runs it). A TFDS dataset is downloaded and prepared once under --data-dir, so workers
-never download concurrently; your own TFRecord files are counted and reported in one line, so a job
-never starts on missing data. It reads the trainer's flags and TRAINER_* variables.
+never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
+beside them, trainer/data/record_counts.py) and reported in one line, so a job never starts on missing data.
+It reads the trainer's flags and TRAINER_* variables.
 """
 
 from __future__ import annotations
@@ -23,23 +24,20 @@ def prepare(dataset: str, data_dir: str) -> str:
     return builder.data_dir
 
 
-def count_records(files: tuple[str, ...]) -> int:
-    import tensorflow as tf
-
-    return int(
-        tf.data.TFRecordDataset(list(files), num_parallel_reads=8).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
-    )
-
-
 def check_files(config: Config) -> str:
-    """One line: files and examples of each split, or a DataError naming what is missing."""
+    """One line: files and examples of each split, or a DataError naming what is missing. The counts come from
+    the record index beside the files, and files it does not know are counted and added to it (or to the one in
+    --model-dir where their folder is read-only), so no trainer start counts them."""
+    from trainer.data.record_counts import RecordCounts
+
+    counts = RecordCounts(config.model_dir)
     parts = []
     for split, pattern, flag in (
         ("train", config.train_files, "--train-files"),
         ("test", config.test_files, "--test-files"),
     ):
         files = datasets.glob_files(pattern, flag)
-        parts.append(f"{split} {len(files)} files {count_records(files)} examples")
+        parts.append(f"{split} {len(files)} files {sum(counts.counts(files))} examples")
     return f"dataset tfrecord is ready: {', '.join(parts)}"
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.config import Config, Registry
+from trainer.data.record_counts import RecordCounts
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,7 @@ class RecordFiles:
     image_shape: tuple[int, int, int]
     image_feature: str = "image"
     label_feature: str = "label"
+    counts: RecordCounts = dataclasses.field(default_factory=lambda: RecordCounts(None), compare=False)
 
     def shard(self, index: int, count: int) -> Shard:
         by_file = len(self.files) >= count
@@ -210,8 +212,7 @@ class RecordFiles:
             )
             return interleaved if by_file else interleaved.shard(count, index)
 
-        fixed_order = tf.data.TFRecordDataset(list(own), num_parallel_reads=min(len(own), 8))
-        size = int(fixed_order.reduce(np.int64(0), lambda n, _: n + 1))
+        size = sum(self.counts.counts(own))  # from the record index: no counting pass once it is written
         if not by_file:
             size = share(size, index, count)
             reads = (
@@ -291,10 +292,15 @@ def tfrecord(config: Config) -> Source:
     """Your own TFRecord files: --train-files/--test-files globs, --image-shape, --num-classes, and the
     feature names --image-feature (default image) and --label-feature (default label)."""
     shape = parse_image_shape(config.image_shape)
-    names = {"image_feature": config.image_feature, "label_feature": config.label_feature}
+    # The record index goes beside the files, or into the model dir where their folder is read-only.
+    counts = RecordCounts(config.model_dir)
+
+    def split(pattern: str, flag: str) -> RecordFiles:
+        return RecordFiles(glob_files(pattern, flag), shape, config.image_feature, config.label_feature, counts)
+
     return Source(
-        train=RecordFiles(glob_files(config.train_files, "--train-files"), shape, **names),
-        test=RecordFiles(glob_files(config.test_files, "--test-files"), shape, **names),
+        train=split(config.train_files, "--train-files"),
+        test=split(config.test_files, "--test-files"),
         image_shape=shape,
         num_classes=config.num_classes,
     )
@@ -316,9 +322,9 @@ class TfdsSplit:
 
         subsplit = tfds.even_splits(self.split, count)[index] if count > 1 else self.split
         dataset = self.builder.as_dataset(split=subsplit, as_supervised=True, shuffle_files=False)
-        size = int(dataset.cardinality())
-        if size < 0:
-            size = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+        splits = self.builder.info.splits
+        # The builder's metadata: nothing is read (tfds.testing.mock_data leaves it empty; its datasets know their size)
+        size = splits[subsplit].num_examples if splits else int(dataset.cardinality())
         return Shard(
             lambda seed: dataset,
             lambda image, label: (image, label),

@@ -4,9 +4,10 @@ Every worker builds only its shard of the split (trainer/data/datasets.py decide
 its memory and reading follow the shard, not the dataset. The group agrees on steps per epoch first
 (the smallest shard decides), so every worker runs the same number of steps by construction.
 
-Order: epoch e's records come in an order fixed by (seed, e, worker): a file order seeded by (seed, e) alone (the
-same on every worker, as element sharding needs), a deterministic interleave, and a bounded shuffle buffer (--shuffle-buffer) over the records, or over the decoded shard
-when it is cached (--cache); an uncached generated shard is a full seeded permutation, no buffer needed.
+Order: epoch e's records come in an order fixed by (seed, e, worker): a file order seeded by (seed, e) alone
+(the same on every worker, as element sharding needs), a deterministic interleave, and a bounded shuffle
+buffer (--shuffle-buffer) over the records, or over the decoded shard when it is cached (--cache); an
+uncached generated shard is a full seeded permutation, no buffer needed.
 Resuming at step s rebuilds epoch s // steps_per_epoch and skips the records of the steps already done
 *before* decoding them: a resume costs reading (not decoding) that many records of this worker's shard
 plus one shuffle buffer; an uncached generated shard skips for free.

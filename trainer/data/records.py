@@ -21,6 +21,7 @@ import sys
 import tensorflow as tf
 
 from trainer.data import datasets
+from trainer.data.record_counts import RecordCounts
 
 
 def _example(image: bytes, label: int, index: int) -> bytes:
@@ -50,6 +51,8 @@ def write_split(out_dir: str, split: str, examples: int, shards: int, seed: int,
                 writer.write(_example(image if encoding == "png" else image.tobytes(), int(label), int(index)))
         paths.append(path)
         first += size
+    # The record index beside the files: no trainer start ever counts them.
+    RecordCounts(None).store({path: datasets.share(examples, shard, shards) for shard, path in enumerate(paths)})
     return paths
 
 
