@@ -4,10 +4,11 @@ The chief writes `<model-dir>/checkpoints`; the other workers must save too
 (saving can need every worker) and write to a scratch directory outside the
 model directory that they delete. At start-up every worker restores the chief's
 newest readable checkpoint, so a restarted worker never holds fresh weights
-while the others hold trained ones. Each candidate is read in full before any
-live variable is touched: an unreadable one is skipped for the one before it,
-and one whose variables do not fit this model, or whose run setup differs, is
-refused with the mismatch named.
+while the others hold trained ones. Each candidate's index is checked before any
+live variable is touched (nothing is read twice, nothing written to learn the
+model's shapes): an unreadable one is skipped for the one before it, and one
+whose variables do not fit this model, or whose run setup differs, is refused
+with the mismatch named.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.artifacts.atomic_file import write_json
-from trainer.errors import ModelDirError, first_line
 from trainer.artifacts.layout import ModelDir
+from trainer.errors import ModelDirError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +75,39 @@ class Checkpointer:
             write_json(path, {key: setup[key] for key in RESUME_KEYS})
 
     def restore_latest(self) -> int:
-        """Restores the chief's newest readable checkpoint on this worker; returns its global step."""
+        """Restores the chief's newest readable checkpoint on this worker; returns its global step.
+
+        A candidate is checked from its index alone (variables, shapes, and data files long enough for them), so
+        the check costs the same for any model size; the restore then reads each tensor once, verifying its
+        checksum. A candidate that fails either way is skipped for the one before it (that one's restore then
+        overwrites every variable a failed restore may have touched)."""
         candidates = checkpoint_prefixes(self.directory)
         if not candidates:
             return 0
         expected = self._variable_shapes()
+        damaged = []
         for path in candidates:
             try:
-                shapes = _read_in_full(path)
+                shapes = _read_index(path)
             except Exception as error:  # noqa: BLE001 (truncated files raise IndexError, others OpError)
                 log.warning("checkpoint %s is unreadable (%s); trying the one before it", path, first_line(error)[:200])
                 continue
             _refuse_if_different(path, shapes, expected)
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, ValueError) as error:
+                log.warning("checkpoint %s is unreadable (%s); trying the one before it", path, first_line(error)[:200])
+                damaged.append(path)
+                continue
             log.info("resumed from %s at global step %d", path, int(self.global_step.numpy()))
             return int(self.global_step.numpy())
+        if damaged:
+            # A failed restore may have written some variables already: starting afresh from them would be wrong.
+            raise ModelDirError(
+                f"no checkpoint in {self.directory} could be restored ({', '.join(damaged)} failed while being "
+                f"read). Delete the damaged checkpoint files to start from an earlier one or from step 0, or give a "
+                f"new --model-dir"
+            )
         log.warning("no readable checkpoint in %s; starting from step 0", self.directory)
         return 0
 
@@ -101,12 +121,18 @@ class Checkpointer:
             shutil.rmtree(self._write_directory, ignore_errors=True)
 
     def _variable_shapes(self) -> dict[str, list[int]]:
-        """The variables and shapes a checkpoint of this model has, read from a throw-away write."""
-        scratch = tempfile.mkdtemp(prefix="trainer-shape-probe-")
-        try:
-            return _shapes(tf.train.load_checkpoint(self.checkpoint.write(os.path.join(scratch, "probe"))))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        """The variables and shapes a checkpoint of this model has: the checkpoint keys TensorFlow would save,
+        from the object graph of the live objects, with each variable's own shape (nothing is written or read)."""
+        # No public API names the keys a save would write; save_util is what tf.train.Checkpoint.write calls.
+        from tensorflow.python.checkpoint import graph_view, save_util
+
+        serialized = save_util.serialize_graph_view(graph_view.ObjectGraphView(self.checkpoint))[0]
+        return {
+            key: list(trackable.shape)
+            for trackable, tensors in serialized.items()
+            for key in tensors
+            if key not in _BOOKKEEPING
+        }
 
 
 def _scratch_directory(model_dir: str, task_name: str) -> str:
@@ -123,13 +149,17 @@ def _shapes(reader: Any) -> dict[str, list[int]]:
     return {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items() if name not in _BOOKKEEPING}
 
 
-def _read_in_full(path: str) -> dict[str, list[int]]:
-    """Reads every tensor of a checkpoint (raising if any is damaged); returns the shapes."""
+def _read_index(path: str) -> dict[str, list[int]]:
+    """The variables and shapes of a checkpoint, from its index file; raises if its data files are shorter than the
+    index says its numeric tensors need (a truncated write). Reads no tensor."""
     reader = tf.train.load_checkpoint(path)
-    shapes = _shapes(reader)
-    for name in shapes:
-        reader.get_tensor(name)
-    return shapes
+    dtypes = reader.get_variable_to_dtype_map()
+    shapes = reader.get_variable_to_shape_map()
+    needed = sum(int(np.prod(shape)) * dtypes[name].size for name, shape in shapes.items() if dtypes[name] != tf.string)
+    found = sum(tf.io.gfile.stat(data).length for data in tf.io.gfile.glob(f"{path}.data-*"))
+    if found < needed:
+        raise ValueError(f"its data files hold {found} bytes, fewer than the {needed} its variables need (truncated)")
+    return _shapes(reader)
 
 
 def _refuse_if_different(path: str, found: dict[str, list[int]], expected: dict[str, list[int]]) -> None:
