@@ -6,7 +6,6 @@ workers) and every cache kind.
 """
 
 import pytest
-import tensorflow as tf
 
 from trainer.data import datasets, pipeline, records
 

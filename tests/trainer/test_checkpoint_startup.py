@@ -1,0 +1,62 @@
+"""Restoring at start-up, in one process: nothing written to learn the model's shapes, no tensor read twice, and a
+checkpoint damaged inside its data caught without training on from half-restored weights."""
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.training import py_checkpoint_reader
+
+from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
+from trainer.errors import ModelDirError
+from trainer.model import build_model, build_optimizer
+
+
+def checkpointer(model_dir, seed=1):
+    tf.keras.utils.set_random_seed(seed)
+    model = build_model("cnn", (28, 28, 1), 10)
+    optimizer = build_optimizer(1e-3)
+    optimizer.build(model.trainable_variables)
+    return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
+
+
+def test_a_restore_writes_no_checkpoint_and_reads_each_tensor_once(tmp_path, monkeypatch):
+    saver, trained = checkpointer(tmp_path, seed=1)
+    saver.save(12)
+    restorer, fresh = checkpointer(tmp_path, seed=2)
+    monkeypatch.setattr(tf.train.Checkpoint, "write", lambda *args, **kwargs: pytest.fail("wrote a checkpoint"))
+    read_graph = py_checkpoint_reader.CheckpointReader.get_tensor
+
+    def get_tensor(reader, name):
+        # The restore reads the object graph (a string) through the reader; the variables' tensors it reads in C++.
+        assert name == "_CHECKPOINTABLE_OBJECT_GRAPH", f"read {name} to check the checkpoint"
+        return read_graph(reader, name)
+
+    monkeypatch.setattr(py_checkpoint_reader.CheckpointReader, "get_tensor", get_tensor)
+    assert restorer.restore_latest() == 12
+    for mine, theirs in zip(fresh.weights, trained.weights, strict=True):
+        assert (mine.numpy() == theirs.numpy()).all()
+
+
+def corrupt_the_middle(prefix):
+    data = f"{prefix}.data-00000-of-00001"
+    content = bytearray(open(data, "rb").read())
+    middle = len(content) // 2
+    content[middle : middle + 64] = bytes(255 - b for b in content[middle : middle + 64])
+    open(data, "wb").write(bytes(content))
+
+
+def test_a_checkpoint_damaged_inside_falls_back_to_the_one_before(tmp_path):
+    saver, _ = checkpointer(tmp_path)
+    saver.save(4)
+    saver.save(8)
+    corrupt_the_middle(checkpoint_prefixes(saver.directory)[0])
+    restorer, _ = checkpointer(tmp_path, seed=2)
+    assert restorer.restore_latest() == 4
+
+
+def test_a_damaged_only_checkpoint_is_refused_rather_than_trained_on_from_half_restored_weights(tmp_path):
+    saver, _ = checkpointer(tmp_path)
+    saver.save(8)
+    corrupt_the_middle(checkpoint_prefixes(saver.directory)[0])
+    restorer, _ = checkpointer(tmp_path, seed=2)
+    with pytest.raises(ModelDirError, match=r"ckpt-8 failed while being read\).*Delete the damaged checkpoint"):
+        restorer.restore_latest()
