@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
         status.serve(config.status_host, config.status_port)
     except UserError as error:
-        status.update(state="failed", error=str(error))
+        status.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
 
@@ -129,15 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return ExitCode.PREEMPTED
     except UserError as error:
-        status.update(state="failed", error=str(error))
+        status.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     except BaseException as error:
         if not is_group_failure(error):
-            status.update(state="failed", error=f"{type(error).__name__}: {error}")
+            status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         reason = first_line(error)
-        status.update(state="failed", error=f"lost a peer, restarting: {reason}")
+        status.failed(f"lost a peer, restarting: {reason}", ExitCode.GROUP_FAILED)
         print(
             f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
             f"restart and resume; exiting with retryable code {ExitCode.GROUP_FAILED}.",

@@ -22,19 +22,21 @@ from typing import Any
 import prometheus_client
 
 from trainer.artifacts.atomic_file import write_json
-from trainer.errors import StatusPortError
 from trainer.artifacts.layout import STATUS, ModelDir
+from trainer.errors import StatusPortError
 
 STATES = ("starting", "running", "preempted", "succeeded", "failed")
 
 
 def _restarts_so_far(path: str) -> int:
-    """A status file left by an unfinished run means this start is a restart of that run."""
+    """A status file left by a run that was to be restarted (killed, preempted, or failed with a retryable exit
+    code, >= 128) means this start is a restart of that run; after a success or a permanent failure it is a new run."""
     try:
         previous = read_status(path)
     except (OSError, ValueError):
         return 0
-    if previous.get("state") == "succeeded":
+    state, exit_code = previous.get("state"), previous.get("exit_code")
+    if state == "succeeded" or (state == "failed" and not (isinstance(exit_code, int) and exit_code >= 128)):
         return 0
     return int(previous.get("restarts") or 0) + 1
 
@@ -112,14 +114,53 @@ class StatusReporter:
         self._state.state(status["state"])
         write_json(self.path, status)
 
+    def failed(self, error: str, exit_code: int) -> None:
+        """The run stops with this error and exit code; the next start reads the code to tell a restart (>= 128:
+        the operator recreates the pod) from a new run after a permanent failure."""
+        self.update(state="failed", error=error, exit_code=int(exit_code))
+
     def close(self) -> None:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
 
 
+# A client that connects and sends nothing is dropped after this long, and at most this many are served at once (the
+# others get 503 at once): each connection holds a thread and a file descriptor of the chief while it lasts.
+IDLE_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 16
+
+
+class _BoundedServer(http.server.ThreadingHTTPServer):
+    """A threading HTTP server with at most MAX_CONNECTIONS connections open at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                pass  # the client is gone already
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = IDLE_TIMEOUT_S  # a read that waits longer closes the connection
+
         def do_GET(self) -> None:
             route = self.path.split("?")[0]
             if route == "/status":
@@ -138,7 +179,7 @@ def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.Thread
         def log_message(self, *args: Any) -> None:
             pass  # a scrape every few seconds would drown the training log
 
-    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    server = _BoundedServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="status-server", daemon=True).start()
     return server
 
@@ -181,7 +222,8 @@ def render(status: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.artifacts.status", description="Show a training run's live status, as the chief reports it."
+        prog="python -m trainer.artifacts.status",
+        description="Show a training run's live status, as the chief reports it.",
     )
     parser.add_argument("source", help="the run's --model-dir, its status.json, or the chief's http://host:port")
     parser.add_argument("--json", action="store_true", help="print the raw JSON instead")
