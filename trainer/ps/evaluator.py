@@ -24,7 +24,7 @@ from trainer.artifacts.status import read_status
 from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.errors import first_line
+from trainer.errors import DataError, first_line
 from trainer.model import build_model
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,11 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
     source = datasets.load(config)
     test_shard = source.test.shard(0, 1)
     test_size = min(test_shard.size, config.test_examples or test_shard.size)
+    if not test_size:
+        raise DataError(
+            f"the test split of --dataset {config.dataset} has no examples, so the evaluator has nothing to evaluate; "
+            f"point --test-files at files with examples (or leave out the evaluator task)"
+        )
     model = build_model(config.model, source.image_shape, source.num_classes)
     checkpoint = tf.train.Checkpoint(model=model)
     evaluate = evaluation_function(model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
@@ -55,7 +60,7 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
     evaluations: list[dict[str, Any]] = []
     done: set[int] = set()
     while True:
-        final_step = _final_step(layout)
+        final_step = _final_step(layout, config.epochs)
         for prefix in reversed(checkpoint_prefixes(layout.checkpoints)):
             step = checkpoint_step(prefix)
             if step in done:
@@ -84,13 +89,15 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
         time.sleep(poll_seconds)
 
 
-def _final_step(layout: ModelDir) -> int | None:
-    """The run's last step, once the chief has announced it in status.json."""
+def _final_step(layout: ModelDir, epochs: int) -> int | None:
+    """The run's last step, once the chief has announced it in status.json. A status for another number of epochs is
+    a previous run's, left in a reused model dir before this run's chief has written its own: not this run's end."""
     try:
-        total = read_status(layout.status).get("total_steps")
+        status = read_status(layout.status)
     except (OSError, ValueError):
         return None
-    return total if isinstance(total, int) else None
+    total = status.get("total_steps")
+    return total if isinstance(total, int) and status.get("epochs") == epochs else None
 
 
 def evaluation_function(model: keras.Model, test_batches: tf.data.Dataset) -> Any:
