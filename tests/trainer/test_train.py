@@ -8,13 +8,13 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer import model
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
 from trainer.artifacts.status import StatusReporter
 from trainer.config import parse_config
 from trainer.distribution.cluster import SINGLE_PROCESS
-from trainer.train import train_and_evaluate
+from trainer.loop import train_and_evaluate
+from trainer.tasks.image_classification import MODELS
 
 TINY = [
     "--dataset",
@@ -90,7 +90,7 @@ def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):
     assert second["steps"] == 16 and second["weights_sha256"] != first["weights_sha256"]
 
 
-@pytest.mark.parametrize("name", sorted(set(model.MODELS) - {"cnn"}))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"cnn"}))
 def test_every_variant_trains_with_state_updated_in_replica_context(name, tmp_path):
     metrics = train(tmp_path / name, "--model", name, "--epochs", "1")
     assert metrics["steps"] == 8 and metrics["test_loss"] > 0
