@@ -69,7 +69,7 @@ class Config:
     train_files: str = _field("", "tfrecord: glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
     test_files: str = _field("", "tfrecord: glob(s) of test TFRecord files, comma-separated")
     image_shape: str = _field("", "tfrecord: HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
-    num_classes: int = _field(0, "tfrecord: number of classes (labels 0..N-1)")
+    num_classes: int = _field(0, "tfrecord: number of classes (0..N-1)")
     image_feature: str = _field("image", "tfrecord: tf.train.Example feature with the PNG/JPEG or raw uint8 image")
     label_feature: str = _field("label", "tfrecord: tf.train.Example int64 feature with the class")
     train_examples: int = _field(

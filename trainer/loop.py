@@ -224,10 +224,10 @@ def train_step_values(
 ) -> dict[str, tf.Tensor]:
     """One replica's training step on its batch: the update applied, then the values of every metric ("loss"
     first), float32, for the calls to accumulate."""
-    features, labels = task.features_and_labels(batch)
+    features, targets = task.features_and_targets(batch)
     with tf.GradientTape() as tape:
         outputs = model(features, training=True)
-        per_example_loss = tf.cast(task.loss(labels, outputs), tf.float32)
+        per_example_loss = tf.cast(task.loss(targets, outputs), tf.float32)
         # Divide by the global batch, not the local one: the all-reduce sums the replicas' gradients.
         loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
         if model.losses:
@@ -235,18 +235,18 @@ def train_step_values(
         scaled_loss = optimizer.scale_loss(loss)  # the loss itself unless mixed_float16's loss scaling
     gradients = tape.gradient(scaled_loss, model.trainable_variables)
     optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-    return _metric_values(task, labels, outputs, per_example_loss)
+    return _metric_values(task, targets, outputs, per_example_loss)
 
 
 def test_step_values(task: Task, model: keras.Model, batch: Any) -> dict[str, tf.Tensor]:
     """The values of every metric ("loss" first) on one test batch."""
-    features, labels = task.features_and_labels(batch)
+    features, targets = task.features_and_targets(batch)
     outputs = model(features, training=False)
-    return _metric_values(task, labels, outputs, tf.cast(task.loss(labels, outputs), tf.float32))
+    return _metric_values(task, targets, outputs, tf.cast(task.loss(targets, outputs), tf.float32))
 
 
-def _metric_values(task: Task, labels: Any, outputs: Any, per_example_loss: tf.Tensor) -> dict[str, tf.Tensor]:
-    values = task.metrics(labels, outputs)
+def _metric_values(task: Task, targets: Any, outputs: Any, per_example_loss: tf.Tensor) -> dict[str, tf.Tensor]:
+    values = task.metrics(targets, outputs)
     missing = set(task.metric_names) - set(values)
     if missing:
         raise ValueError(f"{type(task).__name__}.metrics() returned no value for {sorted(missing)}")

@@ -1,6 +1,6 @@
 """What is learned, in one class: the Task interface, the task registry, and --task / --task-module.
 
-A task builds its model from its own hyperparameters (`Options`), says what a batch holds (features and labels,
+A task builds its model from its own hyperparameters (`Options`), says what a batch holds (features and targets,
 each any nest of tensors), defines the per-example loss and its metrics, and what the exported model serves.
 Everything else (both training loops, the evaluator, saving, the status, TensorBoard, the progress lines and
 metrics.json) only calls these methods and reads `metric_names`: a new task is one new module.
@@ -63,17 +63,17 @@ class Task:
         Its final outputs should be float32 (a float32 last layer) so the loss is computed in full precision."""
         raise NotImplementedError
 
-    def features_and_labels(self, batch: Any) -> tuple[Any, Any]:
-        """Splits one batch of the dataset into (features, labels), each any nest of tensors. The datasets yield
-        (features, labels) pairs, so the default passes them on."""
-        features, labels = batch
-        return features, labels
+    def features_and_targets(self, batch: Any) -> tuple[Any, Any]:
+        """Splits one batch of the dataset into (features, targets), each any nest of tensors. The datasets yield
+        (features, targets) pairs, so the default passes them on."""
+        features, targets = batch
+        return features, targets
 
-    def loss(self, labels: Any, outputs: Any) -> tf.Tensor:
+    def loss(self, targets: Any, outputs: Any) -> tf.Tensor:
         """The loss of each example, shape [batch]; the loops average it over the global batch."""
         raise NotImplementedError
 
-    def metrics(self, labels: Any, outputs: Any) -> dict[str, tf.Tensor]:
+    def metrics(self, targets: Any, outputs: Any) -> dict[str, tf.Tensor]:
         """For each name in metric_names, values (any shape) whose mean over the examples is the metric."""
         return {}
 

@@ -10,7 +10,7 @@ from typing import TextIO
 
 
 def figures(metrics: dict[str, float]) -> str:
-    """'loss 0.3120 accuracy 0.9010': each metric by name, as the progress lines print them."""
+    """'loss 0.3120 mae 0.2010': each metric by name, as the progress lines print them."""
     return " ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 

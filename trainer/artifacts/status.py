@@ -60,7 +60,7 @@ class StatusReporter:
         self._registry = prometheus_client.CollectorRegistry()
         gauge = self._gauge
         # The task's metrics (loss, test_loss and each of metric_names with its test_ twin) get their gauges when
-        # first reported: trainer_<name>, e.g. trainer_accuracy and trainer_test_accuracy for the default task.
+        # first reported: trainer_<name> and trainer_test_<name>, e.g. trainer_loss and trainer_test_loss.
         self._gauges = {
             "global_step": gauge("global_step", "Training steps finished by the group"),
             "total_steps": gauge("total_steps", "Steps the run will take in all"),
