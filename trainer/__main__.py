@@ -1,6 +1,8 @@
-"""`python -m trainer`: config -> cluster -> strategy -> train_and_evaluate -> exit code.
+"""`python -m trainer`: config -> cluster -> strategy -> the loop -> exit code.
 
-Bad flags and a bad TF_CONFIG stop the program here, before TensorFlow starts.
+Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
+read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a SIGTERM
+143, a lost group 144, success 0.
 """
 
 from __future__ import annotations
@@ -10,78 +12,75 @@ import time
 STARTED_AT = time.time()  # before the heavy imports: time to first step counts them
 
 import atexit  # noqa: E402
+import functools  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
-from typing import NoReturn  # noqa: E402
+from typing import Any, NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from trainer.config import Config, parse_config  # noqa: E402
-from trainer.distribution.cluster import from_environment  # noqa: E402
-from trainer.errors import (  # noqa: E402
-    ExitCode,
-    UserError,
-    first_line,
-)
+from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
+from trainer.errors import ClusterConfigError, ConfigError, ExitCode, UserError, first_line  # noqa: E402
 
 log = logging.getLogger("trainer")
 
 
+class Outcome:
+    """What main() needs to end the run: the chief's status reporter once it exists."""
+
+    status: Any = None
+
+
 def main(argv: list[str] | None = None) -> int:
+    outcome = Outcome()
     try:
-        config = parse_config(argv)
-        cluster = from_environment(strategy=config.strategy)
+        return run(argv, outcome)
     except UserError as error:
+        if outcome.status is not None:
+            outcome.status.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    finally:
+        if outcome.status is not None:
+            outcome.status.close()
+
+
+def run(argv: list[str] | None, outcome: Outcome) -> int:
+    """The run from flags to exit code; raises UserError for main() to report."""
+    core = parse_config(argv, with_task=False)
+    cluster = from_environment(strategy=core.strategy)
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
     )
     # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
-    log.setLevel(logging.INFO if cluster.is_chief or config.verbose_workers else logging.WARNING)
+    log.setLevel(logging.INFO if cluster.is_chief or core.verbose_workers else logging.WARNING)
     # Every worker says what it waits for while the group forms: that is where a stuck start shows.
     logging.getLogger("trainer.distribution.strategy").setLevel(logging.INFO)
-    if config.download and cluster.is_distributed:
-        print(
-            "error: --download in a group of workers would download the same files concurrently. Prepare the "
+    if core.download and cluster.is_distributed:
+        raise ConfigError(
+            "--download in a group of workers would download the same files concurrently. Prepare the "
             "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
-            "data-preparation Job), then start the workers without --download",
-            file=sys.stderr,
+            "data-preparation Job), then start the workers without --download"
         )
-        return ExitCode.BAD_CONFIG
 
     from trainer.artifacts import saving
     from trainer.artifacts.status import StatusReporter
 
-    try:
-        if cluster.is_chief:
-            saving.check_model_dir(config.model_dir)
-        status = StatusReporter(config.model_dir, enabled=cluster.is_chief)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.BAD_CONFIG
+    if cluster.is_chief:
+        saving.check_model_dir(core.model_dir)
+    outcome.status = status = StatusReporter(core.model_dir, enabled=cluster.is_chief)
     status.update(state="starting", workers=cluster.num_workers)
-    try:
-        # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
-        status.serve(config.status_host, config.status_port)
-    except UserError as error:
-        status.failed(str(error), ExitCode.BAD_CONFIG)
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.BAD_CONFIG
+    # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
+    status.serve(core.status_host, core.status_port)
+    config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
     from trainer.artifacts.progress import Startup
-    from trainer.distribution.strategy import (  # imports TensorFlow: most of the start-up
-        create_parameter_server_strategy,
-        create_strategy,
-        is_group_failure,
-        leave_group,
-        run_server,
-        share_cores,
-    )
+    from trainer.distribution.strategy import create_strategy, is_group_failure, leave_group, share_cores
 
     startup = Startup(STARTED_AT)
     startup.reached("tensorflow_imported")
@@ -89,37 +88,30 @@ def main(argv: list[str] | None = None) -> int:
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
+    from trainer import loop
     from trainer.distribution.preemption import Preempted
 
+    check_inputs_before_the_group_forms(config)
+    if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
+        ps = _parameter_server_room(cluster)
     if cluster.role == "server":
-        run_server(cluster, config.startup_timeout)
+        ps.strategy.run_server(cluster, config.startup_timeout)
         return ExitCode.OK
     if cluster.is_evaluator:
-        from trainer.ps.evaluator import follow_checkpoints
-
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        try:
-            check_inputs_before_the_group_forms(config)
-            follow_checkpoints(config, cluster)
-        except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return ExitCode.BAD_CONFIG
+        ps.evaluator.follow_checkpoints(config, cluster)
         return ExitCode.OK
     try:
-        check_inputs_before_the_group_forms(config)
         if cluster.is_async:
-            from trainer.ps.train_async import train_async
-
-            strategy, coordinator = create_parameter_server_strategy(cluster, config.startup_timeout)
+            strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
-            train_async(config, cluster, strategy, coordinator, startup, status)
+            calls = functools.partial(ps.async_calls.AsyncCalls, coordinator=coordinator)
+            loop.train_and_evaluate(config, cluster, strategy, startup, status, calls)
         else:
-            from trainer.train import train_and_evaluate
-
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             startup.reached("group_formed")
-            train_and_evaluate(config, cluster, strategy, startup, status)
+            loop.train_and_evaluate(config, cluster, strategy, startup, status)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -128,13 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             ExitCode.PREEMPTED,
         )
         return ExitCode.PREEMPTED
-    except UserError as error:
-        status.failed(str(error), ExitCode.BAD_CONFIG)
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.BAD_CONFIG
     except BaseException as error:
         if not is_group_failure(error):
-            status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
+            if not isinstance(error, UserError):  # main() reports a UserError, with its message alone
+                status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         reason = first_line(error)
         status.failed(f"lost a peer, restarting: {reason}", ExitCode.GROUP_FAILED)
@@ -144,20 +133,31 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return ExitCode.GROUP_FAILED
-    finally:
-        status.close()
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)
     return ExitCode.OK
 
 
+def _parameter_server_room(cluster: Cluster) -> Any:
+    """trainer.ps (the async mode and the evaluator), imported only for the roles that need it."""
+    try:
+        import trainer.ps.async_calls
+        import trainer.ps.evaluator
+        import trainer.ps.strategy
+    except ImportError as error:
+        raise ClusterConfigError(
+            f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode or the evaluator, but "
+            f"this trainer has no trainer/ps room ({error}); restore trainer/ps or run all-reduce workers only"
+        ) from None
+    return trainer.ps
+
+
 def check_inputs_before_the_group_forms(config: Config) -> None:
     """Raises the UserError of the first input that cannot work. Run before the group forms, so a typo in a flag
-    costs one process start, not a group start-up (and on a cluster, not a wait for every pod)."""
-    from trainer import model
+    costs one process start, not a group start-up (and on a cluster, not a wait for every pod). The task's options
+    were checked as they were parsed."""
     from trainer.data import datasets
 
-    model.check_model_name(config.model)
     datasets.check_dataset(config)
 
 

@@ -1,8 +1,12 @@
-"""Every knob of the trainer, with its default, in one place.
+"""Every core knob of the trainer, with its default, and the machinery every option group plugs into.
 
-Each field is a command-line flag (`--per-worker-batch-size`) and an environment
-variable (`TRAINER_PER_WORKER_BATCH_SIZE`), so a pod spec can set it without
-editing args. Precedence: flag, then environment, then the default below.
+Each field is a command-line flag (`--per-worker-batch-size`) and an environment variable
+(`TRAINER_PER_WORKER_BATCH_SIZE`), so a pod spec can set it without editing args. Precedence: flag, then
+environment, then the default below. A task's (or a model's) hyperparameters are an option group: a frozen
+dataclass of `option(...)` fields declared beside the code that reads them (`Task.Options`); they are flags and
+variables in the same way, listed in `--help` under the task's name, and read with `config.group(Options)`.
+A field's type is its real annotation: bool, int, float or str; any other type is refused when the parser is
+built, so a list or optional field can never silently arrive as a string.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -20,8 +25,10 @@ ENV_PREFIX = "TRAINER_"
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
 STRATEGIES = ("auto", "sync", "async")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+OPTION_TYPES = (bool, int, float, str)
 
-# The name -> builder tables behind --model and --dataset, each filled by its module's @register("name").
+# The name -> builder tables behind --task and --dataset, each filled by its module's @register("name").
 Builder = TypeVar("Builder", bound=Callable[..., Any])
 
 
@@ -36,8 +43,12 @@ class Registry(dict[str, Builder], Generic[Builder]):
         return add
 
 
-def _field(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
+def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
+    """A field of Config or of an option group: its default, its --help text and, for a str, its choices."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+_field = option
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Config:
     train_files: str = _field("", "tfrecord: glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
     test_files: str = _field("", "tfrecord: glob(s) of test TFRecord files, comma-separated")
     image_shape: str = _field("", "tfrecord: HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
-    num_classes: int = _field(0, "tfrecord: number of classes (labels 0..N-1)")
+    num_classes: int = _field(0, "tfrecord: number of classes (0..N-1)")
     image_feature: str = _field("image", "tfrecord: tf.train.Example feature with the PNG/JPEG or raw uint8 image")
     label_feature: str = _field("label", "tfrecord: tf.train.Example int64 feature with the class")
     train_examples: int = _field(
@@ -80,7 +91,22 @@ class Config:
         CACHES,
     )
     # Model and optimisation
-    model: str = _field("cnn", "model name from trainer/model.py's MODELS registry")
+    task: str = _field(
+        "image_classification",
+        "what is learned: a task registered with @trainer.task.register (built in: image_classification), "
+        "here or in --task-module; its own options follow under its name",
+    )
+    task_module: str = _field(
+        "",
+        "your Python module that registers tasks with @trainer.task.register (it may register its datasets "
+        "too); imported before --task is looked up",
+    )
+    precision: str = _field(
+        "float32",
+        "Keras dtype policy, set before the model is built: mixed_bfloat16 and mixed_float16 compute in 16 bits "
+        "and keep float32 weights (mixed_float16 with dynamic loss scaling)",
+        PRECISIONS,
+    )
     epochs: int = _field(3, "passes over the training data")
     per_worker_batch_size: int = _field(64, "examples per worker per step; global batch = this x workers")
     learning_rate: float = _field(1e-3, "Adam learning rate for one worker")
@@ -119,6 +145,8 @@ class Config:
     )
     status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
     status_host: str = _field("0.0.0.0", "interface the status server binds (127.0.0.1 in tests)")
+    # The option groups parsed beside these fields (the task's), one instance each; not a flag itself.
+    groups: tuple[Any, ...] = dataclasses.field(default=(), metadata={"help": None, "choices": None})
 
     @property
     def effective_log_every(self) -> int:
@@ -126,8 +154,19 @@ class Config:
         calls = max(1, -(-self.log_every // self.steps_per_loop))
         return calls * self.steps_per_loop
 
+    def group(self, options_class: type[OptionGroup]) -> OptionGroup:
+        """The parsed values of one option group (for example a task's Options)."""
+        for group in self.groups:
+            if type(group) is options_class:
+                return group
+        raise KeyError(f"{options_class.__qualname__} was not parsed with this config")
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every option by name, the groups' beside the core ones (flag names are unique across them)."""
+        values = {field.name: getattr(self, field.name) for field in option_fields(type(self))}
+        for group in self.groups:
+            values.update(dataclasses.asdict(group))
+        return values
 
     def validate(self) -> Config:
         positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every", "shuffle_buffer")
@@ -145,14 +184,40 @@ class Config:
             raise ConfigError(f"--learning-rate must be positive, got {self.learning_rate}")
         if not self.startup_timeout > 0:
             raise ConfigError(f"--startup-timeout must be positive seconds, got {self.startup_timeout}")
-        for field in dataclasses.fields(self):
-            choices = field.metadata["choices"]
-            if choices and getattr(self, field.name) not in choices:
-                raise ConfigError(
-                    f"--{_flag(field.name)}: unknown value {getattr(self, field.name)!r}; "
-                    f"choose one of {', '.join(choices)}"
-                )
+        for options in (self, *self.groups):
+            check_choices(options)
         return self
+
+
+OptionGroup = TypeVar("OptionGroup")
+
+
+def option_fields(options_class: type) -> list[dataclasses.Field]:
+    """The fields of Config or of an option group that are options (flags and variables)."""
+    return [field for field in dataclasses.fields(options_class) if field.metadata.get("help")]
+
+
+def option_type(options_class: type, field: dataclasses.Field) -> type:
+    """The field's real type (annotations are strings under `from __future__ import annotations`); TypeError for
+    a type the flags and variables cannot carry, raised when the parser is built, never at a user's run."""
+    kind = typing.get_type_hints(options_class)[field.name]
+    if kind not in OPTION_TYPES:
+        raise TypeError(
+            f"option {options_class.__qualname__}.{field.name} has type {kind}; options are "
+            f"{', '.join(t.__name__ for t in OPTION_TYPES)} (a list can be a comma-separated str)"
+        )
+    return kind
+
+
+def check_choices(options: Any) -> None:
+    """Refuses a value outside its option's choices (a variable's value never went through argparse's check)."""
+    for field in option_fields(type(options)):
+        choices = field.metadata["choices"]
+        if choices and getattr(options, field.name) not in choices:
+            raise ConfigError(
+                f"--{_flag(field.name)}: unknown value {getattr(options, field.name)!r}; "
+                f"choose one of {', '.join(choices)}"
+            )
 
 
 def _flag(name: str) -> str:
@@ -172,46 +237,75 @@ def _parse_bool(text: str, source: str) -> bool:
     raise ConfigError(f"{source}: expected true/false (or 1/0), got {text!r}")
 
 
-def _from_env(field: dataclasses.Field, environ: dict[str, str]) -> Any:
+def _from_env(field: dataclasses.Field, kind: type, environ: dict[str, str]) -> Any:
     env = _env_name(field.name)
     # Empty is unset: k8s/settings.env leaves the optional data settings empty, and the manifests carry them.
     if not environ.get(env):
         return field.default
     text = environ[env]
-    if field.type == "bool":
+    if kind is bool:
         return _parse_bool(text, env)
     try:
-        return {"int": int, "float": float}.get(str(field.type), str)(text)
+        return kind(text)
     except ValueError:
-        raise ConfigError(f"{env}: expected a {field.type}, got {text!r}") from None
+        raise ConfigError(f"{env}: expected {kind.__name__}, got {text!r}") from None
 
 
-def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    environ = dict(os.environ if environ is None else environ)
-    parser = argparse.ArgumentParser(
-        prog="python -m trainer",
-        description="Train a CNN with MultiWorkerMirroredStrategy. Runs as one process without "
-        "TF_CONFIG, or as one worker of a group described by TF_CONFIG (as the Kubeflow TFJob sets it).",
-        epilog=f"Every flag can also be set as an environment variable: {ENV_PREFIX}<FLAG_IN_CAPITALS>, "
-        f"e.g. {ENV_PREFIX}PER_WORKER_BATCH_SIZE=128. A flag on the command line wins over the variable.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    for field in dataclasses.fields(Config):
-        default = _from_env(field, environ)
+def _add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, options_class: type, environ: dict[str, str]
+) -> None:
+    for field in option_fields(options_class):
+        kind = option_type(options_class, field)
+        default = _from_env(field, kind, environ)
         help_text = f"{field.metadata['help']} [env {_env_name(field.name)}]"
-        if field.type == "bool":
+        if kind is bool:
             parser.add_argument(
                 f"--{_flag(field.name)}", action=argparse.BooleanOptionalAction, default=default, help=help_text
             )
         else:
-            kind = {"int": int, "float": float}.get(str(field.type), str)
             parser.add_argument(
                 f"--{_flag(field.name)}", type=kind, default=default, choices=field.metadata["choices"], help=help_text
             )
+
+
+def build_parser(
+    environ: dict[str, str] | None = None, groups: Sequence[tuple[str, type]] = (), add_help: bool = True
+) -> argparse.ArgumentParser:
+    """The parser of Config's options and of each (title, option group class) in groups. A name that two of them
+    share is refused (argparse's conflict error): every flag and variable names one option."""
+    environ = dict(os.environ if environ is None else environ)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train a task (by default an image classifier) on TensorFlow: one process without "
+        "TF_CONFIG, or one task of a group described by TF_CONFIG (as the Kubeflow TFJob sets it).",
+        epilog=f"Every flag can also be set as an environment variable: {ENV_PREFIX}<FLAG_IN_CAPITALS>, "
+        f"e.g. {ENV_PREFIX}PER_WORKER_BATCH_SIZE=128. A flag on the command line wins over the variable.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        add_help=add_help,
+    )
+    _add_options(parser, Config, environ)
+    for title, options_class in groups:
+        _add_options(parser.add_argument_group(title), options_class, environ)
     return parser
 
 
-def parse_config(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> Config:
-    """Flags over environment over defaults, validated. Raises ConfigError."""
-    args = build_parser(environ).parse_args(sys.argv[1:] if argv is None else argv)
-    return Config(**vars(args)).validate()
+def parse_config(
+    argv: Sequence[str] | None = None, environ: dict[str, str] | None = None, with_task: bool = True
+) -> Config:
+    """Flags over environment over defaults, validated. Raises ConfigError.
+
+    with_task=False reads the core options only, leaving the task's flags for later and the task's module
+    unimported (so no TensorFlow): `__main__` checks TF_CONFIG with it before anything heavy starts."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ if environ is None else environ)
+    if not with_task:
+        core, _ = build_parser(environ, add_help=False).parse_known_args(argv)
+        return Config(**vars(core)).validate()
+    from trainer import task  # the task registry; importing the task's module imports TensorFlow
+
+    core, _ = build_parser(environ, add_help=False).parse_known_args(argv)
+    chosen = task.find(core.task, core.task_module)
+    args = vars(build_parser(environ, [(f"task {core.task}", chosen.Options)]).parse_args(argv))
+    options = chosen.Options(**{field.name: args.pop(field.name) for field in option_fields(chosen.Options)})
+    chosen.check_options(options)
+    return Config(**args, groups=(options,)).validate()

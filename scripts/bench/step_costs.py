@@ -10,8 +10,8 @@ cores as in training), except `compute_alone`, which worker 0 runs while worker 
   inputs of the per-worker batch, no all-reduce (a model outside the strategy);
 - allreduce_model / allreduce_tiny: one batched all-reduce of tensors shaped like the model's gradients, and of
   one float (the fixed cost of a collective here: gRPC hand-offs and scheduling);
-- sync_constant: the trainer's own step function (trainer.train.step_functions) on constant inputs;
-- trainer: the same on the trainer's input pipeline and iterator (trainer.train.Inputs): what `make bench` runs;
+- sync_constant: the trainer's own step function (trainer.distribution.sync_calls.SyncCalls) on constant inputs;
+- trainer: the same on the trainer's input pipeline and iterator (sync_calls.Inputs): what `make bench` runs;
 - distributed_iterator: the same pipeline through tf.distribute's distributed iterator (the earlier design).
 
 The breakdown (worker 0's view): compute = compute_shared; transfer = allreduce_model; waiting for the peer and
@@ -41,9 +41,11 @@ import tensorflow as tf
 
 from trainer.distribution.cluster import from_environment
 from trainer.config import parse_config
-from trainer.model import build_model, build_optimizer
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
-from trainer.train import Inputs, Metrics, step_functions
+from trainer.data.datasets import Source
+from trainer.distribution.sync_calls import SyncCalls
+from trainer.loop import build_optimizer
+from trainer.task import task_of
 
 IMAGE_SHAPE, CLASSES = (28, 28, 1), 10
 PACK_BYTES = 32 * 1024 * 1024  # one pack for every gradient of this model
@@ -76,11 +78,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace) -> dict[str, float]:
     keras.utils.set_random_seed(config.seed)
-    global_batch = 2 * args.batch
     images = tf.random.uniform((args.batch, *IMAGE_SHAPE), seed=1)
     labels = tf.random.uniform((args.batch,), maxval=CLASSES, dtype=tf.int32, seed=2)
 
-    local_model, local_optimizer = build_model(config.model, IMAGE_SHAPE, CLASSES), build_optimizer(1e-3)
+    task = task_of(config)
+    shapes = Source(train=None, test=None, image_shape=IMAGE_SHAPE, num_classes=CLASSES)  # type: ignore[arg-type]
+    local_model, local_optimizer = task.build_model(shapes), build_optimizer(1e-3, config.precision)
     local_optimizer.build(local_model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -108,15 +111,14 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
         return run
 
+    calls = SyncCalls(config, cluster, strategy, task)
     with strategy.scope():
-        model, optimizer = build_model(config.model, IMAGE_SHAPE, CLASSES), build_optimizer(1e-3)
+        model, optimizer = task.build_model(calls.source), build_optimizer(1e-3, config.precision)
         optimizer.build(model.trainable_variables)
-        metrics = Metrics()
-    train_steps, _ = step_functions(strategy, model, optimizer, metrics, global_batch, test_batches=None)
+        calls.build(model, optimizer)
+    calls.start(model, optimizer, 0)
+    train_steps, inputs, trainer_iterator = calls.train_steps, calls.inputs, calls.iterator
     constant = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
-    inputs = Inputs(config, cluster, strategy, global_batch)
-    inputs.agree(0)
-    trainer_iterator = inputs.train_iterator(0)
     distributed = iter(strategy.distribute_datasets_from_function(inputs.train_batches(0)))
     barrier = all_reduce_function([tf.zeros(1)])
 

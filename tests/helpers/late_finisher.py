@@ -11,9 +11,9 @@ from trainer.artifacts import tf_log_filter
 tf_log_filter.install()  # as python -m trainer does, before TensorFlow is imported
 
 import trainer.__main__  # noqa: E402  (sets TensorFlow's environment before it is imported)
-import trainer.train  # noqa: E402
+import trainer.loop  # noqa: E402
 
-_train_and_evaluate = trainer.train.train_and_evaluate
+_train_and_evaluate = trainer.loop.train_and_evaluate
 
 
 def _late_train_and_evaluate(*args, **kwargs):
@@ -23,5 +23,5 @@ def _late_train_and_evaluate(*args, **kwargs):
     return record
 
 
-trainer.train.train_and_evaluate = _late_train_and_evaluate
+trainer.loop.train_and_evaluate = _late_train_and_evaluate
 sys.exit(trainer.__main__.main())

@@ -245,7 +245,7 @@ def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_mod
 
     host_model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
     assert os.path.isfile(host_model_dir.keras_model)
-    assert os.path.isfile(os.path.join(host_model_dir.saved_model, "saved_model.pb"))
+    assert os.path.isfile(os.path.join(host_model_dir.latest_saved_model(), "saved_model.pb"))
     metrics = json.loads(pathlib.Path(host_model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]

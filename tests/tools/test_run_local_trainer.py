@@ -60,7 +60,7 @@ def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_direct
     model_dir = ModelDir(str((job_dir / "model").resolve()))
     assert result["model_dir"] == model_dir.root
     assert [str(p) for p in job_dir.resolve().rglob("model.keras")] == [model_dir.keras_model]
-    assert [str(p.parent) for p in job_dir.resolve().rglob("saved_model.pb")] == [model_dir.saved_model]
+    assert [str(p.parent) for p in job_dir.resolve().rglob("saved_model.pb")] == [model_dir.latest_saved_model()]
     metrics = json.loads(pathlib.Path(model_dir.metrics).read_text())
     assert metrics["workers"] == 2
     text = console.read_text()

@@ -6,14 +6,17 @@ import tensorflow as tf
 from tensorflow.python.training import py_checkpoint_reader
 
 from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
+from trainer.config import parse_config
+from trainer.data.datasets import Source
 from trainer.errors import ModelDirError
-from trainer.model import build_model, build_optimizer
+from trainer.loop import build_optimizer
+from trainer.task import task_of
 
 
 def checkpointer(model_dir, seed=1):
     tf.keras.utils.set_random_seed(seed)
-    model = build_model("cnn", (28, 28, 1), 10)
-    optimizer = build_optimizer(1e-3)
+    model = task_of(parse_config([], {})).build_model(Source(None, None, (28, 28, 1), 10))
+    optimizer = build_optimizer(1e-3, "float32")
     optimizer.build(model.trainable_variables)
     return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
 

@@ -7,17 +7,75 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.config import Config, build_parser, parse_config
+from trainer.config import Config, build_parser, option, option_fields, parse_config
 from trainer.errors import ConfigError
+from trainer.tasks.image_classification import ImageClassificationOptions
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():
-    text = " ".join(build_parser({}).format_help().split())
-    for field in dataclasses.fields(Config):
-        flag = "--" + field.name.replace("_", "-")
-        assert flag in text, flag
-        assert "TRAINER_" + field.name.upper() in text
-    assert "(default: 64)" in text
+    text = " ".join(build_parser({}, [("task image_classification", ImageClassificationOptions)]).format_help().split())
+    for options in (Config, ImageClassificationOptions):
+        for field in option_fields(options):
+            flag = "--" + field.name.replace("_", "-")
+            assert flag in text, flag
+            assert "TRAINER_" + field.name.upper() in text
+    assert "(default: 64)" in text and "task image_classification:" in text
+
+
+def test_the_tasks_options_are_flags_and_variables_with_the_same_precedence():
+    options = parse_config([], {}).group(ImageClassificationOptions)
+    assert (options.model, options.dense_units) == ("cnn", 64)
+    from_env = parse_config([], {"TRAINER_MODEL": "dropout", "TRAINER_DENSE_UNITS": "32"})
+    assert from_env.group(ImageClassificationOptions).dense_units == 32
+    flag_wins = parse_config(["--dense-units", "16"], {"TRAINER_DENSE_UNITS": "32"})
+    assert flag_wins.group(ImageClassificationOptions).dense_units == 16
+    assert flag_wins.to_dict()["model"] == "cnn" and flag_wins.to_dict()["dense_units"] == 16
+    with pytest.raises(ConfigError, match="TRAINER_DENSE_UNITS: expected int"):
+        parse_config([], {"TRAINER_DENSE_UNITS": "wide"})
+
+
+def test_cli_help_lists_the_default_tasks_options():
+    result = run_trainer("--help")
+    assert result.returncode == 0
+    assert "--model" in result.stdout and "TRAINER_DENSE_UNITS" in result.stdout and "--task-module" in result.stdout
+
+
+def test_an_unknown_task_names_the_choices_and_the_way_to_add_one():
+    with pytest.raises(ConfigError, match="unknown task 'translation'; choose one of image_classification"):
+        parse_config(["--task", "translation"], {})
+    with pytest.raises(ConfigError, match="--task-module no_such_module: cannot import it"):
+        parse_config(["--task-module", "no_such_module"], {})
+
+
+@dataclasses.dataclass(frozen=True)
+class Typed:
+    count: int = option(1, "an int, annotated as the string 'int' under postponed annotations")
+    rate: float = option(0.5, "a float")
+    on: bool = option(False, "a bool")
+
+
+@dataclasses.dataclass(frozen=True)
+class WithAList:
+    names: list[str] = option((), "a list: no flag or variable can carry it")
+
+
+@dataclasses.dataclass(frozen=True)
+class WithAnOptional:
+    limit: int | None = option(None, "an optional int")
+
+
+def test_option_values_are_parsed_by_their_real_types():
+    # Before, types were compared as strings ("int", "bool"): any other spelling of a type parsed as a str.
+    environ = {"TRAINER_COUNT": "3", "TRAINER_RATE": "0.25", "TRAINER_ON": "yes"}
+    args = build_parser(environ, [("typed", Typed)]).parse_args([])
+    assert (args.count, args.rate, args.on) == (3, 0.25, True)
+
+
+@pytest.mark.parametrize("options", [WithAList, WithAnOptional])
+def test_an_option_of_a_type_flags_cannot_carry_is_refused_when_the_parser_is_built(options):
+    # Before, a list or optional field silently arrived as a string.
+    with pytest.raises(TypeError, match=f"option {options.__qualname__}\\.\\w+ has type"):
+        build_parser({}, [("bad", options)])
 
 
 def test_flag_beats_environment_beats_default():
@@ -53,7 +111,7 @@ def test_bad_values_are_refused_with_the_flag_named(argv, message):
 
 
 def test_bad_environment_value_names_the_variable():
-    with pytest.raises(ConfigError, match="TRAINER_EPOCHS: expected a int"):
+    with pytest.raises(ConfigError, match="TRAINER_EPOCHS: expected int"):
         parse_config([], {"TRAINER_EPOCHS": "three"})
 
 

@@ -32,7 +32,7 @@ def run_main_raising(error, tmp_path, monkeypatch):
         raise error
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.setattr("trainer.train.train_and_evaluate", train_and_evaluate)
+    monkeypatch.setattr("trainer.loop.train_and_evaluate", train_and_evaluate)
     return main(["--dataset", "synthetic", "--model-dir", str(tmp_path)])
 
 

@@ -1,23 +1,32 @@
-"""The model registry: every variant builds and maps raw uint8 images to logits (test_train.py trains each)."""
+"""The default task's models: every variant builds and maps raw uint8 images to float32 class logits (test_train.py
+trains each)."""
 
 import numpy as np
 import pytest
 
-from trainer import model
+from trainer.config import parse_config
+from trainer.data.datasets import Source
 from trainer.errors import ConfigError
+from trainer.task import task_of
+from trainer.tasks.image_classification import MODELS
 
 
-@pytest.mark.parametrize("name", sorted(model.MODELS))
+def build(name, shape, classes=10, *flags):
+    task = task_of(parse_config(["--model", name, *flags], {}))
+    return task.build_model(Source(train=None, test=None, image_shape=shape, num_classes=classes))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("shape", [(28, 28, 1), (32, 32, 3)])
 def test_every_variant_maps_raw_images_to_class_logits(name, shape):
-    network = model.build_model(name, shape, 10)
+    network = build(name, shape)
     assert network.inputs[0].dtype == "uint8"
     logits = network.predict(np.zeros((3, *shape), np.uint8), verbose=0)
     assert logits.shape == (3, 10)
 
 
 def test_the_book_cnn_has_the_book_layers():
-    kinds = [type(layer).__name__ for layer in model.build_model("cnn", (28, 28, 1), 10).layers]
+    kinds = [type(layer).__name__ for layer in build("cnn", (28, 28, 1)).layers]
     assert kinds == [
         "InputLayer",
         "Rescaling",
@@ -32,6 +41,12 @@ def test_the_book_cnn_has_the_book_layers():
     ]
 
 
+def test_the_models_hyperparameters_are_the_tasks_options():
+    network = build("dropout", (28, 28, 1), 10, "--dense-units", "32", "--dense-dropout", "0")
+    assert [layer.units for layer in network.layers if type(layer).__name__ == "Dense"] == [32, 10]
+    assert [layer.rate for layer in network.layers if type(layer).__name__ == "Dropout"] == [0.25, 0.25]
+
+
 def test_unknown_model_names_the_choices():
     with pytest.raises(ConfigError, match="unknown model 'resnet'; choose one of batch_norm, cnn, dropout"):
-        model.build_model("resnet", (28, 28, 1), 10)
+        parse_config(["--model", "resnet"], {})

@@ -59,7 +59,7 @@ def test_only_the_chief_logs_progress(two_workers):
 def test_exactly_one_model_and_no_worker_scratch_left(two_workers):
     root, _ = two_workers
     assert sorted(os.listdir(root / "model")) == sorted(
-        [layout.KERAS_MODEL, layout.SAVED_MODEL, layout.METRICS, layout.CHECKPOINTS, layout.LOGS, layout.STATUS]
+        [layout.KERAS_MODEL, layout.SERVING, layout.METRICS, layout.CHECKPOINTS, layout.LOGS, layout.STATUS]
     )
     assert not [name for name in os.listdir(root / "scratch") if name.startswith("trainer-worker-save-")]
     assert sorted(os.listdir(root)) == ["model", "scratch"]
@@ -78,7 +78,7 @@ def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):
     root, _ = two_workers
     example = datasets.synthetic_example_fn(7)
     images = np.stack([example(tf.constant(i, tf.int64))[0].numpy() for i in range(8)])
-    served = tf.saved_model.load(str(root / "model" / layout.SAVED_MODEL)).signatures["serve"](
+    served = tf.saved_model.load(layout.ModelDir(str(root / "model")).latest_saved_model()).signatures["serve"](
         images=tf.constant(images)
     )
     probabilities = served["probabilities"].numpy()

@@ -13,9 +13,9 @@ class Terminal(io.StringIO):
 def test_pod_logs_get_one_plain_line_per_report():
     stream = io.StringIO()
     progress = Progress(total_steps=20, steps_per_epoch=10, epochs=2, stream=stream)
-    progress.step(10, 0.5, 0.75, None)
-    progress.step(15, 0.25, 0.875, 1234.0)
-    progress.epoch_done(2, {"train_loss": 0.25, "train_accuracy": 0.875, "test_loss": 0.5, "test_accuracy": 0.75})
+    progress.step(10, {"loss": 0.5, "accuracy": 0.75}, None)
+    progress.step(15, {"loss": 0.25, "accuracy": 0.875}, 1234.0)
+    progress.epoch_done(2, {"loss": 0.25, "accuracy": 0.875}, {"loss": 0.5, "accuracy": 0.75})
     lines = stream.getvalue().splitlines()
     assert lines == [
         "epoch 1/2 step 10/10 (global 10/20) loss 0.5000 accuracy 0.7500 warming up",
@@ -28,8 +28,8 @@ def test_pod_logs_get_one_plain_line_per_report():
 def test_a_terminal_gets_a_bar_redrawn_in_place():
     stream = Terminal()
     progress = Progress(total_steps=10, steps_per_epoch=10, epochs=1, stream=stream)
-    progress.step(5, 1.0, 0.5, 100.0)
-    progress.step(10, 0.5, 0.9, 100.0)
+    progress.step(5, {"loss": 1.0, "accuracy": 0.5}, 100.0)
+    progress.step(10, {"loss": 0.5, "accuracy": 0.9}, 100.0)
     progress.line("done")
     text = stream.getvalue()
     assert text.count("\r") == 2 and "[" + "=" * 15 + "." * 15 + "]" in text and "[" + "=" * 30 + "]" in text
@@ -39,6 +39,6 @@ def test_a_terminal_gets_a_bar_redrawn_in_place():
 def test_quiet_workers_print_nothing():
     stream = io.StringIO()
     progress = Progress(total_steps=10, steps_per_epoch=10, epochs=1, enabled=False, stream=stream)
-    progress.step(5, 1.0, 0.5, 100.0)
+    progress.step(5, {"loss": 1.0}, 100.0)
     progress.line("x")
     assert stream.getvalue() == ""

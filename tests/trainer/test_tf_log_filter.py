@@ -84,7 +84,7 @@ def test_a_healthy_cpu_run_prints_no_tensorflow_warning_or_error(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert tf_warnings_and_errors(result.stdout + result.stderr) == []
-    assert "finished: test accuracy" in result.stdout
+    assert "finished: test loss" in result.stdout
 
 
 def two_worker_run(tmp_path, module: str = "trainer", env: dict[str, str] | None = None) -> dict:

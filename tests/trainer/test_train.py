@@ -8,13 +8,13 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer import model
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
 from trainer.artifacts.status import StatusReporter
 from trainer.config import parse_config
 from trainer.distribution.cluster import SINGLE_PROCESS
-from trainer.train import train_and_evaluate
+from trainer.loop import train_and_evaluate
+from trainer.tasks.image_classification import MODELS
 
 TINY = [
     "--dataset",
@@ -90,8 +90,25 @@ def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):
     assert second["steps"] == 16 and second["weights_sha256"] != first["weights_sha256"]
 
 
-@pytest.mark.parametrize("name", sorted(set(model.MODELS) - {"cnn"}))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"cnn"}))
 def test_every_variant_trains_with_state_updated_in_replica_context(name, tmp_path):
     metrics = train(tmp_path / name, "--model", name, "--epochs", "1")
     assert metrics["steps"] == 8 and metrics["test_loss"] > 0
     assert (tmp_path / name / layout.KERAS_MODEL).exists()
+
+
+@pytest.mark.slow  # 16-bit convolutions are emulated on most CPUs: over a minute each on 2 shared cores
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_and_the_saved_model_keeps_its_dtypes(precision, tmp_path):
+    import keras
+    import numpy as np
+
+    try:
+        metrics = train(tmp_path / precision, "--precision", precision, "--epochs", "1")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert metrics["config"]["precision"] == precision and np.isfinite(metrics["test_loss"])
+    serve = tf.saved_model.load(layout.ModelDir(str(tmp_path / precision)).latest_saved_model()).signatures["serve"]
+    assert serve.structured_input_signature[1]["images"].dtype == tf.uint8
+    outputs = serve.structured_outputs
+    assert (outputs["probabilities"].dtype, outputs["class_id"].dtype) == (tf.float32, tf.int64)

@@ -1,8 +1,10 @@
 """The model directory's layout, defined once: the trainer writes it; the tools and tests read it.
 
 <model-dir>/
-  model.keras          the Keras model (raw uint8 images in, logits out)
-  saved_model/         SavedModel, signature `serve`
+  model.keras          the Keras model (the task's features in, its outputs out)
+  serving/<version>/   SavedModel, signature `serve` (the task's serving function), where TF Serving and KServe
+                       look: point their model base path at serving/. The version is the global step of the
+                       weights, so a run continued for more steps adds a newer version and the servers load it.
   metrics.json         final metrics, throughput, config and versions
   status.json          the chief's live status
   evaluations.json     the evaluator task's result for each checkpoint it evaluated
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 
 KERAS_MODEL = "model.keras"
-SAVED_MODEL = "saved_model"
+SERVING = "serving"
 METRICS = "metrics.json"
 STATUS = "status.json"
 EVALUATIONS = "evaluations.json"
@@ -23,7 +25,7 @@ CHECKPOINTS = "checkpoints"
 RUN_SETUP = "run-setup.json"  # inside CHECKPOINTS
 LOGS = "logs"
 # What a finished run leaves for the user, in the order tools list it.
-ARTIFACTS = (KERAS_MODEL, SAVED_MODEL, METRICS, CHECKPOINTS, LOGS)
+ARTIFACTS = (KERAS_MODEL, SERVING, METRICS, CHECKPOINTS, LOGS)
 
 
 class ModelDir:
@@ -32,12 +34,23 @@ class ModelDir:
     def __init__(self, root: str) -> None:
         self.root = root
         self.keras_model = os.path.join(root, KERAS_MODEL)
-        self.saved_model = os.path.join(root, SAVED_MODEL)
+        self.serving = os.path.join(root, SERVING)
         self.metrics = os.path.join(root, METRICS)
         self.status = os.path.join(root, STATUS)
         self.evaluations = os.path.join(root, EVALUATIONS)
         self.checkpoints = os.path.join(root, CHECKPOINTS)
         self.run_setup = os.path.join(root, CHECKPOINTS, RUN_SETUP)
+
+    def saved_model(self, version: int) -> str:
+        """The SavedModel of one version: the global step its weights had."""
+        return os.path.join(self.serving, str(version))
+
+    def latest_saved_model(self) -> str:
+        """The SavedModel a server would load: the highest numeric version under serving/."""
+        versions = [int(name) for name in os.listdir(self.serving) if name.isdigit()]
+        if not versions:
+            raise FileNotFoundError(f"no numbered SavedModel under {self.serving}")
+        return self.saved_model(max(versions))
 
     def logs(self, name: str) -> str:
         """TensorBoard directory of one summary stream: train, test or eval."""

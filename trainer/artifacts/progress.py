@@ -9,6 +9,11 @@ from collections.abc import Iterator
 from typing import TextIO
 
 
+def figures(metrics: dict[str, float]) -> str:
+    """'loss 0.3120 mae 0.2010': each metric by name, as the progress lines print them."""
+    return " ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
 class Progress:
     def __init__(
         self, total_steps: int, steps_per_epoch: int, epochs: int, enabled: bool = True, stream: TextIO | None = None
@@ -21,8 +26,9 @@ class Progress:
         self.live = self.stream.isatty()
         self._bar_open = False
 
-    def step(self, step: int, loss: float, accuracy: float, examples_per_second: float | None) -> None:
-        """Reports training progress at global step `step` (1-based count of finished steps)."""
+    def step(self, step: int, metrics: dict[str, float], examples_per_second: float | None) -> None:
+        """Reports training progress at global step `step` (1-based count of finished steps), with the task's
+        training metrics by name."""
         if not self.enabled:
             return
         epoch = self.epoch_of(step)
@@ -30,7 +36,7 @@ class Progress:
         speed = f"{examples_per_second:,.0f} ex/s" if examples_per_second else "warming up"
         text = (
             f"epoch {epoch}/{self.epochs} step {in_epoch}/{self.steps_per_epoch} "
-            f"(global {step}/{self.total_steps}) loss {loss:.4f} accuracy {accuracy:.4f} {speed}"
+            f"(global {step}/{self.total_steps}) {figures(metrics)} {speed}"
         )
         if self.live:
             filled = int(30 * in_epoch / self.steps_per_epoch)
@@ -44,13 +50,9 @@ class Progress:
         """The 1-based epoch of global step `step` (a count of finished steps)."""
         return min(self.epochs, (step - 1) // self.steps_per_epoch + 1)
 
-    def epoch_done(self, epoch: int, results: dict[str, float]) -> None:
-        """The line that closes an epoch: its train and test loss and accuracy."""
-        self.line(
-            f"epoch {epoch}/{self.epochs} done: "
-            f"train loss {results['train_loss']:.4f} accuracy {results['train_accuracy']:.4f} | "
-            f"test loss {results['test_loss']:.4f} accuracy {results['test_accuracy']:.4f}"
-        )
+    def epoch_done(self, epoch: int, train: dict[str, float], test: dict[str, float]) -> None:
+        """The line that closes an epoch: its train and test metrics by name."""
+        self.line(f"epoch {epoch}/{self.epochs} done: train {figures(train)} | test {figures(test)}")
 
     def line(self, text: str) -> None:
         """A line that stays, e.g. an epoch's test results."""

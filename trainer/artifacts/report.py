@@ -16,7 +16,7 @@ import tensorflow as tf
 from trainer.artifacts.atomic_file import write_json
 from trainer.config import Config
 from trainer.artifacts.layout import ModelDir
-from trainer.artifacts.progress import Progress, Throughput
+from trainer.artifacts.progress import Progress, Throughput, figures
 from trainer.artifacts.status import StatusReporter
 
 
@@ -38,92 +38,80 @@ def metrics_record(
     }
 
 
-def report_running(status: StatusReporter, progress: Progress, workers: int, start_step: int) -> None:
-    """The status as the loop starts, from a fresh run or a checkpoint."""
-    status.update(
-        state="running",
-        workers=workers,
-        global_step=start_step,
-        total_steps=progress.total_steps,
-        epochs=progress.epochs,
-        epoch=progress.epoch_of(start_step + 1),
-    )
+class Report:
+    """What the loop reports, by the task's metric names: progress lines, TensorBoard scalars (the chief's, under
+    <model-dir>/logs), the live status, and at the end metrics.json."""
 
+    def __init__(
+        self,
+        model_dir: str,
+        is_chief: bool,
+        status: StatusReporter,
+        progress: Progress,
+        throughput: Throughput,
+        metric_names: tuple[str, ...],
+    ) -> None:
+        self.model_dir, self.is_chief, self.status = model_dir, is_chief, status
+        self.progress, self.throughput, self.metric_names = progress, throughput, metric_names
+        self.train_log, self.test_log = summary_writers(model_dir, is_chief)
 
-def report_training(
-    progress: Progress,
-    status: StatusReporter,
-    writer: Any,
-    throughput: Throughput,
-    optimizer: keras.optimizers.Optimizer,
-    step: int,
-    train_metrics: Callable[[], dict[str, float]],
-) -> None:
-    """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
-    (read after the interval closes, so a metric read counts in the next interval, as a checkpoint does)."""
-    speed = throughput.end_interval()
-    metrics = train_metrics()
-    loss, accuracy = metrics["train_loss"], metrics["train_accuracy"]
-    progress.step(step, loss, accuracy, speed)
-    write_scalars(
-        writer,
-        step,
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-    )
-    status.update(
-        global_step=step,
-        epoch=progress.epoch_of(step),
-        loss=loss,
-        accuracy=accuracy,
-        examples_per_second=speed,
-        eta_seconds=(progress.total_steps - step) * throughput.global_batch_size / speed if speed else None,
-    )
-
-
-def report_epoch(
-    progress: Progress,
-    status: StatusReporter,
-    writer: Any,
-    step: int,
-    train_metrics: dict[str, float],
-    test_metrics: dict[str, float],
-) -> None:
-    """The line that closes an epoch, with its test scalars and status; with no test metrics (--no-eval-in-loop:
-    an evaluator task follows the checkpoints), the training figures alone."""
-    epoch = progress.epoch_of(step)
-    if not test_metrics:
-        progress.line(
-            f"epoch {epoch}/{progress.epochs} done: train loss {train_metrics['train_loss']:.4f} "
-            f"accuracy {train_metrics['train_accuracy']:.4f} (test pass left to the evaluator)"
+    def running(self, workers: int, start_step: int) -> None:
+        """The status as the loop starts, from a fresh run or a checkpoint."""
+        self.status.update(
+            state="running",
+            workers=workers,
+            global_step=start_step,
+            total_steps=self.progress.total_steps,
+            epochs=self.progress.epochs,
+            epoch=self.progress.epoch_of(start_step + 1),
+            metric_names=list(self.metric_names),
         )
-        return
-    write_scalars(writer, step, loss=test_metrics["test_loss"], accuracy=test_metrics["test_accuracy"])
-    status.update(**test_metrics)
-    progress.epoch_done(epoch, {**train_metrics, **test_metrics})
 
+    def training(
+        self, optimizer: keras.optimizers.Optimizer, step: int, train_metrics: Callable[[], dict[str, float]]
+    ) -> None:
+        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
+        (read after the interval closes, so a metric read counts in the next interval, as a checkpoint does)."""
+        speed = self.throughput.end_interval()
+        metrics = self._named(train_metrics(), "train_")
+        self.progress.step(step, metrics, speed)
+        learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        write_scalars(self.train_log, step, **metrics, examples_per_second=speed, learning_rate=learning_rate)
+        total_steps, batch = self.progress.total_steps, self.throughput.global_batch_size
+        self.status.update(
+            global_step=step,
+            epoch=self.progress.epoch_of(step),
+            **metrics,
+            examples_per_second=speed,
+            eta_seconds=(total_steps - step) * batch / speed if speed else None,
+        )
 
-def report_finished(
-    model_dir: str,
-    task_name: str,
-    is_chief: bool,
-    status: StatusReporter,
-    step: int,
-    test_metrics: dict[str, float],
-    record: dict[str, Any],
-) -> None:
-    """metrics.json (the chief's), the final status, and the one line every training task prints at the end."""
-    if is_chief:
-        write_json(ModelDir(model_dir).metrics, record)
-    status.update(state="succeeded", global_step=step, **test_metrics)
-    # Every worker prints this one line, so a reader can compare the replicas' weights.
-    print(
-        f"{task_name} finished: test accuracy {record.get('test_accuracy', float('nan')):.4f}, "
-        f"weights sha256 {record['weights_sha256']}",
-        flush=True,
-    )
+    def epoch(self, step: int, train_metrics: dict[str, float], test_metrics: dict[str, float]) -> None:
+        """The line that closes an epoch, with its test scalars and status; with no test metrics (--no-eval-in-loop:
+        an evaluator task follows the checkpoints), the training figures alone."""
+        epoch = self.progress.epoch_of(step)
+        train = self._named(train_metrics, "train_")
+        if not test_metrics:
+            self.progress.line(
+                f"epoch {epoch}/{self.progress.epochs} done: train {figures(train)} (test pass left to the evaluator)"
+            )
+            return
+        write_scalars(self.test_log, step, **self._named(test_metrics, "test_"))
+        self.status.update(**test_metrics)
+        self.progress.epoch_done(epoch, train, self._named(test_metrics, "test_"))
+
+    def finished(self, task_name: str, step: int, test_metrics: dict[str, float], record: dict[str, Any]) -> None:
+        """metrics.json (the chief's), the final status, and the one line every training task prints at the end."""
+        if self.is_chief:
+            write_json(ModelDir(self.model_dir).metrics, record)
+        self.status.update(state="succeeded", global_step=step, **test_metrics)
+        # Every worker prints this one line, so a reader can compare the replicas' weights.
+        test = self._named(test_metrics, "test_")
+        print(f"{task_name} finished: test {figures(test)}, weights sha256 {record['weights_sha256']}", flush=True)
+
+    def _named(self, metrics: dict[str, float], prefix: str) -> dict[str, float]:
+        """{name: value} of the task's metrics, in their order, from {prefix + name: value}."""
+        return {name: metrics[prefix + name] for name in self.metric_names if prefix + name in metrics}
 
 
 def summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:

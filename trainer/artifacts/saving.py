@@ -20,6 +20,7 @@ import tensorflow as tf
 from trainer.artifacts.atomic_file import replaced_on_success
 from trainer.errors import ModelDirError
 from trainer.artifacts.layout import ModelDir
+from trainer.task import Task
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -49,11 +50,11 @@ def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def save_model(model: keras.Model, model_dir: str, is_chief: bool) -> None:
-    """Writes model.keras and saved_model/ (signature `serve`: raw uint8 images in, probabilities out)."""
+def save_model(model: keras.Model, task: Task, model_dir: str, is_chief: bool, version: int) -> None:
+    """Writes model.keras and the SavedModel serving/<version>/ (signature `serve`: the task's serving function)."""
     with save_target(model_dir, is_chief) as target:
         _write_keras(model, ModelDir(target).keras_model)
-        _write_saved_model(model, ModelDir(target).saved_model)
+        _write_saved_model(model, task, ModelDir(target).saved_model(version))
 
 
 def _write_keras(model: keras.Model, path: str) -> None:
@@ -61,19 +62,14 @@ def _write_keras(model: keras.Model, path: str) -> None:
         model.save(partial)
 
 
-def _write_saved_model(model: keras.Model, path: str) -> None:
-    image_spec = model.inputs[0]
+def _write_saved_model(model: keras.Model, task: Task, path: str) -> None:
     archive = keras.export.ExportArchive()
     archive.track(model)
-
-    def serve(images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.nn.softmax(model(images, training=False))
-        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
-
     archive.add_endpoint(
         name="serve",
-        fn=serve,
-        input_signature=[tf.TensorSpec((None, *image_spec.shape[1:]), tf.uint8, name="images")],
+        fn=lambda *features: task.serve(model, *features),
+        input_signature=task.serving_signature(model),
     )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with replaced_on_success(path) as partial:
         archive.write_out(partial, verbose=False)

@@ -60,15 +60,13 @@ class StatusReporter:
             "restarts": self.restarts,
         }
         self._registry = prometheus_client.CollectorRegistry()
-        gauge = lambda name, doc: prometheus_client.Gauge(f"trainer_{name}", doc, registry=self._registry)  # noqa: E731
+        gauge = self._gauge
+        # The task's metrics (loss, test_loss and each of metric_names with its test_ twin) get their gauges when
+        # first reported: trainer_<name> and trainer_test_<name>, e.g. trainer_loss and trainer_test_loss.
         self._gauges = {
             "global_step": gauge("global_step", "Training steps finished by the group"),
             "total_steps": gauge("total_steps", "Steps the run will take in all"),
             "epoch": gauge("epoch", "Current epoch, 1-based"),
-            "loss": gauge("loss", "Running training loss of the current epoch"),
-            "accuracy": gauge("accuracy", "Running training accuracy of the current epoch"),
-            "test_loss": gauge("test_loss", "Test loss after the last finished epoch"),
-            "test_accuracy": gauge("test_accuracy", "Test accuracy after the last finished epoch"),
             "examples_per_second": gauge("examples_per_second", "Training throughput of the whole group"),
             "eta_seconds": gauge("eta_seconds", "Estimated seconds until training ends"),
             "workers": gauge("workers", "Workers training together"),
@@ -76,6 +74,9 @@ class StatusReporter:
         }
         self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES), registry=self._registry)
         self._server: http.server.ThreadingHTTPServer | None = None
+
+    def _gauge(self, name: str, doc: str) -> prometheus_client.Gauge:
+        return prometheus_client.Gauge(f"trainer_{name}", doc, registry=self._registry)
 
     def serve(self, host: str, port: int) -> None:
         """Starts answering /status and /metrics (not while the group forms: that wait holds the GIL)."""
@@ -108,6 +109,10 @@ class StatusReporter:
         with self._lock:
             self._status.update(fields, updated_at=_now())
             status = dict(self._status)
+            for name in status.get("metric_names", ()):
+                for key, doc in ((name, "the current epoch's running training"), (f"test_{name}", "the last test")):
+                    if key not in self._gauges:
+                        self._gauges[key] = self._gauge(key, f"{name}: {doc} value")
         for name, gauge in self._gauges.items():
             if isinstance(status.get(name), (int, float)):
                 gauge.set(status[name])
@@ -203,6 +208,10 @@ def render(status: dict[str, Any]) -> str:
         value = status.get(key)
         return format(value, fmt) if isinstance(value, (int, float)) else "-"
 
+    def metrics(prefix: str) -> str:
+        names = status.get("metric_names") or ["loss"]
+        return "  ".join(f"{name} {number(prefix + name, '.4f')}" for name in names)
+
     step, total = status.get("global_step"), status.get("total_steps")
     done = f"{100 * step / total:.1f}%" if isinstance(step, int) and total else "-"
     eta = status.get("eta_seconds")
@@ -211,8 +220,8 @@ def render(status: dict[str, Any]) -> str:
         f"state        {status.get('state', '-')}" + (f" ({status['error']})" if status.get("error") else ""),
         f"progress     epoch {status.get('epoch', '-')}/{status.get('epochs', '-')}, "
         f"step {step if step is not None else '-'}/{total or '-'} ({done}), ETA {eta_text}",
-        f"training     loss {number('loss', '.4f')}  accuracy {number('accuracy', '.4f')}",
-        f"test         loss {number('test_loss', '.4f')}  accuracy {number('test_accuracy', '.4f')}",
+        f"training     {metrics('')}",
+        f"test         {metrics('test_')}",
         f"throughput   {number('examples_per_second', ',.0f')} examples/s",
         f"group        {status.get('workers', '-')} worker(s), {status.get('restarts', 0)} restart(s)",
         f"times        started {status.get('started_at', '-')}, updated {status.get('updated_at', '-')}",

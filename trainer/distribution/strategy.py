@@ -18,11 +18,10 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
 
 import tensorflow as tf
 
-from trainer.distribution.cluster import ASYNC_TYPES, TRAINING_TYPES, Cluster
+from trainer.distribution.cluster import TRAINING_TYPES, Cluster
 from trainer.errors import ExitCode, first_line
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ def create_strategy(cluster: Cluster, collective: str, startup_timeout: float) -
     if not cluster.is_distributed:
         return tf.distribute.get_strategy()
     deadline = time.monotonic() + startup_timeout
-    _wait_for_dns(cluster, deadline)
+    wait_for_dns(cluster, deadline)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         # Only the training tasks form the collective; an evaluator or ps entry must not be waited for.
         tf.train.ClusterSpec({k: list(v) for k, v in cluster.members.items() if k in TRAINING_TYPES}),
@@ -163,55 +162,6 @@ def _listening(address: str) -> bool:
         return False
 
 
-def run_server(cluster: Cluster, startup_timeout: float) -> None:
-    """An async worker or ps task: serves the coordinator's ops and variables until the process is stopped."""
-    _wait_for_dns(cluster, time.monotonic() + startup_timeout, _async_addresses(cluster))
-    server = tf.distribute.Server(
-        _async_cluster_spec(cluster),
-        job_name=cluster.task_type,
-        task_index=cluster.task_index,
-        protocol="grpc",
-        start=True,
-    )
-    log.info(
-        "%s: async %s serving at %s; the coordinator is %s (it schedules the work)",
-        cluster.name,
-        cluster.task_type,
-        cluster.members[cluster.task_type][cluster.task_index],
-        cluster.chief_address,
-    )
-    server.join()
-
-
-def create_parameter_server_strategy(cluster: Cluster, startup_timeout: float) -> tuple[tf.distribute.Strategy, Any]:
-    """The async chief's ParameterServerStrategy and the ClusterCoordinator that schedules steps onto workers.
-
-    Variables go whole to the ps tasks in turn (round robin). A variable_partitioner would split large ones, but
-    Keras 3's optimizer cannot update a ShardedVariable ("doesn't support being used as a reference")."""
-    _wait_for_dns(cluster, time.monotonic() + startup_timeout, _async_addresses(cluster))
-    log.info(
-        "%s: async coordinator of %d worker(s) and %d ps task(s): %s",
-        cluster.name,
-        cluster.num_workers,
-        cluster.num_ps,
-        ", ".join(_async_addresses(cluster)),
-    )
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        _async_cluster_spec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
-    )
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
-    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
-
-
-def _async_addresses(cluster: Cluster) -> tuple[str, ...]:
-    return tuple(address for kind in ASYNC_TYPES for address in cluster.members.get(kind, ()))
-
-
-def _async_cluster_spec(cluster: Cluster) -> tf.train.ClusterSpec:
-    # The evaluator is no part of the async cluster: it only reads checkpoints.
-    return tf.train.ClusterSpec({kind: list(cluster.members[kind]) for kind in ASYNC_TYPES if kind in cluster.members})
-
-
 def is_group_failure(error: BaseException) -> bool:
     """True when `error` means the group broke up (restart and resume), not a bug in this worker."""
     if isinstance(error, _GROUP_ERRORS):
@@ -219,7 +169,7 @@ def is_group_failure(error: BaseException) -> bool:
     return isinstance(error, tf.errors.OpError) and any(marker in str(error) for marker in _GROUP_ABORT_MARKERS)
 
 
-def _wait_for_dns(cluster: Cluster, deadline: float, addresses: tuple[str, ...] | None = None) -> None:
+def wait_for_dns(cluster: Cluster, deadline: float, addresses: tuple[str, ...] | None = None) -> None:
     """Waits until every member's host name resolves: pods' DNS records appear a little after they start."""
     hosts = sorted({address.rsplit(":", 1)[0] for address in addresses or cluster.training_addresses})
     pending = list(hosts)

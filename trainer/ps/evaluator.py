@@ -25,7 +25,8 @@ from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.errors import DataError, first_line
-from trainer.model import build_model
+from trainer.loop import example_count, means, sums_and_counts, test_step_values
+from trainer.task import Task, task_of
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ TEST_BATCH_SIZE = 256
 def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = POLL_SECONDS) -> list[dict[str, Any]]:
     """Evaluates every checkpoint the chief writes until the final one; returns the evaluations."""
     layout = ModelDir(config.model_dir)
+    task = task_of(config)
+    keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
     source = datasets.load(config)
     test_shard = source.test.shard(0, 1)
@@ -45,9 +48,10 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
             f"the test split of --dataset {config.dataset} has no examples, so the evaluator has nothing to evaluate; "
             f"point --test-files at files with examples (or leave out the evaluator task)"
         )
-    model = build_model(config.model, source.image_shape, source.num_classes)
+    model = task.build_model(source)
     checkpoint = tf.train.Checkpoint(model=model)
-    evaluate = evaluation_function(model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
+    evaluate = evaluation_function(task, model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
+    names = ("loss", *task.metric_names)
     writer = tf.summary.create_file_writer(layout.logs("eval"))
     log.info(
         "%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
@@ -74,15 +78,12 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
             done.add(step)
             evaluations.append(result)
             with writer.as_default(step=step):
-                tf.summary.scalar("loss", result["test_loss"])
-                tf.summary.scalar("accuracy", result["test_accuracy"])
+                for name in names:
+                    tf.summary.scalar(name, result[f"test_{name}"])
             writer.flush()
             write_json(layout.evaluations, {"evaluations": evaluations}, sort_keys=False)
-            print(
-                f"{cluster.name} evaluated checkpoint at step {step}: test loss {result['test_loss']:.4f} "
-                f"accuracy {result['test_accuracy']:.4f}",
-                flush=True,
-            )
+            figures = " ".join(f"{name} {result[f'test_{name}']:.4f}" for name in names)
+            print(f"{cluster.name} evaluated checkpoint at step {step}: test {figures}", flush=True)
         if final_step is not None and final_step in done:
             print(f"{cluster.name} evaluated the final checkpoint (step {final_step}); exiting", flush=True)
             return evaluations
@@ -100,28 +101,20 @@ def _final_step(layout: ModelDir, epochs: int) -> int | None:
     return total if isinstance(total, int) and status.get("epochs") == epochs else None
 
 
-def evaluation_function(model: keras.Model, test_batches: tf.data.Dataset) -> Any:
-    """`evaluate()`: the model's test loss and accuracy over every batch, in this process (variables local or
-    on the ps tasks)."""
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+def evaluation_function(task: Task, model: keras.Model, test_batches: tf.data.Dataset) -> Any:
+    """`evaluate()`: test_<name> of the loss and of every task metric over every batch, and the examples
+    evaluated, in this process (variables local or on the ps tasks)."""
+    names = ("loss", *task.metric_names)
 
     @tf.function
     def totals() -> tf.Tensor:
-        result = tf.zeros(3)
-        for images, labels in test_batches:
-            logits = model(images, training=False)
-            correct = tf.equal(tf.argmax(logits, -1), tf.cast(labels, tf.int64))
-            result += tf.stack(
-                [
-                    tf.reduce_sum(loss_fn(labels, logits)),
-                    tf.reduce_sum(tf.cast(correct, tf.float32)),
-                    tf.cast(tf.size(labels), tf.float32),
-                ]
-            )
+        result = tf.zeros(2 * len(names))
+        for batch in test_batches:
+            result += sums_and_counts(test_step_values(task, model, batch))
         return result
 
     def evaluate() -> dict[str, float]:
-        loss_sum, correct, examples = (float(x) for x in totals())
-        return {"test_loss": loss_sum / examples, "test_accuracy": correct / examples}
+        summed = totals().numpy()
+        return {**means(names, summed, "test_"), "test_examples_evaluated": example_count(summed)}
 
     return evaluate

@@ -1,0 +1,103 @@
+"""The trainer's rooms: the core reads the task instead of naming a problem, and the optional room trainer/ps (the
+parameter-server mode and the evaluator) can be deleted with the sync path still working."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from multiworker import tf_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# What only makes sense for one problem; the task files (trainer/tasks/) are where such words belong. The datasets
+# (trainer/data/) describe their own examples (the synthetic set's labels and best accuracy).
+PROBLEM_WORDS = re.compile(r"\b(accuracy|logits|labels)\b", re.IGNORECASE)
+# The tests that exercise trainer/ps go with it.
+PS_TESTS = [
+    "tests/trainer/test_async.py",
+    "tests/trainer/test_evaluator.py",
+    "tests/tools/test_async_manifest.py",
+    "tests/tools/test_bench_async.py",
+]
+
+
+def test_outside_the_task_files_no_trainer_module_names_a_problem():
+    found = []
+    for path in sorted((ROOT / "trainer").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith(("trainer/tasks/", "trainer/data/")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PROBLEM_WORDS.search(line):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    assert not found, "read the task's metric names instead:\n" + "\n".join(found)
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            modules.add(node.module or "")
+    return modules
+
+
+def test_only_the_entry_point_imports_the_ps_room_and_only_for_its_roles():
+    importers = sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "trainer").rglob("*.py")
+        if "ps" not in path.relative_to(ROOT / "trainer").parts[:1]
+        and any(name == "trainer.ps" or name.startswith("trainer.ps.") for name in imported_modules(path))
+    )
+    assert importers == ["trainer/__main__.py"]
+    main = (ROOT / "trainer" / "__main__.py").read_text()
+    top_level = [line for line in main.splitlines() if line.startswith(("import trainer.ps", "from trainer.ps"))]
+    assert not top_level, top_level
+
+
+def copy_without_ps(target: pathlib.Path) -> pathlib.Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    target.mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", target / "pyproject.toml")
+    for name in ("trainer", "scripts", "tests", "k8s"):
+        shutil.copytree(ROOT / name, target / name, ignore=ignore)
+    shutil.rmtree(target / "trainer" / "ps")
+    for test in PS_TESTS:
+        (target / test).unlink()
+    return target
+
+
+def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearly(tmp_path):
+    project = copy_without_ps(tmp_path / "project")
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
+    tests = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow and not image",
+            "tests/trainer/test_train.py",
+            "tests/trainer/test_config.py",
+            "tests/trainer/test_model.py",
+        ],
+        **run,
+    )
+    assert tests.returncode == 0, tests.stdout[-3000:]
+
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    refused = subprocess.run(
+        [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--model-dir", str(tmp_path / "model")],
+        env={"PATH": "/usr/bin:/bin", "TF_CONFIG": tf_config(cluster, "chief", 0)},
+        **run,
+    )
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "has no trainer/ps room" in refused.stderr and "restore trainer/ps" in refused.stderr

@@ -1,0 +1,134 @@
+"""What is learned, in one class: the Task interface, the task registry, and --task / --task-module.
+
+A task builds its model from its own hyperparameters (`Options`), says what a batch holds (features and targets,
+each any nest of tensors), defines the per-example loss and its metrics, and what the exported model serves.
+Everything else (both training loops, the evaluator, saving, the status, TensorBoard, the progress lines and
+metrics.json) only calls these methods and reads `metric_names`: a new task is one new module.
+
+To add one: subclass Task in your own module, decorate it with @register("name"), and run with
+`--task-module your_module --task name` (docs/fork.md walks through one). The built-in tasks live in
+trainer/tasks/; image_classification is the default.
+
+This module imports no TensorFlow: the flags are parsed, and a bad one refused, before TensorFlow starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from trainer.config import Registry
+from trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from trainer.data.datasets import Source
+
+# Metric names become status fields, Prometheus gauges (trainer_<name>) and metrics.json keys (train_<name>).
+METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A task without hyperparameters of its own."""
+
+
+class Task:
+    """One learning problem. Subclass it; every method below has the signature the loops call."""
+
+    # The task's hyperparameters: a frozen dataclass of trainer.config.option(...) fields. Each is a flag and a
+    # TRAINER_* variable, listed in --help under the task's name; read them as self.options.<name>.
+    Options: ClassVar[type] = NoOptions
+    # Reported beside "loss", in this order: progress lines, status, TensorBoard, metrics.json (train_<name>,
+    # test_<name>). Each is the mean of the values metrics() returns, over every example seen.
+    metric_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+
+    @classmethod
+    def check_options(cls, options: Any) -> None:
+        """Raises ConfigError for hyperparameters that cannot work (called before TensorFlow starts)."""
+
+    def describe(self) -> str:
+        """A few words for the run's first line, e.g. the model's name."""
+        return type(self).__name__
+
+    def build_model(self, source: Source) -> keras.Model:
+        """The model for this dataset; called inside strategy.scope() after the dtype policy is set (--precision).
+        Its final outputs should be float32 (a float32 last layer) so the loss is computed in full precision."""
+        raise NotImplementedError
+
+    def features_and_targets(self, batch: Any) -> tuple[Any, Any]:
+        """Splits one batch of the dataset into (features, targets), each any nest of tensors. The datasets yield
+        (features, targets) pairs, so the default passes them on."""
+        features, targets = batch
+        return features, targets
+
+    def loss(self, targets: Any, outputs: Any) -> tf.Tensor:
+        """The loss of each example, shape [batch]; the loops average it over the global batch."""
+        raise NotImplementedError
+
+    def metrics(self, targets: Any, outputs: Any) -> dict[str, tf.Tensor]:
+        """For each name in metric_names, values (any shape) whose mean over the examples is the metric."""
+        return {}
+
+    def serving_signature(self, model: keras.Model) -> list[Any]:
+        """The exported model's input signature: a list of tf.TensorSpec (or nests of them), one per argument of
+        serve(); give each a name, which clients use (`saved_model_cli run --inputs name=...`)."""
+        raise NotImplementedError
+
+    def serve(self, model: keras.Model, *features: Any) -> dict[str, tf.Tensor]:
+        """The exported model's outputs by name, for features shaped as serving_signature says."""
+        raise NotImplementedError
+
+
+TASKS: Registry[type[Task]] = Registry()
+
+
+def register(name: str) -> Any:
+    """A class decorator: @register("name") makes a Task subclass --task name."""
+
+    def add(task_class: type[Task]) -> type[Task]:
+        bad = [m for m in ("loss", *task_class.metric_names) if not METRIC_NAME.match(m)]
+        if (
+            bad
+            or len(set(task_class.metric_names)) != len(task_class.metric_names)
+            or "loss" in task_class.metric_names
+        ):
+            raise TypeError(
+                f"task {name}: metric_names {task_class.metric_names} must be distinct lower_case names other "
+                f"than 'loss' (the loss is always reported)"
+            )
+        return TASKS.register(name)(task_class)
+
+    return add
+
+
+def find(name: str, module: str = "") -> type[Task]:
+    """The Task class of --task, after importing --task-module (if any) and the built-in tasks."""
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(
+                f"--task-module {module}: cannot import it ({error}); put its directory on PYTHONPATH "
+                f"or install it in the trainer's environment"
+            ) from None
+    importlib.import_module("trainer.tasks")
+    if name not in TASKS:
+        raise ConfigError(
+            f"--task: unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}, or register your own "
+            f"with @trainer.task.register in a module given as --task-module"
+        )
+    return TASKS[name]
+
+
+def task_of(config: Any) -> Task:
+    """The task the config names, with its parsed options."""
+    task_class = find(config.task, config.task_module)
+    return task_class(config.group(task_class.Options))

@@ -1,0 +1,136 @@
+"""The default task: image classification with the book's CNN family (cnn, dropout, batch_norm).
+
+A batch is (uint8 images HxWxC, int64 labels). Every model takes raw uint8 images and scales them itself, so the
+saved model accepts exactly what the dataset holds; models output logits (float32 under every --precision), and
+the serving signature adds the softmax and the class.
+
+To add a model: write a function (input_shape, num_classes, options) -> keras.Model below and decorate it with
+@model("name"). Its hyperparameters are this task's Options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+from keras import layers
+
+from trainer.config import Registry, option
+from trainer.data.datasets import Source
+from trainer.errors import ConfigError
+from trainer.task import Task, register
+
+ModelBuilder = Callable[[tuple[int, ...], int, Any], keras.Model]
+MODELS: Registry[ModelBuilder] = Registry()
+model = MODELS.register
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageClassificationOptions:
+    model: str = option("cnn", "image_classification: the model, one of this task's MODELS (cnn, dropout, batch_norm)")
+    dense_units: int = option(64, "image_classification: units of the dense layer before the classifier")
+    conv_dropout: float = option(0.25, "image_classification: dropout after each pooling (model dropout)")
+    dense_dropout: float = option(0.5, "image_classification: dropout before the classifier (model dropout)")
+
+
+@register("image_classification")
+class ImageClassification(Task):
+    """Softmax cross-entropy over integer classes; reports accuracy."""
+
+    Options = ImageClassificationOptions
+    metric_names = ("accuracy",)
+
+    @classmethod
+    def check_options(cls, options: ImageClassificationOptions) -> None:
+        if options.model not in MODELS:
+            raise ConfigError(
+                f"--model: unknown model {options.model!r}; choose one of {', '.join(sorted(MODELS))} "
+                f"or register a new one in trainer/tasks/image_classification.py"
+            )
+        if options.dense_units < 1:
+            raise ConfigError(f"--dense-units must be at least 1, got {options.dense_units}")
+        for name in ("conv_dropout", "dense_dropout"):
+            if not 0 <= getattr(options, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(options, name)}")
+
+    def __init__(self, options: ImageClassificationOptions) -> None:
+        super().__init__(options)
+        self._cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def describe(self) -> str:
+        return str(self.options.model)
+
+    def build_model(self, source: Source) -> keras.Model:
+        return MODELS[self.options.model](source.image_shape, source.num_classes, self.options)
+
+    def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        return self._cross_entropy(labels, logits)
+
+    def metrics(self, labels: tf.Tensor, logits: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"accuracy": keras.metrics.sparse_categorical_accuracy(labels, logits)}
+
+    def serving_signature(self, model: keras.Model) -> list[Any]:
+        return [tf.TensorSpec((None, *model.inputs[0].shape[1:]), tf.uint8, name="images")]
+
+    def serve(self, model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
+        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+
+
+def _scaled_input(input_shape: tuple[int, ...]) -> tuple[keras.KerasTensor, keras.KerasTensor]:
+    images = keras.Input(shape=input_shape, dtype="uint8", name="images")
+    return images, layers.Rescaling(1.0 / 255, name="scale")(images)
+
+
+def _head(
+    x: keras.KerasTensor, num_classes: int, options: ImageClassificationOptions, dropout: float = 0.0
+) -> keras.KerasTensor:
+    x = layers.Flatten()(x)
+    x = layers.Dense(options.dense_units, activation="relu")(x)
+    if dropout:
+        x = layers.Dropout(dropout)(x)
+    # float32 under a mixed --precision too: the softmax and the loss need the range.
+    return layers.Dense(num_classes, name="logits", dtype="float32")(x)
+
+
+@model("cnn")
+def cnn(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
+    """The book's CNN: Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10."""
+    images, x = _scaled_input(input_shape)
+    x = layers.Conv2D(32, 3, activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Conv2D(64, 3, activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Conv2D(64, 3, activation="relu")(x)
+    return keras.Model(images, _head(x, num_classes, options), name="cnn")
+
+
+@model("dropout")
+def cnn_dropout(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
+    """The book's CNN with dropout after each pooling and before the classifier."""
+    images, x = _scaled_input(input_shape)
+    x = layers.Conv2D(32, 3, activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Dropout(options.conv_dropout)(x)
+    x = layers.Conv2D(64, 3, activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Dropout(options.conv_dropout)(x)
+    x = layers.Conv2D(64, 3, activation="relu")(x)
+    return keras.Model(images, _head(x, num_classes, options, dropout=options.dense_dropout), name="dropout")
+
+
+@model("batch_norm")
+def cnn_batch_norm(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
+    """The book's CNN with batch normalization after each convolution."""
+    images, x = _scaled_input(input_shape)
+    for filters, pool in ((32, True), (64, True), (64, False)):
+        x = layers.Conv2D(filters, 3, use_bias=False)(x)
+        # Synchronized: statistics over the global batch, so every worker keeps the same moving averages.
+        x = layers.BatchNormalization(synchronized=True)(x)
+        x = layers.Activation("relu")(x)
+        if pool:
+            x = layers.MaxPooling2D()(x)
+    return keras.Model(images, _head(x, num_classes, options), name="batch_norm")
