@@ -11,6 +11,7 @@ metrics; this module and the Calls only run it.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +20,12 @@ import keras
 import tensorflow as tf
 
 from trainer.artifacts import saving
-from trainer.artifacts.checkpoint import Checkpointer
+from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
 from trainer.artifacts.progress import Progress, Startup, Throughput
 from trainer.artifacts.report import Report, metrics_record
 from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
+from trainer.data import datasets
 from trainer.data.datasets import Source
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
@@ -98,7 +100,13 @@ def train_and_evaluate(
 
         calls_factory = sync_calls.SyncCalls
     workers = cluster.num_workers
-    learning_rate = config.learning_rate * (workers if config.scale_learning_rate else 1)
+    requested, recorded = config, recorded_run_setup(config.model_dir)
+    if not cluster.is_async:  # sync checkpoints of another worker count: keep their global batch
+        per_worker = resumed_per_worker_batch(recorded, config.per_worker_batch_size, workers)
+        config = dataclasses.replace(config, per_worker_batch_size=per_worker)
+    # Linear scaling follows the global batch: after a resize, the workers of the run that set it.
+    scale = workers * config.per_worker_batch_size // requested.per_worker_batch_size
+    learning_rate = config.learning_rate * (scale if config.scale_learning_rate else 1)
     keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
     keras.utils.set_random_seed(config.seed)
     calls = calls_factory(config, cluster, strategy, task)  # this process's data: nothing read yet
@@ -117,10 +125,21 @@ def train_and_evaluate(
             model=model,
             optimizer=optimizer,
         )
-    checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": calls.global_batch_size})
+    setup = {
+        **requested.to_dict(),  # the flags as given: a resize keeps --per-worker-batch-size as the user set it
+        "global_batch_size": calls.global_batch_size,
+        "train_data": datasets.fingerprint(calls.source.train),
+        "workers": workers,
+    }
+    recorded = checkpointer.check_run_setup(setup)
     start_step = checkpointer.restore_latest()
     calls.start(model, optimizer, start_step)
     startup.reached("model_restored")
+    setup.update(steps_per_epoch=calls.steps_per_epoch, cache=calls.sizes.get("cache", config.cache))
+    checkpointer.record_run_setup(setup)
+    note = resume_note(recorded, setup, start_step)
+    if note and cluster.is_chief:
+        log.warning("%s", note)
 
     steps_per_epoch, total_steps = calls.steps_per_epoch, calls.steps_per_epoch * config.epochs
     progress = Progress(total_steps, steps_per_epoch, config.epochs, enabled=cluster.is_chief or config.verbose_workers)

@@ -27,12 +27,14 @@ import tensorflow as tf
 
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ModelDirError, first_line
+from trainer.errors import ConfigError, ModelDirError, first_line
 
 log = logging.getLogger(__name__)
 
-# What decides the meaning of a step: change any of these and step N is no longer the same step.
-RESUME_KEYS = ("model", "dataset", "train_examples", "global_batch_size", "seed")
+# What decides the meaning of a step: change any of these and step N is no longer the same step (refused).
+RESUME_KEYS = ("model", "dataset", "train_examples", "global_batch_size", "seed", "train_data")
+# What an exact resume (to the weights of an uninterrupted run) also depends on: a change is allowed, and said.
+EXACT_RESUME_KEYS = ("workers", "steps_per_epoch", "cache", "shuffle_buffer")
 # Bookkeeping entries every checkpoint has, whatever the model.
 _BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
 
@@ -41,6 +43,7 @@ class Checkpointer:
     """Owns the tf.train.Checkpoint of model, optimizer and global step, and where it is written."""
 
     def __init__(self, model_dir: str, is_chief: bool, task_name: str, keep: int, **trackables: Any) -> None:
+        self.model_dir = model_dir
         self.directory = ModelDir(model_dir).checkpoints
         self.run_setup_path = ModelDir(model_dir).run_setup
         self.is_chief = is_chief
@@ -49,30 +52,29 @@ class Checkpointer:
         self._write_directory = self.directory if is_chief else _scratch_directory(model_dir, task_name)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self._write_directory, max_to_keep=keep)
 
-    def check_run_setup(self, setup: dict[str, Any]) -> None:
-        """Refuses checkpoints whose steps meant something else; the chief records the setup."""
-        path = self.run_setup_path
-        if checkpoint_prefixes(self.directory) and os.path.exists(path):
-            try:
-                with open(path) as handle:
-                    recorded = json.load(handle)
-            except (OSError, ValueError) as error:
-                raise ModelDirError(
-                    f"{path} is unreadable ({error}); delete it to resume from these checkpoints "
-                    f"anyway, or give a new --model-dir"
-                ) from None
-            mismatches = [
-                f"{key}: checkpoint has {recorded.get(key)!r}, this run has {setup[key]!r}"
-                for key in RESUME_KEYS
-                if recorded.get(key) != setup[key]
-            ]
-            if mismatches:
-                raise ModelDirError(
-                    f"the checkpoints in {self.directory} come from a different run setup ({'; '.join(mismatches)}). "
-                    f"Run with the same settings to resume, or give a new --model-dir to start over."
-                )
-        elif self.is_chief:
-            write_json(path, {key: setup[key] for key in RESUME_KEYS})
+    def check_run_setup(self, setup: dict[str, Any]) -> dict[str, Any] | None:
+        """Refuses checkpoints whose steps meant something else; returns the recorded setup (None without
+        checkpoints)."""
+        recorded = recorded_run_setup(self.model_dir)
+        if recorded is None:
+            return None
+        mismatches = [
+            f"{key}: checkpoint has {recorded[key]!r}, this run has {setup.get(key)!r}"
+            for key in RESUME_KEYS
+            if key in recorded and recorded[key] != setup.get(key)
+        ]
+        if mismatches:
+            raise ModelDirError(
+                f"the checkpoints in {self.directory} come from a different run setup ({'; '.join(mismatches)}). "
+                f"Run with the same settings to resume, or give a new --model-dir to start over."
+            )
+        return recorded
+
+    def record_run_setup(self, setup: dict[str, Any]) -> None:
+        """The chief records what the checkpoints it writes from now on depend on (before the first of them)."""
+        if self.is_chief:
+            keys = (*RESUME_KEYS, *EXACT_RESUME_KEYS, "per_worker_batch_size")
+            write_json(self.run_setup_path, {key: setup.get(key) for key in keys})
 
     def restore_latest(self) -> int:
         """Restores the chief's newest readable checkpoint on this worker; returns its global step.
@@ -133,6 +135,67 @@ class Checkpointer:
             for key in tensors
             if key not in _BOOKKEEPING
         }
+
+
+def recorded_run_setup(model_dir: str) -> dict[str, Any] | None:
+    """The run setup recorded beside the checkpoints; None when there is no checkpoint (or no record) to resume."""
+    layout = ModelDir(model_dir)
+    if not checkpoint_prefixes(layout.checkpoints) or not os.path.exists(layout.run_setup):
+        return None
+    try:
+        with open(layout.run_setup) as handle:
+            return dict(json.load(handle))
+    except (OSError, ValueError, TypeError) as error:
+        raise ModelDirError(
+            f"{layout.run_setup} is unreadable ({error}); delete it to resume from these checkpoints anyway, or "
+            f"give a new --model-dir"
+        ) from None
+
+
+def resumed_per_worker_batch(recorded: dict[str, Any] | None, per_worker_batch_size: int, workers: int) -> int:
+    """The per-worker batch of a run on `workers` workers. Resuming checkpoints written by another number of workers
+    with the same --per-worker-batch-size keeps their global batch (a step means the same number of examples), so
+    each worker takes global / workers; a worker count that does not divide it is refused naming the choices."""
+    if (
+        recorded is None
+        or recorded.get("per_worker_batch_size") != per_worker_batch_size
+        or recorded.get("workers") in (None, workers)
+    ):
+        return per_worker_batch_size
+    global_batch, written_by = int(recorded["global_batch_size"]), recorded["workers"]
+    if global_batch % workers:
+        choices = [count for count in range(1, min(global_batch, 64) + 1) if global_batch % count == 0]
+        raise ConfigError(
+            f"the checkpoints were written by {written_by} workers with a global batch of {global_batch}, which a "
+            f"resumed run keeps; {workers} workers cannot share it evenly. Resume on a worker count that divides "
+            f"{global_batch} ({', '.join(map(str, choices))}), or start over with another batch: a new --model-dir "
+            f"(make run-local: CLEAN=1 or another JOB_NAME)"
+        )
+    return global_batch // workers
+
+
+def resume_note(recorded: dict[str, Any] | None, setup: dict[str, Any], start_step: int) -> str | None:
+    """One line for a resume that cannot be exact (a key of EXACT_RESUME_KEYS changed): what changed, and what it
+    means for the data of the epoch in progress (docs/data.md, "Resuming on another number of workers")."""
+    if recorded is None or not start_step:
+        return None
+    changed = [
+        f"{key} {recorded[key]} -> {setup.get(key)}"
+        for key in EXACT_RESUME_KEYS
+        if key in recorded and recorded[key] is not None and recorded[key] != setup.get(key)
+    ]
+    if not changed:
+        return None
+    steps_per_epoch, global_batch = setup["steps_per_epoch"], setup["global_batch_size"]
+    epoch, done = divmod(start_step, steps_per_epoch)
+    return (
+        f"resuming at step {start_step} with {', '.join(changed)}: the global step goes on and the global batch "
+        f"stays {global_batch} ({global_batch // setup['workers']} per worker); epoch {epoch + 1} goes on from its "
+        f"step {done + 1} of {steps_per_epoch} in the order this setup reads it, so up to {done * global_batch} of "
+        f"its examples may come twice in it and as many not at all; later epochs read each example once. The "
+        f"weights will differ from an uninterrupted run's (an exact resume needs the same "
+        f"{', '.join(EXACT_RESUME_KEYS)})"
+    )
 
 
 def _scratch_directory(model_dir: str, task_name: str) -> str:

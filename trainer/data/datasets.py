@@ -14,6 +14,7 @@ forms). A Source holds two Splits; a Split says how worker `index` of `count` re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import logging
 import os
@@ -46,6 +47,13 @@ class Shard:
 
 class Split(Protocol):
     def shard(self, index: int, count: int) -> Shard: ...
+
+
+def fingerprint(split: Split) -> str:
+    """What examples a split holds, in a few words: recorded with the checkpoints, so a resume on other training
+    data is refused. A split that does not say (no `fingerprint` method) is named by its class."""
+    says = getattr(split, "fingerprint", None)
+    return str(says()) if callable(says) else type(split).__name__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +159,9 @@ class Generated:
     size: int
     first_index: int = 0
 
+    def fingerprint(self) -> str:
+        return f"generated examples {self.first_index}..{self.first_index + self.size - 1}"
+
     def shard(self, index: int, count: int) -> Shard:
         start = self.first_index + index * (self.size // count) + min(index, self.size % count)
         size = share(self.size, index, count)
@@ -196,6 +207,10 @@ class RecordFiles:
     image_feature: str = "image"
     label_feature: str = "label"
     counts: RecordCounts = dataclasses.field(default_factory=lambda: RecordCounts(None), compare=False)
+
+    def fingerprint(self) -> str:
+        names = hashlib.sha256("\n".join(os.path.basename(path) for path in self.files).encode()).hexdigest()
+        return f"{len(self.files)} TFRecord files, names sha256 {names[:16]}"
 
     def shard(self, index: int, count: int) -> Shard:
         by_file = len(self.files) >= count
@@ -316,6 +331,9 @@ class TfdsSplit:
 
     builder: Any  # a prepared tfds.core.DatasetBuilder
     split: str
+
+    def fingerprint(self) -> str:
+        return f"TFDS {self.builder.info.full_name} split {self.split}"
 
     def shard(self, index: int, count: int) -> Shard:
         import tensorflow_datasets as tfds
