@@ -1,7 +1,7 @@
 """`python -m trainer`: config -> cluster -> strategy -> the loop -> exit code.
 
 Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
-read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a SIGTERM
+read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a full volume 3, a SIGTERM
 143, a lost group 144, success 0.
 """
 
@@ -25,15 +25,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from trainer.config import Config, parse_config  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
-from trainer.errors import ClusterConfigError, ConfigError, ExitCode, UserError, first_line  # noqa: E402
+from trainer.errors import (  # noqa: E402
+    ClusterConfigError,
+    ConfigError,
+    ExitCode,
+    UserError,
+    first_line,
+    volume_full,
+)
 
 log = logging.getLogger("trainer")
 
 
 class Outcome:
-    """What main() needs to end the run: the chief's status reporter once it exists."""
+    """What main() needs to end the run: the chief's status reporter once it exists, and the model dir."""
 
     status: Any = None
+    model_dir: str = "."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
             outcome.status.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    except Exception as error:
+        full = volume_full(error, outcome.model_dir)
+        if full is None:
+            raise
+        print(f"error: {full}", file=sys.stderr)  # one line, not a traceback: the operator's fix is in it
+        return ExitCode.VOLUME_FULL
     finally:
         if outcome.status is not None:
             outcome.status.close()
@@ -53,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None, outcome: Outcome) -> int:
     """The run from flags to exit code; raises UserError for main() to report."""
     core = parse_config(argv, with_task=False)
+    outcome.model_dir = core.model_dir
     cluster = from_environment(strategy=core.strategy)
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
@@ -122,7 +137,10 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         return ExitCode.PREEMPTED
     except BaseException as error:
         if not is_group_failure(error):
-            if not isinstance(error, UserError):  # main() reports a UserError, with its message alone
+            full = volume_full(error, core.model_dir)
+            if full is not None:  # main() reports it in one line; the status write may well fail too
+                status.failed(str(full), ExitCode.VOLUME_FULL)
+            elif not isinstance(error, UserError):  # main() reports a UserError, with its message alone
                 status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         reason = first_line(error)

@@ -7,6 +7,10 @@ names the problem and the fix; raise the subclass that says where the problem is
 from __future__ import annotations
 
 import enum
+import errno
+import os
+import re
+import shutil
 
 
 class ExitCode(enum.IntEnum):
@@ -17,6 +21,7 @@ class ExitCode(enum.IntEnum):
     PREEMPTED = 143  # SIGTERM: a checkpoint was saved, restart and resume (128 + SIGTERM)
     GROUP_FAILED = 144  # a peer was lost or never joined; restart every worker and resume
     STARTUP_TIMEOUT = 137  # the start-up watchdog killed the process (128 + SIGKILL)
+    VOLUME_FULL = 3  # the model dir's volume is full: a restart cannot free it (permanent); free space, then resubmit
 
 
 class UserError(Exception):
@@ -46,3 +51,44 @@ class StatusPortError(UserError):
 def first_line(error: BaseException) -> str:
     """An exception's first line, for one-line messages: TensorFlow's errors span many lines."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+class VolumeFullError(Exception):
+    """A write to the model dir's volume failed for lack of space (exit 3): the message names the path, the bytes
+    free and the fix."""
+
+
+def volume_full(error: BaseException, model_dir: str) -> VolumeFullError | None:
+    """The VolumeFullError for `error` when it (or what caused it) is a full volume (ENOSPC), else None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, VolumeFullError):
+            return seen
+        text = str(seen)
+        if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in text:
+            written = getattr(seen, "filename", None) or _path_in(text) or model_dir
+            try:
+                free = f"{shutil.disk_usage(_existing(model_dir)).free:,} bytes free"
+            except OSError:
+                free = "free space unknown"
+            return VolumeFullError(
+                f"the volume holding {model_dir} is full ({free}) while writing {written}; the earlier checkpoints "
+                f"are intact. Free space there (older runs, --keep-checkpoints) or give the job a larger volume, "
+                f"then start it again: it resumes from the last checkpoint. Exit code {ExitCode.VOLUME_FULL}: a "
+                f"restart alone cannot help"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _path_in(text: str) -> str | None:
+    """The file a TensorFlow write error names (its messages start with the path)."""
+    match = re.search(r"(/[^\s;:,]+)", text)
+    return match.group(1) if match else None
+
+
+def _existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path

@@ -122,7 +122,10 @@ class StatusReporter:
     def failed(self, error: str, exit_code: int) -> None:
         """The run stops with this error and exit code; the next start reads the code to tell a restart (>= 128:
         the operator recreates the pod) from a new run after a permanent failure."""
-        self.update(state="failed", error=error, exit_code=int(exit_code))
+        try:
+            self.update(state="failed", error=error, exit_code=int(exit_code))
+        except OSError as write_error:  # e.g. the full volume that ended the run: the exit code still says it
+            print(f"warning: cannot record the failure in {self.path}: {write_error}", file=sys.stderr)
 
     def close(self) -> None:
         if self._server:
