@@ -1,8 +1,8 @@
 """`python -m trainer`: config -> cluster -> strategy -> the loop -> exit code.
 
 Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
-read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a full volume 3, a SIGTERM
-143, a lost group 144, success 0.
+read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a full volume
+3, a SIGTERM 143, a lost group 144, success 0.
 """
 
 from __future__ import annotations
