@@ -13,18 +13,22 @@ from trainer.loop import build_optimizer
 from trainer.task import task_of
 
 
-def checkpointer(model_dir, seed=1):
+def checkpointer(model_dir, seed=1, strategy=None):
     tf.keras.utils.set_random_seed(seed)
-    model = task_of(parse_config([], {})).build_model(Source(None, None, (28, 28, 1), 10))
-    optimizer = build_optimizer(1e-3, "float32")
-    optimizer.build(model.trainable_variables)
-    return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
+    with (strategy or tf.distribute.get_strategy()).scope():
+        model = task_of(parse_config([], {})).build_model(Source(None, None, (28, 28, 1), 10))
+        optimizer = build_optimizer(1e-3, "float32")
+        optimizer.build(model.trainable_variables)
+        return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
 
 
-def test_a_restore_writes_no_checkpoint_and_reads_each_tensor_once(tmp_path, monkeypatch):
-    saver, trained = checkpointer(tmp_path, seed=1)
+@pytest.mark.parametrize("distributed", [False, True])
+def test_a_restore_writes_no_checkpoint_and_reads_each_tensor_once(tmp_path, monkeypatch, distributed):
+    # Mirrored over the two logical CPUs (tests/trainer/conftest.py): variables as a group's workers hold them.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if distributed else None
+    saver, trained = checkpointer(tmp_path, seed=1, strategy=strategy)
     saver.save(12)
-    restorer, fresh = checkpointer(tmp_path, seed=2)
+    restorer, fresh = checkpointer(tmp_path, seed=2, strategy=strategy)
     monkeypatch.setattr(tf.train.Checkpoint, "write", lambda *args, **kwargs: pytest.fail("wrote a checkpoint"))
     read_graph = py_checkpoint_reader.CheckpointReader.get_tensor
 
@@ -45,6 +49,15 @@ def corrupt_the_middle(prefix):
     middle = len(content) // 2
     content[middle : middle + 64] = bytes(255 - b for b in content[middle : middle + 64])
     open(data, "wb").write(bytes(content))
+
+
+def test_a_checkpoint_of_another_model_is_refused_from_its_index(tmp_path):
+    saver, _ = checkpointer(tmp_path)
+    saver.save(4)
+    tf.keras.utils.set_random_seed(1)
+    other = task_of(parse_config(["--model", "batch_norm"], {})).build_model(Source(None, None, (28, 28, 1), 10))
+    with pytest.raises(ModelDirError, match="was written by a different model"):
+        Checkpointer(str(tmp_path), True, "worker-0", 5, model=other).restore_latest()
 
 
 def test_a_checkpoint_damaged_inside_falls_back_to_the_one_before(tmp_path):

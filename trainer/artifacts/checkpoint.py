@@ -94,7 +94,8 @@ class Checkpointer:
             except Exception as error:  # noqa: BLE001 (truncated files raise IndexError, others OpError)
                 log.warning("checkpoint %s is unreadable (%s); trying the one before it", path, first_line(error)[:200])
                 continue
-            _refuse_if_different(path, shapes, expected)
+            if expected is not None:
+                _refuse_if_different(path, shapes, expected)
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
             except (tf.errors.OpError, ValueError) as error:
@@ -122,19 +123,23 @@ class Checkpointer:
         if not self.is_chief:
             shutil.rmtree(self._write_directory, ignore_errors=True)
 
-    def _variable_shapes(self) -> dict[str, list[int]]:
+    def _variable_shapes(self) -> dict[str, list[int]] | None:
         """The variables and shapes a checkpoint of this model has: the checkpoint keys TensorFlow would save,
         from the object graph of the live objects, with each variable's own shape (nothing is written or read)."""
         # No public API names the keys a save would write; save_util is what tf.train.Checkpoint.write calls.
         from tensorflow.python.checkpoint import graph_view, save_util
 
         serialized = save_util.serialize_graph_view(graph_view.ObjectGraphView(self.checkpoint))[0]
-        return {
-            key: list(trackable.shape)
-            for trackable, tensors in serialized.items()
-            for key in tensors
-            if key not in _BOOKKEEPING
-        }
+        shapes = {}
+        for trackable, tensors in serialized.items():
+            if not tensors:
+                continue  # a layer or other container: its variables are trackables of their own
+            # Distributed (mirrored) variables come wrapped in a SaveableCompatibilityConverter: its _obj is the variable.
+            shape = getattr(getattr(trackable, "_obj", trackable), "shape", None)
+            if shape is None:
+                return None  # not a plain variable: leave the check to the restore's own matching
+            shapes.update({key: list(shape) for key in tensors if key not in _BOOKKEEPING})
+        return shapes
 
 
 def recorded_run_setup(model_dir: str) -> dict[str, Any] | None:
