@@ -30,7 +30,6 @@ from trainer.errors import (  # noqa: E402
     ConfigError,
     ExitCode,
     UserError,
-    first_line,
     volume_full,
 )
 
@@ -95,7 +94,13 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
     from trainer.artifacts.progress import Startup
-    from trainer.distribution.strategy import create_strategy, is_group_failure, leave_group, share_cores
+    from trainer.distribution.strategy import (
+        create_strategy,
+        is_group_failure,
+        leave_group,
+        lost_group_message,
+        share_cores,
+    )
 
     startup = Startup(STARTED_AT)
     startup.reached("tensorflow_imported")
@@ -143,13 +148,9 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
             elif not isinstance(error, UserError):  # main() reports a UserError, with its message alone
                 status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
-        reason = first_line(error)
-        status.failed(f"lost a peer, restarting: {reason}", ExitCode.GROUP_FAILED)
-        print(
-            f"error: {cluster.name} lost contact with the training group ({reason}). Every worker must "
-            f"restart and resume; exiting with retryable code {ExitCode.GROUP_FAILED}.",
-            file=sys.stderr,
-        )
+        message = lost_group_message(error, cluster)
+        status.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
+        print(f"error: {message}", file=sys.stderr)
         return ExitCode.GROUP_FAILED
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -160,6 +161,25 @@ def _listening(address: str) -> bool:
             return True
     except OSError:  # refused, unreachable, timed out or no longer in DNS: the peer is gone
         return False
+
+
+_TASK_NAME = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+# The words that say why, in the many lines of a collective's error; the first line is "Graph execution error:".
+_WHY = re.compile(r"crashed|heartbeat|unhealthy|connect|socket|unavailable|deadline|aborted|cancelled", re.IGNORECASE)
+
+
+def lost_group_message(error: BaseException, cluster: Cluster) -> str:
+    """The one line a worker prints when its group broke up: which task stopped answering (as TensorFlow names it
+    in the error), why in TensorFlow's words, and that every worker restarts."""
+    text = str(error)
+    peers = sorted({f"{job}-{index}" for job, index in _TASK_NAME.findall(text)} - {cluster.name})
+    reason = next((line.strip() for line in text.splitlines() if _WHY.search(line)), first_line(error))
+    who = f"{', '.join(peers)} stopped answering" if peers else "a peer stopped answering"
+    return (
+        f"{cluster.name} lost contact with the training group: {who} (crashed, stopped, or its node froze or was "
+        f"cut off; TensorFlow says: {reason[:200]}). The group will be restarted: every worker exits with retryable "
+        f"code {ExitCode.GROUP_FAILED} and resumes from the last checkpoint."
+    )
 
 
 def is_group_failure(error: BaseException) -> bool:
