@@ -14,6 +14,8 @@ from .operator_rules import Replica
 from .supervisor import JobResult
 
 TAIL_LINES = 20
+# The trainer's refusal to resume checkpoints whose steps meant something else (trainer/artifacts/checkpoint.py).
+REFUSED_CHECKPOINTS = "come from a different run setup"
 
 
 def shown(path: pathlib.Path) -> str:
@@ -51,8 +53,14 @@ def summarize(
     if state == "Failed" and result.failed_replica:
         log = shown(console.log_path(result.failed_replica))
         console.say(f"last {TAIL_LINES} lines of {result.failed_replica}'s log ({log}):")
-        for line in console.tail(result.failed_replica, TAIL_LINES):
+        tail = console.tail(result.failed_replica, TAIL_LINES)
+        for line in tail:
             console.say(f"  {result.failed_replica} | {line.rstrip()}")
+        if model_dir is not None and any(REFUSED_CHECKPOINTS in line for line in tail):
+            console.say(
+                f"the volume ({shown(model_dir.parent)}) holds checkpoints of another setup: start afresh with "
+                f"`make run-local ... CLEAN=1` (--clean), or keep them and run under another JOB_NAME"
+            )
     message = f" ({result.condition.message})" if result.condition is not None else ""
     console.say(f"{kind} {namespace}/{job}: {state} after {result.duration_s:.1f} s{message}")
     rows = [("replica", "phase", "exit code", "restarts", "log")]
@@ -73,9 +81,14 @@ def summarize(
     artifacts = []
     if model_dir is not None:
         artifacts = [a + ("/" if (model_dir / a).is_dir() else "") for a in ARTIFACTS if (model_dir / a).exists()]
-        console.say(
-            f"model: {shown(model_dir)} ({', '.join(artifacts)})" if artifacts else f"model: none at {shown(model_dir)}"
-        )
+        if not artifacts:
+            console.say(f"model: none at {shown(model_dir)}")
+        elif state == "Succeeded":
+            console.say(f"model: {shown(model_dir)} ({', '.join(artifacts)})")
+        else:  # what is there was left by an earlier run (or is this one's unfinished work), not this run's model
+            console.say(
+                f"model: this run made none; {shown(model_dir)} holds an earlier run's ({', '.join(artifacts)})"
+            )
     status = {
         "kind": kind,
         "namespace": namespace,
