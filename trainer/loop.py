@@ -137,7 +137,7 @@ def train_and_evaluate(
     startup.reached("model_restored")
     setup.update(steps_per_epoch=calls.steps_per_epoch, cache=calls.sizes.get("cache", config.cache))
     checkpointer.record_run_setup(setup)
-    note = resume_note(recorded, setup, start_step)
+    note = None if cluster.is_async else resume_note(recorded, setup, start_step)  # async is never exact anyway
     if note and cluster.is_chief:
         log.warning("%s", note)
 
