@@ -117,7 +117,9 @@ def train_and_evaluate(
             model=model,
             optimizer=optimizer,
         )
-    checkpointer.check_run_setup({**config.to_dict(), "global_batch_size": calls.global_batch_size})
+    # What a step means; "model" names the task's model where its options have no field of that name.
+    setup = {"model": task.describe(), **config.to_dict(), "global_batch_size": calls.global_batch_size}
+    checkpointer.check_run_setup(setup)
     start_step = checkpointer.restore_latest()
     calls.start(model, optimizer, start_step)
     startup.reached("model_restored")
