@@ -56,8 +56,8 @@ def linear_features(config: Config) -> datasets.Source:
 
 @dataclasses.dataclass(frozen=True)
 class RegressionOptions:
-    hidden_units: int = option(32, "regression: units of each hidden layer")
-    hidden_layers: int = option(2, "regression: hidden layers")
+    hidden_units: int = option(32, "units of each hidden layer")
+    hidden_layers: int = option(2, "hidden layers")
 
 
 @register("regression")

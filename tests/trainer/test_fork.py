@@ -128,25 +128,19 @@ def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluat
     assert served.returncode == 0, served.stderr[-3000:]
     assert "Result for output key prediction:" in served.stdout, served.stdout[-2000:]
 
-    # The async shape: a chief, a ps task, two workers and the evaluator following the checkpoints.
+    # The async shape: a chief, a ps task, two workers and the evaluator following the checkpoints; in bfloat16, so
+    # the async loop and the evaluator run the task under a mixed --precision too.
     console = tmp_path / "async.txt"
-    flags = f"{TASK_FLAGS} --train-examples 4096 --test-examples 512"
-    proc = make_run_local(
-        project,
-        console,
-        "STRATEGY=async",
-        "WORKERS=2",
-        "DATASET=linear_features",
-        "EPOCHS=2",
-        "CLEAN=1",
-        f"ARGS={flags}",
-    )
-    finish(proc, console, timeout=420)
+    flags = f"{TASK_FLAGS} --train-examples 8192 --test-examples 512 --precision mixed_bfloat16"
+    variables = ("STRATEGY=async", "WORKERS=2", "DATASET=linear_features", "EPOCHS=2", "CLEAN=1", f"ARGS={flags}")
+    finish(make_run_local(project, console, *variables), console, timeout=420)
     result = run_local_status(project)
     assert result["state"] == "Succeeded"
     model_dir = pathlib.Path(result["model_dir"])
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert metrics["strategy"] == "async" and metrics["steps"] == 2 * 8192 // 64 and metrics["test_mae"] < 0.6
+    # The job ends when the chief does (the operator's success policy), so the evaluator may miss the last one.
     evaluations = json.loads((model_dir / "evaluations.json").read_text())["evaluations"]
-    assert evaluations[-1]["global_step"] == 2 * 4096 // 64 and evaluations[-1]["test_mae"] < 1.0, evaluations
-    assert json.loads((model_dir / "metrics.json").read_text())["strategy"] == "async"
+    assert evaluations and all(e["test_examples_evaluated"] == 512 and "test_mae" in e for e in evaluations)
 
     assert digests(project / "trainer") == trainer_before  # the fork changed no file under trainer/
