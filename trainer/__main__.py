@@ -13,8 +13,10 @@ STARTED_AT = time.time()  # before the heavy imports: time to first step counts 
 
 import atexit  # noqa: E402
 import functools  # noqa: E402
+import importlib.util  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import pathlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
@@ -73,8 +75,9 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     )
     # INFO for the trainer's own lines on the chief; TensorFlow's Python loggers stay at WARNING.
     log.setLevel(logging.INFO if cluster.is_chief or core.verbose_workers else logging.WARNING)
-    # Every worker says what it waits for while the group forms: that is where a stuck start shows.
-    logging.getLogger("trainer.distribution.strategy").setLevel(logging.INFO)
+    # Every task says what it waits for while the group forms (and what it serves): that is where a stuck start shows.
+    for joining in ("trainer.distribution.strategy", "trainer.ps.strategy"):
+        logging.getLogger(joining).setLevel(logging.INFO)
     if core.download and cluster.is_distributed:
         raise ConfigError(
             "--download in a group of workers would download the same files concurrently. Prepare the "
@@ -158,16 +161,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
 
 
 def _parameter_server_room(cluster: Cluster) -> Any:
-    """trainer.ps (the async mode and the evaluator), imported only for the roles that need it."""
-    try:
-        import trainer.ps.async_calls
-        import trainer.ps.evaluator
-        import trainer.ps.strategy
-    except ImportError as error:
+    """trainer.ps (the async mode and the evaluator), imported only for the roles that need it: this trainer's own
+    (an installed copy of the package elsewhere must not stand in for a deleted room)."""
+    spec = importlib.util.find_spec("trainer.ps")
+    if spec is None or spec.origin is None or pathlib.Path(spec.origin).parent.parent != pathlib.Path(__file__).parent:
         raise ClusterConfigError(
             f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode or the evaluator, but "
-            f"this trainer has no trainer/ps room ({error}); restore trainer/ps or run all-reduce workers only"
-        ) from None
+            f"this trainer has no trainer/ps room; restore trainer/ps or run all-reduce workers only"
+        )
+    import trainer.ps.async_calls
+    import trainer.ps.evaluator
+    import trainer.ps.strategy
+
     return trainer.ps
 
 

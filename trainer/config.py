@@ -269,10 +269,12 @@ def _add_options(
 
 
 def build_parser(
-    environ: dict[str, str] | None = None, groups: Sequence[tuple[str, type]] = (), add_help: bool = True
+    environ: dict[str, str] | None = None, groups: Sequence[tuple[str, type]] = (), core_only: bool = False
 ) -> argparse.ArgumentParser:
     """The parser of Config's options and of each (title, option group class) in groups. A name that two of them
-    share is refused (argparse's conflict error): every flag and variable names one option."""
+    share is refused (argparse's conflict error): every flag and variable names one option. core_only: the first
+    pass, which leaves the task's flags for the second (no --help, and no abbreviations, which could take a task
+    flag for a core one)."""
     environ = dict(os.environ if environ is None else environ)
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
@@ -281,7 +283,8 @@ def build_parser(
         epilog=f"Every flag can also be set as an environment variable: {ENV_PREFIX}<FLAG_IN_CAPITALS>, "
         f"e.g. {ENV_PREFIX}PER_WORKER_BATCH_SIZE=128. A flag on the command line wins over the variable.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        add_help=add_help,
+        add_help=not core_only,
+        allow_abbrev=not core_only,
     )
     _add_options(parser, Config, environ)
     for title, options_class in groups:
@@ -299,11 +302,11 @@ def parse_config(
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
     if not with_task:
-        core, _ = build_parser(environ, add_help=False).parse_known_args(argv)
+        core, _ = build_parser(environ, core_only=True).parse_known_args(argv)
         return Config(**vars(core)).validate()
     from trainer import task  # the task registry; importing the task's module imports TensorFlow
 
-    core, _ = build_parser(environ, add_help=False).parse_known_args(argv)
+    core, _ = build_parser(environ, core_only=True).parse_known_args(argv)
     chosen = task.find(core.task, core.task_module)
     args = vars(build_parser(environ, [(f"task {core.task}", chosen.Options)]).parse_args(argv))
     options = chosen.Options(**{field.name: args.pop(field.name) for field in option_fields(chosen.Options)})

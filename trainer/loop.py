@@ -125,7 +125,9 @@ def train_and_evaluate(
             model=model,
             optimizer=optimizer,
         )
+    # What a step means; "model" names the task's model where its options have no field of that name.
     setup = {
+        "model": task.describe(),
         **requested.to_dict(),  # the flags as given: a resize keeps --per-worker-batch-size as the user set it
         "global_batch_size": calls.global_batch_size,
         "train_data": datasets.fingerprint(calls.source.train),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copies the model directory (model.keras, saved_model/, metrics.json, checkpoints, logs) from the
+# Copies the model directory (model.keras, serving/<version>/, metrics.json, checkpoints, logs) from the
 # training volume to ./artifacts/model (make fetch-model). Usage: fetch-model.sh [DESTINATION_DIR]
 set -euo pipefail
 

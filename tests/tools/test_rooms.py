@@ -12,6 +12,8 @@ import sys
 import pytest
 import yaml
 
+from rooms import run_quick_tests
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
 ROOM_TESTS = {
@@ -84,21 +86,7 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
     imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
     assert imported.returncode == 0, imported.stderr[-3000:]
 
-    tests = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not slow and not image",
-            "tests/trainer/test_config.py",
-            "tests/tools/test_run_local_manifest.py",
-        ],
-        **run,
-    )
+    tests = run_quick_tests(project, "tests/trainer/test_config.py", "tests/tools/test_run_local_manifest.py")
     assert tests.returncode == 0, tests.stdout[-3000:]
 
     # run-local end to end on a one-replica job.

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from multiworker import tf_config
+from rooms import run_quick_tests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What only makes sense for one problem; the task files (trainer/tasks/) are where such words belong. The datasets
@@ -75,21 +76,8 @@ def copy_without_ps(target: pathlib.Path) -> pathlib.Path:
 def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearly(tmp_path):
     project = copy_without_ps(tmp_path / "project")
     run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
-    tests = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not slow and not image",
-            "tests/trainer/test_train.py",
-            "tests/trainer/test_config.py",
-            "tests/trainer/test_model.py",
-        ],
-        **run,
+    tests = run_quick_tests(
+        project, "tests/trainer/test_train.py", "tests/trainer/test_config.py", "tests/trainer/test_model.py"
     )
     assert tests.returncode == 0, tests.stdout[-3000:]
 

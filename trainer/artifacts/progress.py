@@ -93,9 +93,9 @@ class Throughput:
         self._steady_steps = 0
 
     def ran(self, steps: int) -> None:
-        """Counts `steps` finished training steps."""
+        """Counts `steps` finished training steps (none yet while the async mode's first calls are in flight)."""
         self._interval_steps += steps
-        if not self.ran_a_step:
+        if steps and not self.ran_a_step:
             self.startup.reached("first_step")
 
     @property

@@ -16,6 +16,7 @@ plus one shuffle buffer; an uncached generated shard skips for free.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import shutil
 import tempfile
@@ -45,8 +46,7 @@ def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
     """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none."""
     if cache != "auto":
         return cache
-    height, width, channels = image_shape
-    return "memory" if shard.size * height * width * channels <= AUTO_CACHE_BYTES else "none"
+    return "memory" if shard.size * math.prod(image_shape) <= AUTO_CACHE_BYTES else "none"
 
 
 def steps_per_epoch(shard_sizes: list[int], per_worker_batch: int) -> int:

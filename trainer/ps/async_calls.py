@@ -88,14 +88,14 @@ class AsyncCalls(Calls):
         )
 
     def run(self, steps: int, stop_requested: bool) -> tuple[int, bool]:
-        if stop_requested:
-            return 0, True
+        # Only the chief's SIGTERM counts (the workers and ps tasks hold no state of the run); this call still runs,
+        # as a sync call does, and the loop then settles and checkpoints.
         scheduled = self.coordinator.schedule(self.train_steps, args=(self.worker_batches, tf.constant(steps)))
         self.in_flight.append((steps, scheduled))
         finished = 0
         while len(self.in_flight) > CALLS_IN_FLIGHT_PER_WORKER * self.cluster.num_workers:
             finished += self._collect_oldest()
-        return finished, False
+        return finished, stop_requested
 
     def settle(self) -> int:
         self.coordinator.join()

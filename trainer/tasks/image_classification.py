@@ -30,10 +30,10 @@ model = MODELS.register
 
 @dataclasses.dataclass(frozen=True)
 class ImageClassificationOptions:
-    model: str = option("cnn", "image_classification: the model, one of this task's MODELS (cnn, dropout, batch_norm)")
-    dense_units: int = option(64, "image_classification: units of the dense layer before the classifier")
-    conv_dropout: float = option(0.25, "image_classification: dropout after each pooling (model dropout)")
-    dense_dropout: float = option(0.5, "image_classification: dropout before the classifier (model dropout)")
+    model: str = option("cnn", "the model, one of this task's MODELS (cnn, dropout, batch_norm)")
+    dense_units: int = option(64, "units of the dense layer before the classifier")
+    conv_dropout: float = option(0.25, "dropout after each pooling (model dropout)")
+    dense_dropout: float = option(0.5, "dropout before the classifier (model dropout)")
 
 
 @register("image_classification")
