@@ -64,6 +64,13 @@ def test_the_trainer_counts_once_and_writes_the_index_for_the_next_start(tmp_pat
     assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 21
 
 
+def test_a_glob_of_the_whole_folder_does_not_take_the_index_for_a_data_file(tmp_path):
+    write_elsewhere(tmp_path, [2, 3])
+    files = datasets.glob_files(str(tmp_path / "*"), "--train-files")
+    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5  # writes the index beside them
+    assert datasets.glob_files(str(tmp_path / "*"), "--train-files") == files
+
+
 def test_a_changed_file_is_recounted_with_one_log_line(tmp_path, caplog):
     files = tuple(write_elsewhere(tmp_path, [5, 7]))
     assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 12

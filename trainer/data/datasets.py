@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.config import Config, Registry
-from trainer.data.record_counts import RecordCounts
+from trainer.data.record_counts import INDEX_NAME, RecordCounts
 from trainer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -263,8 +263,10 @@ class RecordFiles:
 
 
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
-    """Every file matching the comma-separated globs, sorted (the same list on every worker)."""
-    files = sorted({path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())})
+    """Every file matching the comma-separated globs, sorted (the same list on every worker); the record index
+    beside the files is no data file, whatever the glob (`data/*` matches it too)."""
+    matched = {path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())}
+    files = sorted(path for path in matched if os.path.basename(path) != INDEX_NAME)
     if not files:
         raise DataError(
             f"{flag} {pattern!r} matches no file; give a glob of TFRecord files (local path or any "
