@@ -264,9 +264,9 @@ class RecordFiles:
 
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
     """Every file matching the comma-separated globs, sorted (the same list on every worker); the record index
-    beside the files is no data file, whatever the glob (`data/*` matches it too)."""
+    beside the files (and its lock) is no data file, whatever the glob (`data/*` matches them too)."""
     matched = {path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())}
-    files = sorted(path for path in matched if os.path.basename(path) != INDEX_NAME)
+    files = sorted(path for path in matched if not os.path.basename(path).lstrip(".").startswith(INDEX_NAME))
     if not files:
         raise DataError(
             f"{flag} {pattern!r} matches no file; give a glob of TFRecord files (local path or any "
