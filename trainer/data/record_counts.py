@@ -57,8 +57,9 @@ class RecordCounts:
         (in parallel) and then stored."""
         known: dict[str, int] = {}
         stale: list[str] = []
+        indexes: dict[str, dict[str, Any]] = {}  # each index read once, however many files it lists
         for path in files:
-            entry = self._entry(path)
+            entry = self._entry(path, indexes)
             if entry is None:
                 continue
             if {key: entry.get(key) for key in ("bytes", "mtime_ns")} == _stat(path):
@@ -92,10 +93,15 @@ class RecordCounts:
                 log.info("cannot keep the record counts of %s: the folder is not writable", directory)
         return counts
 
-    def _entry(self, path: str) -> dict[str, Any] | None:
-        beside = _read(_index_path(os.path.dirname(path))).get(os.path.basename(path))
+    def _entry(self, path: str, indexes: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        def index(directory: str) -> dict[str, Any]:
+            if directory not in indexes:
+                indexes[directory] = _read(_index_path(directory))
+            return indexes[directory]
+
+        beside = index(os.path.dirname(path)).get(os.path.basename(path))
         if beside is None and self.fallback_dir:
-            return _read(_index_path(self.fallback_dir)).get(path)
+            return index(self.fallback_dir).get(path)
         return beside
 
 
