@@ -66,7 +66,7 @@ def volume_full(error: BaseException, model_dir: str) -> VolumeFullError | None:
             return seen
         text = str(seen)
         if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in text:
-            written = getattr(seen, "filename", None) or _path_in(text) or model_dir
+            written = getattr(seen, "filename", None) or _path_in(text, model_dir) or model_dir
             try:
                 free = f"{shutil.disk_usage(_existing(model_dir)).free:,} bytes free"
             except OSError:
@@ -81,10 +81,13 @@ def volume_full(error: BaseException, model_dir: str) -> VolumeFullError | None:
     return None
 
 
-def _path_in(text: str) -> str | None:
-    """The file a TensorFlow write error names (its messages start with the path)."""
-    match = re.search(r"(/[^\s;:,]+)", text)
-    return match.group(1) if match else None
+def _path_in(text: str, model_dir: str) -> str | None:
+    """The file under the model dir that a TensorFlow write error names."""
+    for directory in dict.fromkeys((model_dir, os.path.abspath(model_dir))):
+        match = re.search(re.escape(directory.rstrip("/")) + r"/[^\s;,']*", text)
+        if match:
+            return match.group(0)
+    return None
 
 
 def _existing(path: str) -> str:

@@ -36,11 +36,13 @@ def test_a_volume_that_fills_up_mid_checkpoint_is_named_in_one_line_and_exits_pe
     assert result.returncode == ExitCode.VOLUME_FULL == 3, result.output[-3000:]
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.output[-3000:]
-    assert f"the volume holding {model_dir} is full (" in errors[0] and "bytes free) while writing" in errors[0]
+    assert f"the volume holding {model_dir} is full (" in errors[0]
+    assert f"bytes free) while writing {model_dir}/checkpoints/ckpt-" in errors[0]
     assert "earlier checkpoints are intact" in errors[0] and "larger volume" in errors[0]
     assert "Traceback" not in result.output and "ResourceExhaustedError" not in result.output
     kept = checkpoint_prefixes(ModelDir(str(model_dir)).checkpoints)
     assert kept, os.listdir(model_dir)
+    assert not [name for name in os.listdir(model_dir / "checkpoints") if "_temp" in name]  # the partial write is gone
     for prefix in kept:
         reader = tf.train.load_checkpoint(prefix)
         for name in reader.get_variable_to_shape_map():

@@ -117,7 +117,13 @@ class Checkpointer:
     def save(self, step: int) -> None:
         """Every worker calls this at the same step; only the chief's copy is kept."""
         self.global_step.assign(step)
-        self.manager.save(checkpoint_number=step)
+        try:
+            self.manager.save(checkpoint_number=step)
+        except Exception:
+            # A failed write (a full volume) leaves TensorFlow's partial files behind: give their space back.
+            for partial in tf.io.gfile.glob(os.path.join(self._write_directory, f"ckpt-{step}_temp*")):
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
 
     def close(self) -> None:
         if not self.is_chief:
