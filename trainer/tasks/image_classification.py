@@ -6,24 +6,29 @@ the serving signature adds the softmax and the class.
 
 To add a model: write a function (input_shape, num_classes, options) -> keras.Model below and decorate it with
 @model("name"). Its hyperparameters are this task's Options.
+
+Keras and TensorFlow are imported where they are used, not at the top: the flags are parsed (and a bad one refused)
+with this module imported, and that stays a fraction of a second. Your own task module may import them at the top;
+its runs then pay a TensorFlow import while their flags are read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
-
-import keras
-import tensorflow as tf
-from keras import layers
+from typing import TYPE_CHECKING, Any
 
 from trainer.config import Registry, option
-from trainer.data.datasets import Source
 from trainer.errors import ConfigError
 from trainer.task import Task, register
 
-ModelBuilder = Callable[[tuple[int, ...], int, Any], keras.Model]
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from trainer.data.datasets import Source
+
+ModelBuilder = Callable[[tuple[int, ...], int, Any], Any]  # -> keras.Model
 MODELS: Registry[ModelBuilder] = Registry()
 model = MODELS.register
 
@@ -58,6 +63,8 @@ class ImageClassification(Task):
 
     def __init__(self, options: ImageClassificationOptions) -> None:
         super().__init__(options)
+        import keras
+
         self._cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
     def describe(self) -> str:
@@ -70,24 +77,34 @@ class ImageClassification(Task):
         return self._cross_entropy(labels, logits)
 
     def metrics(self, labels: tf.Tensor, logits: tf.Tensor) -> dict[str, tf.Tensor]:
+        import keras
+
         return {"accuracy": keras.metrics.sparse_categorical_accuracy(labels, logits)}
 
     def serving_signature(self, model: keras.Model) -> list[Any]:
+        import tensorflow as tf
+
         return [tf.TensorSpec((None, *model.inputs[0].shape[1:]), tf.uint8, name="images")]
 
     def serve(self, model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        import tensorflow as tf
+
         probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
         return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
 
 
 def _scaled_input(input_shape: tuple[int, ...]) -> tuple[keras.KerasTensor, keras.KerasTensor]:
+    import keras
+
     images = keras.Input(shape=input_shape, dtype="uint8", name="images")
-    return images, layers.Rescaling(1.0 / 255, name="scale")(images)
+    return images, keras.layers.Rescaling(1.0 / 255, name="scale")(images)
 
 
 def _head(
     x: keras.KerasTensor, num_classes: int, options: ImageClassificationOptions, dropout: float = 0.0
 ) -> keras.KerasTensor:
+    from keras import layers
+
     x = layers.Flatten()(x)
     x = layers.Dense(options.dense_units, activation="relu")(x)
     if dropout:
@@ -99,6 +116,9 @@ def _head(
 @model("cnn")
 def cnn(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
     """The book's CNN: Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10."""
+    import keras
+    from keras import layers
+
     images, x = _scaled_input(input_shape)
     x = layers.Conv2D(32, 3, activation="relu")(x)
     x = layers.MaxPooling2D()(x)
@@ -111,6 +131,9 @@ def cnn(input_shape: tuple[int, ...], num_classes: int, options: ImageClassifica
 @model("dropout")
 def cnn_dropout(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
     """The book's CNN with dropout after each pooling and before the classifier."""
+    import keras
+    from keras import layers
+
     images, x = _scaled_input(input_shape)
     x = layers.Conv2D(32, 3, activation="relu")(x)
     x = layers.MaxPooling2D()(x)
@@ -125,6 +148,9 @@ def cnn_dropout(input_shape: tuple[int, ...], num_classes: int, options: ImageCl
 @model("batch_norm")
 def cnn_batch_norm(input_shape: tuple[int, ...], num_classes: int, options: ImageClassificationOptions) -> keras.Model:
     """The book's CNN with batch normalization after each convolution."""
+    import keras
+    from keras import layers
+
     images, x = _scaled_input(input_shape)
     for filters, pool in ((32, True), (64, True), (64, False)):
         x = layers.Conv2D(filters, 3, use_bias=False)(x)
