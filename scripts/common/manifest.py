@@ -251,9 +251,7 @@ def customize(
             tfjob = the_one(result, "TFJob")
             specs = tfjob["spec"]["tfReplicaSpecs"]
             if "Worker" not in specs:
-                raise ManifestError(
-                    f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale"
-                )
+                raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
             has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
             if workers < (0 if has_chief else 1):
                 raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
@@ -278,8 +276,10 @@ def customize(
             _set_setting(trainer, "epochs", str(epochs))
         if trainer_args:
             trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
-    if engine == "trainjob" and image is not None and (the_one(result, "TrainJob")["spec"].get("trainer") or {}).get(
-        "image"
+    if (
+        engine == "trainjob"
+        and image is not None
+        and (the_one(result, "TrainJob")["spec"].get("trainer") or {}).get("image")
     ):
         the_one(result, "TrainJob")["spec"]["trainer"]["image"] = image  # it replaces the runtime's node image
     for obj in result:

@@ -241,12 +241,12 @@ class EnvResolver:
                 problems.errors.append(f"{where} {field}.resourceFieldRef: {error}")
                 return None
         if "fieldRef" in ref and pod is not None:
-            return field_ref(str(ref["fieldRef"].get("fieldPath", "")), pod, f"{field}.fieldRef", where, problems)
+            return downward_field(str(ref["fieldRef"].get("fieldPath", "")), pod, f"{field}.fieldRef", where, problems)
         problems.unsupported(f"{field}." + (".".join(sorted(ref)) or "(empty)"), where)
         return None
 
 
-def field_ref(path: str, pod: PodMeta, field: str, where: str, problems: Problems) -> str | None:
+def downward_field(path: str, pod: PodMeta, field: str, where: str, problems: Problems) -> str | None:
     """The downward API's value of a pod field; an absent label or annotation reads as empty, as on a cluster."""
     if path == "metadata.name":
         return pod.name

@@ -172,7 +172,9 @@ class JobSetRules:
         assert job.failed is not None
         note = f"Job {job.name} failed ({job.failed[0]}: {job.failed[1]})"
         if self.failure_policy is None:
-            return Outcome(condition=self._failed(FAILED_JOBS, job.name), note=note + "; the JobSet has no failurePolicy")
+            return Outcome(
+                condition=self._failed(FAILED_JOBS, job.name), note=note + "; the JobSet has no failurePolicy"
+            )
         rule = self._rule_for(job)
         action = rule["action"] if rule is not None else "RestartJobSet"
         which = f"rule {rule.get('name')!r}" if rule is not None else "no rule matched, the default"
