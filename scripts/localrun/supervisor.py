@@ -232,9 +232,11 @@ class Supervisor:
         self._cancel("restart")
         if self._rules.clean_pod_policy in ("Running", "All") and self._procs:
             # common/job.go DeletePodsAndServices: a finished job's running pods are deleted.
+            running = ", ".join(sorted(self._procs))
             self._console.say(
-                f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas "
-                f"{', '.join(sorted(self._procs))}"
+                f"a finished JobSet deletes its active Jobs: stopping {running}"
+                if self._rules.kind == "JobSet"
+                else f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas {running}"
             )
             for name in list(self._procs):
                 self._stop(name, now)
