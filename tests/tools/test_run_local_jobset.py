@@ -19,8 +19,10 @@ from scripts.localrun.trainjob import jobset_for
 from trainer.distribution.cluster import from_environment
 from trainer.errors import ExitCode
 
-PERMANENT = {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "NotIn",
-                                                  "values": [137, 143, 144]}}  # fmt: skip
+PERMANENT = {
+    "action": "FailJob",
+    "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [137, 143, 144]},
+}
 FAIL_ON_PERMANENT = {"name": "permanent-error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
 
 
@@ -65,10 +67,13 @@ def rules_for(spec):
             pods[replica.name] = ("trainer", f"demo-{rjob['name']}-0-{i}-x")
         jobs.append(
             JobState(
-                f"demo-{rjob['name']}-0", rjob["name"], names, job_spec["backoffLimit"],
+                f"demo-{rjob['name']}-0",
+                rjob["name"],
+                names,
+                job_spec["backoffLimit"],
                 job_spec["podFailurePolicy"]["rules"],
             )
-        )  # fmt: skip
+        )
     rules = JobSetRules("demo", "default", spec, replicas, jobs, pods)
     return rules, {r.name: r for r in replicas}
 
@@ -185,8 +190,8 @@ def test_success_policy(success, shape, finishing, done):
 
 
 def test_a_jobs_deadline_fails_it_with_reason_deadline_exceeded():
-    spec = jobset_spec({"worker": 1}, {"maxRestarts": 1, "rules": [{"name": "d", "action": "FailJobSet",
-                                                                     "onJobFailureReasons": ["DeadlineExceeded"]}]})  # fmt: skip
+    deadline_rule = {"name": "d", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
+    spec = jobset_spec({"worker": 1}, {"maxRestarts": 1, "rules": [deadline_rule]})
     spec["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"] = 60
     rules, _ = rules_for(spec)
     assert rules.active_deadline_s == 60 and rules.on_deadline(59.0) is None
@@ -210,8 +215,12 @@ def test_each_pod_of_the_overlay_gets_jobsets_names_labels_and_indexes_and_the_t
     tmp_path, engine, worker_job
 ):
     parsed, planner, pods, jobs, names = planned(engine, "async", tmp_path, workers=3)
-    assert [replica.name for replica, _ in pods] == ["chief-0", "ps-0", *(f"{worker_job}-{i}" for i in range(3)),
-                                                     "evaluator-0"]  # fmt: skip
+    assert [replica.name for replica, _ in pods] == [
+        "chief-0",
+        "ps-0",
+        *(f"{worker_job}-{i}" for i in range(3)),
+        "evaluator-0",
+    ]
     assert planner.chief is pods[0][1]
     assert [job.name for job in jobs] == [f"multi-worker-{rjob}-0" for rjob in ("chief", "ps", worker_job, "evaluator")]
     clusters = {}
@@ -267,7 +276,7 @@ def test_a_label_that_changes_with_every_restart_is_not_supported_locally(tmp_pa
         (
             lambda s: s["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(restartPolicy="OnFailure"),
             "podFailurePolicy needs the pod's restartPolicy Never",
-        ),  # fmt: skip
+        ),
         (lambda s: s.update(network={"enableDNSHostnames": False}), "network.enableDNSHostnames is false"),
         (lambda s: s.update(suspend=True), "spec.suspend: true"),
     ],
