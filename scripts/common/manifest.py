@@ -356,7 +356,7 @@ def webhook_problems(document: Manifest) -> list[str]:
     if not DNS_1035_LABEL.match(name) or len(name) > DNS_LABEL_MAX:
         problems.append(
             f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
-            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/settings.env"
+            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/base/settings.env"
         )
     specs = document.get("spec", {}).get("tfReplicaSpecs")
     if not specs:
