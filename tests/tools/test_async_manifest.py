@@ -1,6 +1,6 @@
-"""k8s/overlays/tfjob-async, the TFJob shape for asynchronous training: the same offline checks as the base (schemas, SDK model,
-webhook rules, the operator's TF_CONFIG for every replica), submit's and make's selection of it, and a real run
-of it under run-local."""
+"""k8s/overlays/tfjob-async, the TFJob shape for asynchronous training: the same offline checks as tfjob-sync's
+(schemas, SDK model, webhook rules, the operator's TF_CONFIG for every replica), submit's and make's selection of
+it, and a real run of it under run-local."""
 
 from __future__ import annotations
 
@@ -160,6 +160,7 @@ def test_an_environment_override_reaches_the_async_shape_too():
     # Before: the overlay has no settings.env of its own, so JOB_NAME from the environment was ignored there.
     code = (
         "import pathlib; from scripts.common import manifest; "
-        "print(manifest.the_one(manifest.render(pathlib.Path('k8s/overlays/tfjob-async')), 'TFJob')['metadata']['name'])"
+        "job = manifest.the_one(manifest.render(pathlib.Path('k8s/overlays/tfjob-async')), 'TFJob'); "
+        "print(job['metadata']['name'])"
     )
     assert python_prints(code, {**os.environ, "JOB_NAME": "mine"}) == "mine"
