@@ -12,6 +12,7 @@ from scripts.common import manifest as tfjob_manifest
 from scripts.common.manifest import CHIEF_TYPES, ENGINE_KINDS, ManifestError
 
 from . import trainjob as trainjob_rules
+from .jobset_rules import ACTIONS, POD_FAILURE_ACTIONS
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 
@@ -142,7 +143,7 @@ def validate_jobset(jobset: dict[str, Any]) -> None:
             f"its group from them; remove it (JobSet's default is true)"
         )
     for index, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
-        if rule.get("action") not in ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"):
+        if rule.get("action") not in ACTIONS:
             problems.append(
                 f"not supported locally: spec.failurePolicy.rules[{index}].action {rule.get('action')} (in {where})"
             )
@@ -165,7 +166,7 @@ def validate_jobset(jobset: dict[str, Any]) -> None:
                 f"{path}: podFailurePolicy needs the pod's restartPolicy Never (Kubernetes rejects the Job)"
             )
         for index, rule in enumerate(rules):
-            if "onPodConditions" in rule or rule.get("action") not in ("FailJob", "Ignore", "Count"):
+            if "onPodConditions" in rule or rule.get("action") not in POD_FAILURE_ACTIONS:
                 problems.append(
                     f"not supported locally: podFailurePolicy.rules[{index}] (in {path}): only FailJob, "
                     f"Ignore and Count on onExitCodes are"
