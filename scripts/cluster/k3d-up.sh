@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings k8s/settings.env  # the environment wins over the file
+load_settings k8s/base/settings.env  # the environment wins over the file
 
 operator_source="github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_VERSION}"
 context="k3d-${CLUSTER_NAME}"

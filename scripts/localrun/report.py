@@ -16,6 +16,7 @@ from .supervisor import JobResult
 TAIL_LINES = 20
 # The trainer's refusal to resume checkpoints whose steps meant something else (trainer/artifacts/checkpoint.py).
 REFUSED_CHECKPOINTS = "come from a different run setup"
+SUCCESS_CONDITIONS = ("Succeeded", "Completed")  # a TFJob's, a JobSet's
 
 
 def shown(path: pathlib.Path) -> str:
@@ -32,7 +33,7 @@ def outcome(result: JobResult) -> tuple[str, int]:
         return f"Stopped by {signal.Signals(result.stop_signal).name}", 128 + result.stop_signal
     if result.condition is None:
         return "NoOutcome", 1
-    return result.condition.type, 0 if result.condition.type == "Succeeded" else 1
+    return result.condition.type, 0 if result.condition.type in SUCCESS_CONDITIONS else 1
 
 
 def replica_phase(replica: Replica, result: JobResult) -> str:

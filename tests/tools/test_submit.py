@@ -66,8 +66,9 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
     container = tfjob_manifest.trainer_container(expected)
     container["image"] = IMAGE
     container["args"] = list(container.get("args") or []) + ["--per-worker-batch-size", "32", "--scale-learning-rate"]
-    next(e for e in container["env"] if e["name"] == "TRAINER_DATASET")["value"] = "mnist"
+    # The settings reach the pod through envFrom; the command line's values are variables after them, so they win.
     container["env"].append({"name": "TRAINER_EPOCHS", "value": "2"})
+    container["env"].append({"name": "TRAINER_DATASET", "value": "mnist"})
     expected["metadata"]["namespace"] = SETTINGS["NAMESPACE"]  # where create_job would post it
     assert dry_run == expected
 
