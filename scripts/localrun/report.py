@@ -84,7 +84,7 @@ def summarize(
         artifacts = [a + ("/" if (model_dir / a).is_dir() else "") for a in ARTIFACTS if (model_dir / a).exists()]
         if not artifacts:
             console.say(f"model: none at {shown(model_dir)}")
-        elif state == "Succeeded":
+        elif exit_code == 0:
             console.say(f"model: {shown(model_dir)} ({', '.join(artifacts)})")
         else:  # what is there was left by an earlier run (or is this one's unfinished work), not this run's model
             console.say(
