@@ -140,7 +140,7 @@ class Checkpointer:
         for trackable, tensors in serialized.items():
             if not tensors:
                 continue  # a layer or other container: its variables are trackables of their own
-            # Distributed (mirrored) variables come wrapped in a SaveableCompatibilityConverter: its _obj is the variable.
+            # Mirrored variables come wrapped in a SaveableCompatibilityConverter: its _obj is the variable.
             shape = getattr(getattr(trackable, "_obj", trackable), "shape", None)
             if shape is None:
                 return None  # not a plain variable: leave the check to the restore's own matching

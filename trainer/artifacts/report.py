@@ -14,10 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.artifacts.atomic_file import write_json
-from trainer.config import Config
 from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import Progress, Throughput, figures
 from trainer.artifacts.status import StatusReporter
+from trainer.config import Config
 
 
 def metrics_record(

@@ -15,11 +15,10 @@ import tempfile
 from collections.abc import Iterator
 
 import keras
-import tensorflow as tf
 
 from trainer.artifacts.atomic_file import replaced_on_success
-from trainer.errors import ModelDirError
 from trainer.artifacts.layout import ModelDir
+from trainer.errors import ModelDirError
 from trainer.task import Task
 
 
