@@ -78,7 +78,9 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     # Every task says what it waits for while the group forms (and what it serves): that is where a stuck start shows.
     for joining in ("trainer.distribution.strategy", "trainer.ps.strategy"):
         logging.getLogger(joining).setLevel(logging.INFO)
-    if core.download and cluster.is_distributed:
+    from trainer.data.datasets import TfdsOptions  # no TensorFlow yet: the module imports it where it is used
+
+    if core.group(TfdsOptions).download and cluster.is_distributed:
         raise ConfigError(
             "--download in a group of workers would download the same files concurrently. Prepare the "
             "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "

@@ -2,9 +2,10 @@
 
 Each field is a command-line flag (`--per-worker-batch-size`) and an environment variable
 (`TRAINER_PER_WORKER_BATCH_SIZE`), so a pod spec can set it without editing args. Precedence: flag, then
-environment, then the default below. A task's (or a model's) hyperparameters are an option group: a frozen
-dataclass of `option(...)` fields declared beside the code that reads them (`Task.Options`); they are flags and
-variables in the same way, listed in `--help` under the task's name, and read with `config.group(Options)`.
+environment, then the default below. A task's (or a model's) hyperparameters, and a dataset kind's own options,
+are option groups: a frozen dataclass of `option(...)` fields declared beside the code that reads them
+(`Task.Options`; `RecordOptions` and `TfdsOptions` in trainer/data/datasets.py); they are flags and variables in
+the same way, listed in `--help` under their own heading, and read with `config.group(Options)`.
 A field's type is its real annotation: bool, int, float or str; any other type is refused when the parser is
 built, so a list or optional field can never silently arrive as a string.
 """
@@ -64,14 +65,6 @@ class Config:
         "your Python module that registers datasets with @trainer.data.datasets.register; "
         "imported before --dataset is looked up",
     )
-    data_dir: str = _field("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")
-    download: bool = _field(False, "download and prepare the dataset if missing; leave off on workers")
-    train_files: str = _field("", "tfrecord: glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
-    test_files: str = _field("", "tfrecord: glob(s) of test TFRecord files, comma-separated")
-    image_shape: str = _field("", "tfrecord: HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
-    num_classes: int = _field(0, "tfrecord: number of classes (0..N-1)")
-    image_feature: str = _field("image", "tfrecord: tf.train.Example feature with the PNG/JPEG or raw uint8 image")
-    label_feature: str = _field("label", "tfrecord: tf.train.Example int64 feature with the class")
     train_examples: int = _field(
         0,
         "synthetic: the training split's size (default 60000); other datasets: use at "
@@ -145,7 +138,7 @@ class Config:
     )
     status_port: int = _field(0, "port of the chief's HTTP status server (/status, /metrics); 0 = off")
     status_host: str = _field("0.0.0.0", "interface the status server binds (127.0.0.1 in tests)")
-    # The option groups parsed beside these fields (the task's), one instance each; not a flag itself.
+    # The option groups parsed beside these fields (the dataset kinds', the task's), one instance each; not a flag.
     groups: tuple[Any, ...] = dataclasses.field(default=(), metadata={"help": None, "choices": None})
 
     @property
@@ -173,7 +166,7 @@ class Config:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads", "num_classes"):
+        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:
@@ -186,6 +179,10 @@ class Config:
             raise ConfigError(f"--startup-timeout must be positive seconds, got {self.startup_timeout}")
         for options in (self, *self.groups):
             check_choices(options)
+        for group in self.groups:
+            check = getattr(group, "check", None)  # a group's own rule across its fields, if it has one
+            if check is not None:
+                check()
         return self
 
 
@@ -301,14 +298,27 @@ def parse_config(
     unimported (so no TensorFlow): `__main__` checks TF_CONFIG with it before anything heavy starts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
-    if not with_task:
-        core, _ = build_parser(environ, core_only=True).parse_known_args(argv)
-        return Config(**vars(core)).validate()
-    from trainer import task  # the task registry; importing the task's module imports TensorFlow
+    from trainer.data import datasets  # the dataset kinds' option groups (the module imports no TensorFlow)
 
-    core, _ = build_parser(environ, core_only=True).parse_known_args(argv)
-    chosen = task.find(core.task, core.task_module)
-    args = vars(build_parser(environ, [(f"task {core.task}", chosen.Options)]).parse_args(argv))
-    options = chosen.Options(**{field.name: args.pop(field.name) for field in option_fields(chosen.Options)})
-    chosen.check_options(options)
-    return Config(**args, groups=(options,)).validate()
+    data_groups = list(datasets.OPTION_GROUPS)
+    core_args, _ = build_parser(environ, data_groups, core_only=True).parse_known_args(argv)
+    if not with_task:
+        args = vars(core_args)
+        parsed = _take_groups(args, data_groups)
+        return Config(**args, groups=parsed).validate()
+    from trainer import task  # the task registry; importing the task's module may import TensorFlow
+
+    chosen = task.find(core_args.task, core_args.task_module)
+    groups = [*data_groups, (f"task {core_args.task}", chosen.Options)]
+    args = vars(build_parser(environ, groups).parse_args(argv))
+    parsed = _take_groups(args, groups)
+    chosen.check_options(parsed[-1])
+    return Config(**args, groups=parsed).validate()
+
+
+def _take_groups(args: dict[str, Any], groups: Sequence[tuple[str, type]]) -> tuple[Any, ...]:
+    """Each group's instance from the parsed flags, its values popped from args (which keeps the core ones)."""
+    return tuple(
+        options_class(**{field.name: args.pop(field.name) for field in option_fields(options_class)})
+        for _, options_class in groups
+    )

@@ -8,13 +8,16 @@ import pytest
 
 from multiworker import ROOT
 from trainer.config import Config, build_parser, option, option_fields, parse_config
+from trainer.data import datasets
+from trainer.data.datasets import RecordOptions, TfdsOptions
 from trainer.errors import ConfigError
 from trainer.tasks.image_classification import ImageClassificationOptions
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():
-    text = " ".join(build_parser({}, [("task image_classification", ImageClassificationOptions)]).format_help().split())
-    for options in (Config, ImageClassificationOptions):
+    groups = [*datasets.OPTION_GROUPS, ("task image_classification", ImageClassificationOptions)]
+    text = " ".join(build_parser({}, groups).format_help().split())
+    for options in (Config, ImageClassificationOptions, datasets.RecordOptions, datasets.TfdsOptions):
         for field in option_fields(options):
             flag = "--" + field.name.replace("_", "-")
             assert flag in text, flag
@@ -154,4 +157,25 @@ def test_an_empty_variable_means_the_default_as_settings_env_leaves_the_data_set
     # Before, TRAINER_NUM_CLASSES= stopped every pod with "expected a int", and TRAINER_IMAGE_FEATURE= read no image.
     empty = {"TRAINER_NUM_CLASSES": "", "TRAINER_IMAGE_FEATURE": "", "TRAINER_TRAIN_FILES": ""}
     config = parse_config([], environ=empty)
-    assert (config.num_classes, config.image_feature, config.train_files) == (0, "image", "")
+    records = config.group(RecordOptions)
+    assert (records.num_classes, records.image_feature, records.train_files) == (0, "image", "")
+
+
+def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_heading():
+    # They left the core Config for their dataset's group: the names settings.env and the manifests use stay.
+    environ = {"TRAINER_NUM_CLASSES": "5", "TRAINER_IMAGE_SHAPE": "64x64x3", "TRAINER_DATA_DIR": "/from/env"}
+    config = parse_config(["--num-classes", "7", "--download"], environ)
+    records, tfds = config.group(RecordOptions), config.group(TfdsOptions)
+    assert (records.num_classes, records.image_shape, records.label_feature) == (7, "64x64x3", "label")
+    assert (tfds.data_dir, tfds.download) == ("/from/env", True)
+    assert not hasattr(config, "num_classes") and config.to_dict()["train_files"] == ""
+    core = parse_config(["--download"], {}, with_task=False)  # __main__ refuses --download in a group with it
+    assert core.group(TfdsOptions).download
+    text = " ".join(build_parser({}, datasets.OPTION_GROUPS).format_help().split())
+    assert "dataset tfrecord (your TFRecord files): --train-files" in text
+    assert "TFDS datasets (--dataset <a TFDS name>): --data-dir" in text
+
+
+def test_a_negative_class_count_exits_2():
+    result = run_trainer("--num-classes", "-1")
+    assert result.returncode == 2 and "--num-classes must be 0 (unset) or a positive count" in result.stderr

@@ -1,6 +1,5 @@
 """Datasets and each worker's input pipeline, in one process."""
 
-import argparse
 import dataclasses
 import subprocess
 import sys
@@ -11,22 +10,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
+from trainer.config import Config
 from trainer.data import __main__ as data
 from trainer.data import datasets, pipeline
 from trainer.errors import DataError
 
 
-def config(**overrides):
-    values = {
-        "dataset": "synthetic",
-        "dataset_module": "",
-        "data_dir": "unused",
-        "download": False,
-        "seed": 1,
-        "train_examples": 0,
-        "test_examples": 0,
-    }
-    return argparse.Namespace(**{**values, **overrides})
+def config(data_dir="unused", download=False, **overrides):
+    values = {"dataset": "synthetic", "seed": 1, **overrides}
+    return Config(**values, groups=(datasets.RecordOptions(), datasets.TfdsOptions(data_dir, download)))
 
 
 def as_arrays(dataset):

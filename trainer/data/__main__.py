@@ -31,10 +31,11 @@ def check_files(config: Config) -> str:
     from trainer.data.record_counts import RecordCounts
 
     counts = RecordCounts(config.model_dir)
+    options = config.group(datasets.RecordOptions)
     parts = []
     for split, pattern, flag in (
-        ("train", config.train_files, "--train-files"),
-        ("test", config.test_files, "--test-files"),
+        ("train", options.train_files, "--train-files"),
+        ("test", options.test_files, "--test-files"),
     ):
         files = datasets.glob_files(pattern, flag)
         parts.append(f"{split} {len(files)} files {sum(counts.counts(files))} examples")
@@ -57,11 +58,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 0
+    data_dir = config.group(datasets.TfdsOptions).data_dir
     try:
-        path = prepare(config.dataset, config.data_dir)
+        path = prepare(config.dataset, data_dir)
     except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)
         print(
-            f"error: preparing {config.dataset} in {config.data_dir} failed ({type(error).__name__}: "
+            f"error: preparing {config.dataset} in {data_dir} failed ({type(error).__name__}: "
             f"{first_line(error)[:300]}). Check the network or proxy and that the directory is writable, then run "
             f"again; --dataset synthetic needs no download.",
             file=sys.stderr,

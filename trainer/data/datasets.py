@@ -9,6 +9,10 @@ this file or in your own module passed as `--dataset-module my_pkg.my_data` (imp
 forms). A Source holds two Splits; a Split says how worker `index` of `count` reads its part:
 `RecordFiles` (sharded by file, or by element when there are fewer files than workers),
 `Generated` (an indexed function, sharded by index range), or `TfdsSplit` (per-worker TFDS subsplits).
+
+A dataset kind's own options are an option group declared beside it (`RecordOptions`, `TfdsOptions`, listed in
+OPTION_GROUPS): flags and TRAINER_* variables like the core ones, under the kind's heading in --help, read with
+`config.group(RecordOptions)`. TensorFlow is imported where it is used, so the flags are read without it.
 """
 
 from __future__ import annotations
@@ -19,18 +23,19 @@ import importlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import tensorflow as tf
+from trainer.config import Config, Registry, option
+from trainer.errors import ConfigError, DataError
 
-from trainer.config import Config, Registry
-from trainer.data.record_counts import INDEX_NAME, RecordCounts
-from trainer.errors import DataError
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from trainer.data.record_counts import RecordCounts
+
+    Example = tuple[tf.Tensor, tf.Tensor]  # (uint8 image HxWxC, int64 label)
 
 log = logging.getLogger(__name__)
-
-Example = tuple[tf.Tensor, tf.Tensor]  # (uint8 image HxWxC, int64 label)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +135,9 @@ TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none
 def synthetic_example_fn(seed: int) -> Callable[[tf.Tensor], Example]:
     """Example i as a pure function of (seed, i): a fixed blocky pattern per class plus noise, and a label
     that is the true class with probability 1 - SYNTHETIC_LABEL_NOISE."""
+    import numpy as np
+    import tensorflow as tf
+
     rng = np.random.default_rng(seed)
     # 7x7 class patterns blown up to 28x28: structure a small CNN can pick out of the noise.
     patterns = tf.constant(np.kron(rng.random((SYNTHETIC_CLASSES, 7, 7)), np.ones((4, 4))), tf.float32)
@@ -165,6 +173,7 @@ class Generated:
     def shard(self, index: int, count: int) -> Shard:
         start = self.first_index + index * (self.size // count) + min(index, self.size % count)
         size = share(self.size, index, count)
+        import tensorflow as tf
 
         def records(seed: tf.Tensor) -> tf.data.Dataset:
             key = tf.stack([tf.cast(seed, tf.int64), tf.constant(index, tf.int64)])
@@ -193,6 +202,22 @@ def synthetic(config: Config) -> Source:
 
 
 @dataclasses.dataclass(frozen=True)
+class RecordOptions:
+    """The options of --dataset tfrecord."""
+
+    train_files: str = option("", "glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
+    test_files: str = option("", "glob(s) of test TFRecord files, comma-separated")
+    image_shape: str = option("", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
+    num_classes: int = option(0, "number of classes (0..N-1)")
+    image_feature: str = option("image", "tf.train.Example feature with the PNG/JPEG or raw uint8 image")
+    label_feature: str = option("label", "tf.train.Example int64 feature with the class")
+
+    def check(self) -> None:
+        if self.num_classes < 0:
+            raise ConfigError(f"--num-classes must be 0 (unset) or a positive count, got {self.num_classes}")
+
+
+@dataclasses.dataclass(frozen=True)
 class RecordFiles:
     """TFRecord files of tf.train.Example: `image_feature` holds an encoded PNG/JPEG/GIF/BMP or raw uint8
     bytes (HxWxC, recognised by their length), `label_feature` an int64. Images are resized to image_shape.
@@ -206,7 +231,7 @@ class RecordFiles:
     image_shape: tuple[int, int, int]
     image_feature: str = "image"
     label_feature: str = "label"
-    counts: RecordCounts = dataclasses.field(default_factory=lambda: RecordCounts(None), compare=False)
+    counts: RecordCounts = dataclasses.field(default_factory=lambda: _record_counts(None), compare=False)
 
     def fingerprint(self) -> str:
         names = hashlib.sha256("\n".join(os.path.basename(path) for path in self.files).encode()).hexdigest()
@@ -215,6 +240,7 @@ class RecordFiles:
     def shard(self, index: int, count: int) -> Shard:
         by_file = len(self.files) >= count
         own = self.files[index::count] if by_file else self.files
+        import tensorflow as tf
 
         def records(seed: tf.Tensor) -> tf.data.Dataset:
             order = tf.data.Dataset.from_tensor_slices(list(own)).shuffle(len(own), seed=seed)
@@ -240,6 +266,8 @@ class RecordFiles:
         return Shard(records, self._decode, size, shuffled=False, reads=reads, every_worker_reads_all=not by_file)
 
     def _decode(self, serialized: tf.Tensor) -> Example:
+        import tensorflow as tf
+
         parsed = tf.io.parse_single_example(
             serialized,
             {
@@ -262,9 +290,19 @@ class RecordFiles:
         return tf.ensure_shape(image, self.image_shape), parsed[self.label_feature]
 
 
+def _record_counts(model_dir: str | None) -> RecordCounts:
+    from trainer.data.record_counts import RecordCounts
+
+    return RecordCounts(model_dir)
+
+
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
     """Every file matching the comma-separated globs, sorted (the same list on every worker); the record index
     beside the files (and its lock) is no data file, whatever the glob (`data/*` matches them too)."""
+    import tensorflow as tf
+
+    from trainer.data.record_counts import INDEX_NAME
+
     matched = {path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())}
     files = sorted(path for path in matched if not os.path.basename(path).lstrip(".").startswith(INDEX_NAME))
     if not files:
@@ -286,44 +324,54 @@ def parse_image_shape(text: str) -> tuple[int, int, int]:
 
 
 def _check_record_flags(config: Config) -> None:
+    options = config.group(RecordOptions)
     missing = [
         flag
         for flag, value in (
-            ("--train-files", config.train_files),
-            ("--test-files", config.test_files),
-            ("--image-shape", config.image_shape),
+            ("--train-files", options.train_files),
+            ("--test-files", options.test_files),
+            ("--image-shape", options.image_shape),
         )
         if not value
     ]
-    if missing or config.num_classes < 2:
+    if missing or options.num_classes < 2:
         raise DataError(
             f"--dataset tfrecord needs {', '.join(missing + ['--num-classes (2 or more)'])}: e.g. "
             f"--train-files 'data/train-*' --test-files 'data/test-*' --image-shape 28x28x1 "
             f"--num-classes 10"
         )
-    parse_image_shape(config.image_shape)
+    parse_image_shape(options.image_shape)
 
 
 @register("tfrecord")
 def tfrecord(config: Config) -> Source:
     """Your own TFRecord files: --train-files/--test-files globs, --image-shape, --num-classes, and the
     feature names --image-feature (default image) and --label-feature (default label)."""
-    shape = parse_image_shape(config.image_shape)
+    options = config.group(RecordOptions)
+    shape = parse_image_shape(options.image_shape)
     # The record index goes beside the files, or into the model dir where their folder is read-only.
-    counts = RecordCounts(config.model_dir)
+    counts = _record_counts(config.model_dir)
 
     def split(pattern: str, flag: str) -> RecordFiles:
-        return RecordFiles(glob_files(pattern, flag), shape, config.image_feature, config.label_feature, counts)
+        return RecordFiles(glob_files(pattern, flag), shape, options.image_feature, options.label_feature, counts)
 
     return Source(
-        train=split(config.train_files, "--train-files"),
-        test=split(config.test_files, "--test-files"),
+        train=split(options.train_files, "--train-files"),
+        test=split(options.test_files, "--test-files"),
         image_shape=shape,
-        num_classes=config.num_classes,
+        num_classes=options.num_classes,
     )
 
 
 # --- TFDS -----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsOptions:
+    """The options of a TFDS --dataset (any TFDS name)."""
+
+    data_dir: str = option("~/tensorflow_datasets", "TFDS data directory (on the cluster: the shared volume)")
+    download: bool = option(False, "download and prepare the dataset if missing; leave off on workers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,9 +406,10 @@ def tfds_source(config: Config) -> Source:
     """Any TFDS image-classification dataset: shape and classes from the builder's info."""
     import tensorflow_datasets as tfds
 
-    data_dir = os.path.expanduser(config.data_dir)
+    options = config.group(TfdsOptions)
+    data_dir = os.path.expanduser(options.data_dir)
     builder = tfds.builder(config.dataset, data_dir=data_dir)
-    if config.download:
+    if options.download:
         builder.download_and_prepare()
     elif not builder.is_prepared():
         raise DataError(
@@ -389,3 +438,11 @@ def tfds_source(config: Config) -> Source:
         image_shape=shape,
         num_classes=features["label"].num_classes,
     )
+
+
+# Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them all):
+# (heading in --help, option group).
+OPTION_GROUPS: tuple[tuple[str, type], ...] = (
+    ("dataset tfrecord (your TFRecord files)", RecordOptions),
+    ("TFDS datasets (--dataset <a TFDS name>)", TfdsOptions),
+)
