@@ -49,8 +49,8 @@ def linear_features(config: Config) -> datasets.Source:
     return datasets.Source(
         train=datasets.Generated(example, config.train_examples or 8192),
         test=datasets.Generated(example, config.test_examples or 1024, datasets.TEST_INDEX_OFFSET),
-        image_shape=(FEATURES,),  # the shape of one example's features
-        num_classes=0,  # a regression has no classes
+        # One example: FEATURES floats and one float target (no num_classes: a regression has no classes).
+        element_spec=(tf.TensorSpec((FEATURES,), tf.float32), tf.TensorSpec((), tf.float32)),
     )
 
 
@@ -76,7 +76,8 @@ class Regression(Task):
         return f"a {self.options.hidden_layers}x{self.options.hidden_units} MLP regression"
 
     def build_model(self, source: datasets.Source) -> keras.Model:
-        features = keras.Input(shape=source.image_shape, name="features")
+        features_spec, _ = source.element_spec
+        features = keras.Input(shape=features_spec.shape, name="features")
         x = features
         for _ in range(self.options.hidden_layers):
             x = keras.layers.Dense(self.options.hidden_units, activation="relu")(x)

@@ -42,7 +42,7 @@ import tensorflow as tf
 from trainer.distribution.cluster import from_environment
 from trainer.config import parse_config
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
-from trainer.data.datasets import Source
+from trainer.data.datasets import Source, image_spec
 from trainer.distribution.sync_calls import SyncCalls
 from trainer.loop import build_optimizer
 from trainer.task import task_of
@@ -82,7 +82,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
     labels = tf.random.uniform((args.batch,), maxval=CLASSES, dtype=tf.int32, seed=2)
 
     task = task_of(config)
-    shapes = Source(train=None, test=None, image_shape=IMAGE_SHAPE, num_classes=CLASSES)  # type: ignore[arg-type]
+    shapes = Source(train=None, test=None, element_spec=image_spec(IMAGE_SHAPE), num_classes=CLASSES)  # type: ignore[arg-type]
     local_model, local_optimizer = task.build_model(shapes), build_optimizer(1e-3, config.precision)
     local_optimizer.build(local_model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)

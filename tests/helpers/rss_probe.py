@@ -28,7 +28,7 @@ def main(examples: int, cache: str, batches: int) -> None:
         0,
         steps,
         config.shuffle_buffer,
-        pipeline.cache_kind(cache, shard, datasets.SYNTHETIC_SHAPE),
+        pipeline.cache_kind(cache, shard, datasets.synthetic(config).example_bytes),
     )
     started = time.perf_counter()
     iterator = iter(dataset)

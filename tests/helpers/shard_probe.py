@@ -41,7 +41,7 @@ def main(out_path: str, argv: list[str]) -> None:
             0,
             steps,
             config.shuffle_buffer,
-            pipeline.cache_kind(config.cache, train, source.image_shape),
+            pipeline.cache_kind(config.cache, train, source.example_bytes),
         )
     )
     iterator = iter(batches)

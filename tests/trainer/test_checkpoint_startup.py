@@ -7,7 +7,7 @@ from tensorflow.python.training import py_checkpoint_reader
 
 from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
 from trainer.config import parse_config
-from trainer.data.datasets import Source
+from trainer.data.datasets import Source, image_spec
 from trainer.errors import ModelDirError
 from trainer.loop import build_optimizer
 from trainer.task import task_of
@@ -16,7 +16,7 @@ from trainer.task import task_of
 def checkpointer(model_dir, seed=1, strategy=None):
     tf.keras.utils.set_random_seed(seed)
     with (strategy or tf.distribute.get_strategy()).scope():
-        model = task_of(parse_config([], {})).build_model(Source(None, None, (28, 28, 1), 10))
+        model = task_of(parse_config([], {})).build_model(Source(None, None, image_spec((28, 28, 1)), 10))
         optimizer = build_optimizer(1e-3, "float32")
         optimizer.build(model.trainable_variables)
         return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
@@ -55,7 +55,9 @@ def test_a_checkpoint_of_another_model_is_refused_from_its_index(tmp_path):
     saver, _ = checkpointer(tmp_path)
     saver.save(4)
     tf.keras.utils.set_random_seed(1)
-    other = task_of(parse_config(["--model", "batch_norm"], {})).build_model(Source(None, None, (28, 28, 1), 10))
+    other = task_of(parse_config(["--model", "batch_norm"], {})).build_model(
+        Source(None, None, image_spec((28, 28, 1)), 10)
+    )
     with pytest.raises(ModelDirError, match="was written by a different model"):
         Checkpointer(str(tmp_path), True, "worker-0", 5, model=other).restore_latest()
 

@@ -38,7 +38,7 @@ def test_synthetic_is_deterministic_any_size_and_shaped_like_fashion_mnist():
     assert set(labels) == set(range(10))
     np.testing.assert_array_equal(images, examples(again.train, 256)[0])
     assert not np.array_equal(images, examples(other.train, 256)[0])
-    assert (first.image_shape, first.num_classes) == ((28, 28, 1), 10)
+    assert (first.element_spec[0].shape, first.num_classes) == ((28, 28, 1), 10)
     assert datasets.synthetic(config(train_examples=600_000)).train.shard(0, 1).size == 600_000
 
 
@@ -144,9 +144,11 @@ def test_cached_test_batches_are_the_same_batches_at_every_evaluation(cache):
 
 def test_auto_cache_keeps_small_file_shards_in_memory_only(record_split):
     small, large = record_split.shard(0, 1), dataclasses.replace(record_split.shard(0, 1), size=600_000)
-    assert pipeline.cache_kind("auto", small, (28, 28, 1)) == "memory"
-    assert pipeline.cache_kind("auto", large, (28, 28, 1)) == "none"
-    assert pipeline.cache_kind("disk", large, (28, 28, 1)) == "disk"
+    example_bytes = datasets.Source(None, None, datasets.image_spec((28, 28, 1)), 10).example_bytes
+    assert example_bytes == 28 * 28 + 8  # the uint8 image and the int64 label
+    assert pipeline.cache_kind("auto", small, example_bytes) == "memory"
+    assert pipeline.cache_kind("auto", large, example_bytes) == "none"
+    assert pipeline.cache_kind("disk", large, example_bytes) == "disk"
 
 
 @pytest.mark.parametrize(
@@ -158,7 +160,7 @@ def test_any_tfds_image_dataset_loads_by_name_with_shape_and_classes_from_its_bu
         source = datasets.load(config(dataset=name, data_dir=str(tmp_path), download=True))
         shard = source.train.shard(1, 2)
         images, labels = as_arrays(shard.records(tf.constant(0, tf.int64)).map(shard.decode))
-    assert source.image_shape == shape and source.num_classes == 10
+    assert source.element_spec[0].shape == shape and source.num_classes == 10
     assert images.shape[1:] == shape and images.dtype == np.uint8
     assert "part 2 of 2" in shard.reads
 

@@ -157,7 +157,7 @@ def example(index):
 @datasets.register("stripes")
 def stripes(config):
     return datasets.Source(train=datasets.Generated(example, 384), test=datasets.Generated(example, 96, 10_000),
-                           image_shape=(28, 28, 1), num_classes=3)
+                           element_spec=datasets.image_spec((28, 28, 1)), num_classes=3)
 '''
 
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 from trainer.artifacts.layout import ModelDir
 from trainer.config import parse_config
 from trainer.data import records
-from trainer.data.datasets import Source
+from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.errors import DataError
 from trainer.ps import evaluator
@@ -30,7 +30,7 @@ def no_sleep(monkeypatch):
 def leave_earlier_run(model_dir, step, epochs):
     """What a finished run leaves: a checkpoint at its last step and a status naming that step as the final one."""
     layout = ModelDir(str(model_dir))
-    model = task_of(parse_config([], {})).build_model(Source(None, None, (28, 28, 1), 10))
+    model = task_of(parse_config([], {})).build_model(Source(None, None, image_spec((28, 28, 1)), 10))
     tf.train.Checkpoint(model=model).write(f"{layout.checkpoints}/ckpt-{step}")
     with open(layout.status, "w") as handle:
         json.dump({"state": "succeeded", "global_step": step, "total_steps": step, "epochs": epochs}, handle)

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 
 from trainer.config import parse_config
-from trainer.data.datasets import Source
-from trainer.errors import ConfigError
+from trainer.data.datasets import Source, image_spec
+from trainer.errors import ConfigError, DataError
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS
 
 
 def build(name, shape, classes=10, *flags):
     task = task_of(parse_config(["--model", name, *flags], {}))
-    return task.build_model(Source(train=None, test=None, image_shape=shape, num_classes=classes))
+    return task.build_model(Source(train=None, test=None, element_spec=image_spec(shape), num_classes=classes))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -50,3 +50,9 @@ def test_the_models_hyperparameters_are_the_tasks_options():
 def test_unknown_model_names_the_choices():
     with pytest.raises(ConfigError, match="unknown model 'resnet'; choose one of batch_norm, cnn, dropout"):
         parse_config(["--model", "resnet"], {})
+
+
+def test_the_image_classifier_refuses_a_dataset_without_classes():
+    # A Source says whether its targets are classes (num_classes 0: a regression's numbers); the default task needs them.
+    with pytest.raises(DataError, match="needs a dataset of class ids"):
+        build("cnn", (28, 28, 1), 0)

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import importlib
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,10 +64,34 @@ def fingerprint(split: Split) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
+    """A dataset: its two splits and what one decoded example is, in words any task reads.
+
+    element_spec: the (features, targets) pair of one example, each a nest of tf.TensorSpec (what a task builds
+    its model and serving signature from). num_classes: how many classes the targets name when they are class
+    ids (0..num_classes-1); 0 when they are not (a regression's numbers)."""
+
     train: Split
     test: Split
-    image_shape: tuple[int, int, int]
-    num_classes: int
+    element_spec: tuple[Any, Any]
+    num_classes: int = 0
+
+    @property
+    def example_bytes(self) -> int:
+        """Bytes of one decoded example, every tensor of element_spec: what the auto cache is sized with."""
+        import tensorflow as tf
+
+        return sum(
+            math.prod(spec.shape) * spec.dtype.size
+            for spec in tf.nest.flatten(self.element_spec)
+            if spec.shape.is_fully_defined()
+        )
+
+
+def image_spec(shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """The element_spec of the built-in datasets: a uint8 image of this shape and an int64 class id."""
+    import tensorflow as tf
+
+    return tf.TensorSpec(shape, tf.uint8), tf.TensorSpec((), tf.int64)
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -193,7 +218,7 @@ def synthetic(config: Config) -> Source:
     return Source(
         train=Generated(example, config.train_examples or SYNTHETIC_TRAIN_SIZE),
         test=Generated(example, config.test_examples or SYNTHETIC_TEST_SIZE, TEST_INDEX_OFFSET),
-        image_shape=SYNTHETIC_SHAPE,
+        element_spec=image_spec(SYNTHETIC_SHAPE),
         num_classes=SYNTHETIC_CLASSES,
     )
 
@@ -358,7 +383,7 @@ def tfrecord(config: Config) -> Source:
     return Source(
         train=split(options.train_files, "--train-files"),
         test=split(options.test_files, "--test-files"),
-        image_shape=shape,
+        element_spec=image_spec(shape),
         num_classes=options.num_classes,
     )
 
@@ -435,7 +460,7 @@ def tfds_source(config: Config) -> Source:
     return Source(
         train=TfdsSplit(builder, "train"),
         test=TfdsSplit(builder, test_split),
-        image_shape=shape,
+        element_spec=image_spec(shape),
         num_classes=features["label"].num_classes,
     )
 

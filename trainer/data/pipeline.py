@@ -16,7 +16,6 @@ plus one shuffle buffer; an uncached generated shard skips for free.
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import shutil
 import tempfile
@@ -42,11 +41,12 @@ def shared_epoch_seed(seed: int | tf.Tensor, epoch: tf.Tensor) -> tf.Tensor:
     return tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
 
-def cache_kind(cache: str, shard: Shard, image_shape: tuple[int, ...]) -> str:
-    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded images, else none."""
+def cache_kind(cache: str, shard: Shard, example_bytes: int) -> str:
+    """What --cache means for this shard: auto is memory below AUTO_CACHE_BYTES of decoded examples, else none.
+    example_bytes: one decoded example's size (Source.example_bytes)."""
     if cache != "auto":
         return cache
-    return "memory" if shard.size * math.prod(image_shape) <= AUTO_CACHE_BYTES else "none"
+    return "memory" if shard.size * example_bytes <= AUTO_CACHE_BYTES else "none"
 
 
 def steps_per_epoch(shard_sizes: list[int], per_worker_batch: int) -> int:

@@ -127,7 +127,7 @@ class Inputs:
         self.train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
         reads = self.train_shard.reads
         (log.warning if self.train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, reads)
-        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.image_shape)
+        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
 
     def agree(self, start_step: int) -> None:
         """One collective: every worker's shard sizes (the smallest train shard sets the steps per epoch) and the
@@ -173,7 +173,7 @@ class Inputs:
 
     def test(self) -> Any:
         """The test split's batches; distributed, since workers' shards differ by up to one partial batch."""
-        cache = pipeline.cache_kind(self.config.cache, self.test_shard, self.source.image_shape)
+        cache = pipeline.cache_kind(self.config.cache, self.test_shard, self.source.example_bytes)
         return self.strategy.distribute_datasets_from_function(
             lambda context: pipeline.test_batches(
                 self.test_shard, context.get_per_replica_batch_size(self.global_batch_size), self.test_size, cache

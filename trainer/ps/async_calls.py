@@ -59,7 +59,7 @@ class AsyncCalls(Calls):
         log.info("variables on the ps tasks: %s", _placement(model.weights + optimizer.variables))
         config = self.config
         self.steps_per_epoch = pipeline.steps_per_epoch([self.train_size], config.per_worker_batch_size)
-        cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.image_shape)
+        cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
         self.sizes = {"train_examples": self.train_size, "test_examples": self.test_size, "cache": cache}
         self.worker_batches = iter(
             self.coordinator.create_per_worker_dataset(

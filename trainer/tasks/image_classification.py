@@ -1,6 +1,7 @@
 """The default task: image classification with the book's CNN family (cnn, dropout, batch_norm).
 
-A batch is (uint8 images HxWxC, int64 labels). Every model takes raw uint8 images and scales them itself, so the
+A batch is (uint8 images HxWxC, int64 labels): the dataset's element_spec gives the image shape, its num_classes
+the classes. Every model takes raw uint8 images and scales them itself, so the
 saved model accepts exactly what the dataset holds; models output logits (float32 under every --precision), and
 the serving signature adds the softmax and the class.
 
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainer.config import Registry, option
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError
 from trainer.task import Task, register
 
 if TYPE_CHECKING:
@@ -71,7 +72,13 @@ class ImageClassification(Task):
         return str(self.options.model)
 
     def build_model(self, source: Source) -> keras.Model:
-        return MODELS[self.options.model](source.image_shape, source.num_classes, self.options)
+        images, _ = source.element_spec
+        if source.num_classes < 2:
+            raise DataError(
+                f"task image_classification needs a dataset of class ids (2 or more classes); this one has "
+                f"{source.num_classes}: pick another --task, or give its classes (--num-classes for tfrecord)"
+            )
+        return MODELS[self.options.model](tuple(images.shape), source.num_classes, self.options)
 
     def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
         return self._cross_entropy(labels, logits)
