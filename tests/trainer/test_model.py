@@ -53,6 +53,6 @@ def test_unknown_model_names_the_choices():
 
 
 def test_the_image_classifier_refuses_a_dataset_without_classes():
-    # A Source says whether its targets are classes (num_classes 0: a regression's numbers); the default task needs them.
+    # A Source says whether its targets are classes (num_classes 0: a regression's); the default task needs them.
     with pytest.raises(DataError, match="needs a dataset of class ids"):
         build("cnn", (28, 28, 1), 0)
