@@ -38,7 +38,11 @@ COPY --from=deps /opt/venv /opt/venv
 COPY --from=wheel /wheels/ /tmp/wheels/
 RUN PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 /opt/venv/bin/pip install --quiet --no-deps --no-index /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels
+# The project's own modules (your task, your datasets: modules/), importable as modules.<name> from any working
+# directory; after the trainer, so a change to them rebuilds only this layer.
+COPY modules/ /opt/project/modules/
 ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/opt/project \
     PYTHONUNBUFFERED=1
 # Numeric, so Kubernetes' runAsNonRoot can verify it; a volume is writable through fsGroup 1000.
 USER 1000:1000

@@ -1,9 +1,10 @@
 """A fork's task in one file: regression on generated features (mean squared error, reports mean absolute error).
 
-Nothing under trainer/ changes. Run it with the module on the path (the project root is, for `python -m trainer`
-and for make run-local; in the image, copy the file beside the trainer):
+Nothing under trainer/ changes, nor the Dockerfile: copy it into modules/, the folder for the project's own
+modules (importable from the project root, and in the image, which ships modules/ on PYTHONPATH):
 
-    python -m trainer --task-module regression --task regression --dataset-module regression \\
+    cp examples/regression.py modules/
+    python -m trainer --task-module modules.regression --task regression --dataset-module modules.regression \\
         --dataset linear_features --epochs 3
 
 It registers two things: the dataset `linear_features` (examples generated in the graph from --seed, so any

@@ -332,11 +332,13 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, copy / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("trainer", "scripts"):
+    for name in ("trainer", "scripts", "modules"):
         shutil.copytree(ROOT / name, copy / name, ignore=ignore)
     marker = f"# code change {tmp_path.name}"
     with (copy / "trainer" / "__init__.py").open("a") as init:
         init.write(f"\n{marker}\n")
+    # A fork's new task file in modules/ ships too, with no Dockerfile edit, importable from any directory.
+    (copy / "modules" / "forked.py").write_text(f"MARKER = {marker!r}\n")
     # Another repository, so this build's `latest` does not move the proof image's.
     repository = f"{TEST_REPOSITORY}-code-change"
     try:
@@ -353,8 +355,10 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
                 "--",
                 "python",
                 "-c",
-                "import inspect, trainer; print(inspect.getsource(trainer))",
+                "import inspect, os, trainer; os.chdir('/'); import modules.forked; "
+                "print(inspect.getsource(trainer), modules.forked.MARKER)",
             ).stdout
         assert marker in shipped, "the image runs the old trainer code"
+        assert shipped.count(marker) == 2, "a module in modules/ did not reach the image"
     finally:
         buildah("rmi", f"{repository}:test", f"{repository}:latest", check=False)

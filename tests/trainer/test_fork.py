@@ -20,17 +20,19 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = pathlib.Path(sys.executable).parent.parent
-TASK_FLAGS = "--task-module regression --task regression --dataset-module regression"
+MODULE = "modules.regression"  # the fork's file in modules/, the folder the image copies and puts on PYTHONPATH
+TASK_FLAGS = f"--task-module {MODULE} --task regression --dataset-module {MODULE}"
 
 
 def copy_project(target: pathlib.Path) -> pathlib.Path:
-    """What make run-local needs: the Makefile, the manifests, the tools and the trainer (no tests, no examples)."""
+    """What make run-local needs: the Makefile, the manifests, the tools, the trainer and modules/ (no tests, no
+    examples)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     target.mkdir()
     for name in ("Makefile", "pyproject.toml", "constraints.txt", "Dockerfile"):
         shutil.copy2(ROOT / name, target / name)
     for path in ROOT.iterdir():
-        if path.is_dir() and (path.name in ("trainer", "scripts") or path.name.startswith("k8s")):
+        if path.is_dir() and (path.name in ("trainer", "scripts", "modules") or path.name.startswith("k8s")):
             shutil.copytree(path, target / path.name, ignore=ignore)
     return target
 
@@ -83,8 +85,10 @@ def replica(proc: subprocess.Popen, task_type: str, index: int) -> psutil.Proces
 @pytest.mark.slow
 def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluated_and_served(tmp_path):
     project = copy_project(tmp_path / "project")
-    shutil.copy2(ROOT / "examples" / "regression.py", project / "regression.py")  # the fork's one new file
+    shutil.copy2(ROOT / "examples" / "regression.py", project / "modules" / "regression.py")  # the one new file
     trainer_before = digests(project / "trainer")
+    # Nor does the image's recipe change: it already ships modules/ on PYTHONPATH.
+    assert (project / "Dockerfile").read_bytes() == (ROOT / "Dockerfile").read_bytes()
 
     # Two all-reduce workers of the real manifest; worker 1 is killed mid-run and recreated, and the group resumes.
     console = tmp_path / "sync.txt"
