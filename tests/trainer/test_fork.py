@@ -135,14 +135,17 @@ def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluat
     # The async shape: a chief, a ps task, two workers and the evaluator following the checkpoints; in bfloat16, so
     # the async loop and the evaluator run the task under a mixed --precision too.
     console = tmp_path / "async.txt"
-    flags = f"{TASK_FLAGS} --train-examples 8192 --test-examples 512 --precision mixed_bfloat16"
+    # 768 steps: long enough that the evaluator, which starts with the group, follows at least one checkpoint on a
+    # loaded machine (with 256 steps the chief once finished before the evaluator had read any).
+    async_examples = 24576
+    flags = f"{TASK_FLAGS} --train-examples {async_examples} --test-examples 512 --precision mixed_bfloat16"
     variables = ("STRATEGY=async", "WORKERS=2", "DATASET=linear_features", "EPOCHS=2", "CLEAN=1", f"ARGS={flags}")
     finish(make_run_local(project, console, *variables), console, timeout=420)
     result = run_local_status(project)
     assert result["state"] == "Succeeded"
     model_dir = pathlib.Path(result["model_dir"])
     metrics = json.loads((model_dir / "metrics.json").read_text())
-    assert metrics["strategy"] == "async" and metrics["steps"] == 2 * 8192 // 64 and metrics["test_mae"] < 0.6
+    assert metrics["strategy"] == "async" and metrics["steps"] == 2 * async_examples // 64 and metrics["test_mae"] < 0.6
     # The job ends when the chief does (the operator's success policy), so the evaluator may miss the last one.
     evaluations = json.loads((model_dir / "evaluations.json").read_text())["evaluations"]
     assert evaluations and all(e["test_examples_evaluated"] == 512 and "test_mae" in e for e in evaluations)
