@@ -33,6 +33,7 @@ from trainer.artifacts.report import (
 from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
 from trainer.data import datasets, pipeline
+from trainer.distribution import allreduce
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
@@ -60,7 +61,9 @@ def train_and_evaluate(
 
     with strategy.scope():
         model = build_model(config.model, inputs.source.image_shape, inputs.source.num_classes)
-        optimizer = build_optimizer(learning_rate)
+        optimizer = allreduce.install(
+            build_optimizer(learning_rate), config.gradient_compression, config.gradient_bucket_bytes
+        )
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         metrics = Metrics()

@@ -39,10 +39,10 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer.distribution.cluster import from_environment
 from trainer.config import parse_config
-from trainer.model import build_model, build_optimizer
+from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
+from trainer.model import build_model, build_optimizer
 from trainer.train import Inputs, Metrics, step_functions
 
 IMAGE_SHAPE, CLASSES = (28, 28, 1), 10
