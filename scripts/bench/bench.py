@@ -40,7 +40,7 @@ from trainer.artifacts.atomic_file import replaced_on_success, write_json
 from trainer.config import parse_config  # pure Python: no TensorFlow import here
 from trainer.errors import ConfigError
 
-from . import async_modes
+from . import async_modes, links
 from .chart import TARGETS, draw
 from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for
 
@@ -88,6 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go"
     )
     async_modes.add_arguments(parser)
+    links.add_arguments(parser)
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
@@ -112,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
         )
     args.warmup_steps = warmup
+    if not args.no_links:
+        links.check_arguments(parser, args)
     if not args.no_async:
         async_log_every = parse_config([*async_modes.LOOP_FLAGS, *trainer_flags], environ={}).effective_log_every
         async_modes.check_arguments(parser, args, async_log_every)
@@ -294,12 +297,6 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any], inputs: dic
     rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
     rows = [
         (
-            "trainer_over_peer",
-            "trainer 2 workers / tutorial fit 2 workers (examples/s)",
-            ratios["trainer_over_peer"]["of_medians"],
-            ">=",
-        ),
-        (
             "two_workers_over_one_process",
             "trainer 2 workers / trainer 1 process (examples/s)",
             ratios["two_workers_over_one_process"]["of_medians"],
@@ -445,6 +442,8 @@ def print_table(results: dict[str, Any]) -> None:
         )
     if "async" in results:
         async_modes.print_summary(results["async"])
+    if "links" in results:
+        links.print_summary(results["links"])
     if results["warnings"]:
         print("\n".join(f"warning: {text}" for text in results["warnings"]))
 
@@ -469,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             print("[step costs] two workers' step, part by part ...", flush=True)
             step_costs = step_costs_once(args, scratch / "step-costs")
             async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
+            link_runs = None if args.no_links else links.run_link_rounds(args, scratch)
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
@@ -538,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if async_runs:
         results["async"] = async_modes.summarize(async_runs, args)
+    if link_runs:
+        results["links"] = links.summarize(link_runs, half)
+        results["links_runs"] = link_runs["runs"]
+        results["targets"] += links.check_targets(results["links"])
     if sweep_runs:
         results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs

@@ -4,7 +4,8 @@
 
 Each worker trains the cnn model with the trainer's own step function (trainer.train.step_functions) on its own
 constant batch (seeded by rank, so the workers' gradients differ) and writes OUT_DIR/worker-<rank>.npz: the final
-weights (and the initial ones, flattened), the CollectiveReduce ops in the traced step function, and the fp16 scale exponents (if any).
+weights (and the initial ones, flattened), the CollectiveReduce ops in the traced step function, and the fp16
+scale exponents (if any).
 """
 
 from __future__ import annotations
