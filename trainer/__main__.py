@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     startup = Startup(STARTED_AT)
     startup.reached("tensorflow_imported")
-    share_cores(config.threads, cluster)  # before any TensorFlow op
+    share_cores(config.threads, cluster, overlap=config.gradient_bucket_bytes > 0)  # before any TensorFlow op
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 

@@ -8,6 +8,9 @@ how close two machines come to twice one. The trainer variants differ only in ho
 (trainer/distribution/allreduce.py): one all-reduce after the backward pass, buckets overlapping it, and 16-bit
 gradients. Then the scaling model is refit from the one-batch runs (see `fit_model`) and checked at every rate.
 Where namespaces cannot be made (not root, no iproute2), the phase prints one line and is skipped.
+
+This phase alone, with the bench's own options (writes OUTPUT_DIR/links.json):
+    python -m scripts.bench.links --repeats 3
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 import argparse
 import pathlib
 import statistics
+import sys
+import tempfile
 from typing import Any
 
+from trainer.artifacts.atomic_file import write_json
 from trainer.config import Config
 
 from . import netns
@@ -335,3 +341,33 @@ def print_summary(summary: dict[str, Any]) -> None:
     share = summary["background_cpu_share"]
     if share["max"] > 0.05:
         print(f"warning: other processes took up to {100 * share['max']:.0f}% of the CPUs during these runs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The phase alone: the bench's options (its other phases' are ignored), links.json in --output-dir."""
+    from . import bench  # the bench's parser: one set of options, one set of checks
+
+    args = bench.parse_args([*(sys.argv[1:] if argv is None else argv), "--no-async"])
+    with tempfile.TemporaryDirectory(prefix="bench-links-") as scratch:
+        try:
+            phase = run_link_rounds(args, pathlib.Path(scratch))
+        except BenchError as error:
+            print(f"\nerror: {error}", file=sys.stderr)
+            return 1
+    if phase is None:
+        return 0
+    summary = summarize(phase, args.global_batch_size // 2)
+    targets = check_targets(summary)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(str(args.output_dir / "links.json"), {"links": summary, "runs": phase["runs"]}, sort_keys=False)
+    print_summary(summary)
+    for target in targets:
+        print(
+            f"{'MET   ' if target['met'] else 'MISSED'} {target['name']}: {target['measured']:.2f} ({target['target']})"
+        )
+    print(f"\nwrote {args.output_dir / 'links.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
