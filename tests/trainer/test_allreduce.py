@@ -4,11 +4,13 @@ change no number, 16-bit gradients keep every worker identical and learn as well
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from multiworker import run_group, trainer_flags
+from multiworker import ROOT, run_group, trainer_flags
 from record_files import write_records
 from trainer.artifacts import layout
 from trainer.distribution import allreduce
@@ -107,3 +109,23 @@ def test_16_bit_gradients_reach_the_accuracy_of_float32_after_the_same_steps(dat
     print(f"{data}: test accuracy after the same steps {reached}")
     for compression in ("bf16", "fp16"):
         assert abs(reached[compression] - reached["none"]) <= 0.02, reached
+
+
+def test_buckets_get_a_second_inter_op_thread_even_with_one_thread():
+    script = (
+        "import tensorflow as tf\n"
+        "from trainer.distribution.cluster import from_environment\n"
+        "from trainer.distribution.strategy import share_cores\n"
+        "import sys\n"
+        "share_cores(int(sys.argv[1]), from_environment({}), overlap=sys.argv[2] == '1')\n"
+        "print(tf.config.threading.get_intra_op_parallelism_threads(), "
+        "tf.config.threading.get_inter_op_parallelism_threads())\n"
+    )
+    found = {}
+    for threads, overlap in (("1", "0"), ("1", "1"), ("3", "1")):
+        result = subprocess.run(
+            [sys.executable, "-c", script, threads, overlap], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        found[(threads, overlap)] = result.stdout.split()[-2:]
+    assert found == {("1", "0"): ["1", "1"], ("1", "1"): ["1", "2"], ("3", "1"): ["3", "3"]}
