@@ -179,7 +179,8 @@ def _links(axis, links: dict[str, Any], met: dict[str, bool]) -> None:
         axis.bar(positions, [row["efficiency"] for row in rows], width=width, color=LINK_COLOURS.get(name, "grey"),
                  label=rows[0]["label"])  # fmt: skip
         for position, row in zip(positions, rows, strict=True):
-            axis.text(position, row["efficiency"] + 0.01, f"{row['efficiency']:.2f}", ha="center", fontsize=7)
+            axis.text(position, row["efficiency"] + 0.01, f"{row['efficiency']:.2f}", ha="center", fontsize=7,
+                      clip_on=True)  # fmt: skip
     for target in links.get("targets", []):
         if target["rate"] in rates:
             x = rates.index(target["rate"])
@@ -187,7 +188,7 @@ def _links(axis, links: dict[str, Any], met: dict[str, bool]) -> None:
                         linestyles="--", linewidth=1.2)  # fmt: skip
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     axis.set_xticks(range(len(rates)), rates)
-    axis.set_ylim(0, 1.25)
+    axis.set_ylim(0, max(1.25, 1.15 * max(row["efficiency"] for row in table)))
     axis.set_ylabel("2 workers / (2 x 1 worker alone)")
     axis.set_title("Separate machines: each worker in its own namespace and core, link rate-limited (tbf)\n"
                    "dashes: targets (green met, red missed); the peer against the peer alone", fontsize=10)  # fmt: skip
