@@ -65,10 +65,13 @@ def test_buckets_cut_the_all_reduce_and_change_no_weight_and_16_bit_keeps_worker
         for mine, theirs in zip(weights(run[0]), weights(run[1]), strict=True):
             np.testing.assert_array_equal(mine, theirs)
             assert np.all(np.isfinite(mine))
-        # The training moved the weights by `update`; 16-bit gradients moved them elsewhere by a small part of it.
+        # Float32 training moved the weights by `update`; 16-bit gradients end up a part of that away from it.
         flat, reference = flatten(run[0]), flatten(one_batch[0])
         update = np.linalg.norm(reference - one_batch[0]["initial"])
-        assert np.linalg.norm(flat - reference) < 0.2 * update, (compression, np.linalg.norm(flat - reference) / update)
+        print(f"{compression}: off float32's weights by {np.linalg.norm(flat - reference) / update:.3f} of its update")
+        # Measured: bf16 0.19, fp16 0.06 (Adam turns rounding of near-zero gradients into whole steps); broken
+        # compression (lost or garbled gradients) is 1 or more.
+        assert np.linalg.norm(flat - reference) < 0.4 * update, compression
         if compression == "fp16":
             exponents = run[0]["exponents"]
             assert len(exponents) == 10 and np.all(np.isfinite(exponents))
