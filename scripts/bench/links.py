@@ -66,6 +66,8 @@ LINK_TARGETS = {
     "links_1gbit_defaults": ("1gbit", "defaults"),
     "links_100mbit_bf16": ("100mbit", "buckets_bf16"),
 }
+# Above this share of the CPUs taken by other processes, --link-quiet-retries runs a run again.
+QUIET_SHARE = 0.05
 # The scaling model's fit is checked against the measurement within this share.
 MODEL_TOLERANCE = 0.10
 MORE_WORKERS = (2, 4, 8, 16, 64)
@@ -80,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated link rates, from {', '.join(RATES)}",
     )
     group.add_argument(
+        "--link-quiet-retries",
+        type=int,
+        default=0,
+        help="run a two-worker or alone run again, up to this many times, while other processes took more than "
+        f"{100 * QUIET_SHARE:g}%% of the CPUs during it; the quietest is kept (for shared machines)",
+    )
+    group.add_argument(
         "--link-variants",
         default=",".join(VARIANTS),
         help=f"comma-separated variants at every rate, from {', '.join(VARIANTS)}",
@@ -87,6 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.link_quiet_retries < 0:
+        parser.error(f"--link-quiet-retries must be 0 or more, got {args.link_quiet_retries}")
     for option, given, known in (
         ("--link-rates", args.link_rates, RATES),
         ("--link-variants", args.link_variants, VARIANTS),
@@ -146,17 +157,24 @@ def _one(
     rate: str | None,
     name: str,
 ) -> dict[str, Any]:
-    print(f"{tag} ...", end=" ", flush=True)
-    try:
-        result = run_once(program, workers, per_worker, args, run_dir, extra_flags=flags, placement=placement)
-    except BenchError as error:
-        raise BenchError(f"separate machines, {rate or 'alone'} {name}: {error}") from None
-    print(
-        f"{result['examples_per_second']:,.0f} ex/s, other processes {100 * result['background_cpu_share']:.0f}% "
-        f"of the CPUs",
-        flush=True,
-    )
-    return {"rate": rate, "variant": name, "program": program, **result}
+    tries: list[dict[str, Any]] = []
+    while not tries or (len(tries) <= args.link_quiet_retries and tries[-1]["background_cpu_share"] > QUIET_SHARE):
+        print(f"{tag}{f' (again, {len(tries)})' if tries else ''} ...", end=" ", flush=True)
+        try:
+            result = run_once(
+                program, workers, per_worker, args, run_dir / f"try-{len(tries)}", extra_flags=flags,
+                placement=placement,
+            )  # fmt: skip
+        except BenchError as error:
+            raise BenchError(f"separate machines, {rate or 'alone'} {name}: {error}") from None
+        print(
+            f"{result['examples_per_second']:,.0f} ex/s, other processes {100 * result['background_cpu_share']:.0f}% "
+            f"of the CPUs",
+            flush=True,
+        )
+        tries.append(result)
+    quietest = min(tries, key=lambda run: run["background_cpu_share"])
+    return {"rate": rate, "variant": name, "program": program, "tries": len(tries), **quietest}
 
 
 def summarize(phase: dict[str, Any], per_worker_batch: int) -> dict[str, Any]:

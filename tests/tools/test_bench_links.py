@@ -79,7 +79,7 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     args = argparse.Namespace(
         steps=48, warmup_steps=16, repeats=1, global_batch_size=16, timeout=300,
         trainer_flags=["--steps-per-loop", "8"], link_rates="unlimited,100mbit",
-        link_variants="one_batch,buckets_bf16,peer",
+        link_variants="one_batch,buckets_bf16,peer", link_quiet_retries=0,
     )  # fmt: skip
     phase = links.run_link_rounds(args, tmp_path)
     assert phase is not None
@@ -109,5 +109,5 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     )
     # The workers met at the namespaces' own addresses, not on loopback.
     for index in (0, 1):
-        log = (tmp_path / "links-100mbit-one_batch-0" / f"worker-{index}.log").read_text()
+        log = (tmp_path / "links-100mbit-one_batch-0" / "try-0" / f"worker-{index}.log").read_text()
         assert f"joining the group led by {netns.SUBNET}.1:" in log, log[-2000:]
