@@ -105,7 +105,10 @@ class Config:
         "the backward pass; 0 = one batch after it (trainer/distribution/allreduce.py, docs/bench.md)",
     )
     gradient_compression: str = _field(
-        "none", "send gradients in 16 bits (bf16, or fp16 with a scale); summed, applied in float32", COMPRESSIONS
+        "none",
+        "gradients cross the network in 16 bits (bf16, or fp16 with a per-tensor scale): half the bytes; the "
+        "optimizer applies their sum in float32",
+        COMPRESSIONS,
     )
     threads: int = _field(
         0,
