@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from scripts.bench import links, netns
+from scripts.bench import bench, links, netns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 needs_namespaces = pytest.mark.skipif(bool(netns.unavailable()), reason=str(netns.unavailable()))
@@ -111,3 +111,18 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     for index in (0, 1):
         log = (tmp_path / "links-100mbit-one_batch-0" / "try-0" / f"worker-{index}.log").read_text()
         assert f"joining the group led by {netns.SUBNET}.1:" in log, log[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--link-rates", "1gbit,2gbit"], "--link-rates: unknown 2gbit; choose from unlimited, 10gbit, 1gbit, 100mbit"),
+        (["--link-variants", "zip"], "--link-variants: unknown zip; choose from one_batch, buckets"),
+        (["--link-quiet-retries", "-1"], "--link-quiet-retries must be 0 or more"),
+    ],
+)
+def test_bad_link_flags_are_refused_with_the_choices(flags, message, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        bench.parse_args(flags)
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
