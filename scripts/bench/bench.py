@@ -13,7 +13,9 @@ interleaved the same way:
 and the ratio of the first to the second's examples/s per worker (the step's demand on one worker's input),
 which must be at least 3: input never starves the step. Then the async phase (scripts/bench/async_modes.py;
 `--no-async` skips it): sync 2 workers against async 2 workers + 1 ps, with and without a straggler on one
-worker. Writes bench/results.json and bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N
+worker. Then the separate-machines phase (scripts/bench/links.py; `--no-links` skips it): two workers in their
+own network namespaces and cores over a rate-limited link. Writes bench/results.json and bench/bench.png.
+`--workers N` adds a sweep of the trainer over 1..N
 workers. Trainer flags for every trainer run (the async phase's too) go after `--`:
   python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
 """
