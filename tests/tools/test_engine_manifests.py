@@ -345,3 +345,25 @@ def test_the_kueue_example_passes_the_clusterqueue_cel_rules_and_its_flavor_uses
     # ResourceFlavor's rules guard topologyName, nodeTaints and tolerations, which the example leaves out.
     (flavor,) = [obj for obj in objects if obj["kind"] == "ResourceFlavor"]
     assert not set(flavor.get("spec") or {}) & {"topologyName", "nodeTaints", "tolerations"}
+
+
+# The TFJob's gang scheduling (docs/cluster.md): the schedulingPolicy fields of the operator's API at v1.9.4.
+SCHEDULING_POLICY = {"minAvailable": 2, "queue": "training", "scheduleTimeoutSeconds": 300}
+
+
+def test_the_tfjob_scheduling_policy_fields_in_the_docs_are_the_crds():
+    schema = crd_schemas.vendored("TFJob", "kubeflow.org")["openAPIV3Schema"]
+    run_policy = schema["properties"]["spec"]["properties"]["runPolicy"]["properties"]
+    fields = set(run_policy["schedulingPolicy"]["properties"])
+    assert fields == {"minAvailable", "queue", "minResources", "priorityClass", "scheduleTimeoutSeconds"}
+    docs = (ROOT / "docs" / "cluster.md").read_text()
+    assert all(f"`{field}`" in docs for field in fields)
+    assert "schedulingPolicy:\n" + "".join(f"      {k}: {v}\n" for k, v in SCHEDULING_POLICY.items()) in docs
+
+
+def test_the_tfjob_with_the_documented_scheduling_policy_passes_the_crd_schema_and_the_sdk_model():
+    tfjob = copy.deepcopy(tfjob_manifest.the_one(tfjob_manifest.render(), "TFJob"))
+    crd_schemas.validate(tfjob)
+    tfjob["spec"]["runPolicy"]["schedulingPolicy"] = dict(SCHEDULING_POLICY)
+    crd_schemas.validate(tfjob)
+    assert tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob)) == tfjob
