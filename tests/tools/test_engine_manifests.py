@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import pathlib
 import re
+import shutil
+import subprocess
 
 import jsonschema
 import kubernetes_validate
@@ -391,3 +393,32 @@ def test_the_tfjob_with_the_documented_scheduling_policy_passes_the_crd_schema_a
     tfjob["spec"]["runPolicy"]["schedulingPolicy"] = dict(SCHEDULING_POLICY)
     crd_schemas.validate(tfjob)
     assert tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob)) == tfjob
+
+
+def with_kueue(overlay: str, tmp_path: pathlib.Path) -> tuple[list[dict], list[dict]]:
+    """The overlay rendered as is and with k8s/components/kueue added (in a copy of k8s/, as a user would add it)."""
+    shutil.copytree(ROOT / "k8s", tmp_path / "k8s")
+    user = tmp_path / "k8s" / "overlays" / "with-kueue"
+    user.mkdir()
+    name = pathlib.Path(overlay).name
+    (user / "kustomization.yaml").write_text(f"resources:\n- ../{name}\ncomponents:\n- ../../components/kueue\n")
+    renders = []
+    for directory in (tmp_path / "k8s" / "overlays" / name, user):
+        result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True)
+        renders.append([doc for doc in yaml.safe_load_all(result.stdout) if doc])
+    return renders[0], renders[1]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(overlay, tmp_path):
+    plain, queued = with_kueue(overlay, tmp_path)
+    (local_queue,) = [obj for obj in kueue_objects() if obj["kind"] == "LocalQueue"]
+    kind = engines.engine_kind(queued)
+    changed = [(a, b) for a, b in zip(plain, queued, strict=True) if a != b]
+    assert [b["kind"] for _, b in changed] == [kind]
+    job = changed[0][1]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
+    crd_schemas.validate(job)
+    if kind == "TrainJob":  # the SDK's Labels option carries it into the TrainJob it creates
+        _, _, options = engines.sdk_call(job, engines.runtime_of(queued, job))
+        assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)
