@@ -1,8 +1,8 @@
-# Entry points. Names, paths and ports come from k8s/settings.env (the single source).
+# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source).
 # Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
-SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/settings.env)
+SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/base/settings.env)
 setting_key    = $(firstword $(subst =, ,$(1)))
 setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
 SETTINGS_KEYS  = $(foreach line,$(SETTINGS_LINES),$(call setting_key,$(line)))
@@ -16,10 +16,20 @@ PY     := $(VENV)/bin/python
 TF_FLAVOUR ?= tf
 
 DATASET ?= $(TRAINER_DATASET)
-# sync: all-reduce workers (k8s/); async: a chief coordinating parameter servers and workers, plus an evaluator
-# (k8s-async/, an overlay of k8s/).
+# Which engine runs the group on Kubernetes: tfjob (Kubeflow training operator v1), jobset (kubernetes-sigs/jobset)
+# or trainjob (Kubeflow Trainer v2, over a JobSet); and how it trains: sync (all-reduce workers) or async (a chief
+# coordinating parameter servers and workers, plus an evaluator). Each pair is one overlay, k8s/overlays/ENGINE-STRATEGY.
+ENGINE   ?= tfjob
 STRATEGY ?= sync
-KUSTOMIZATION = $(if $(filter async,$(STRATEGY)),k8s-async,$(if $(filter sync,$(STRATEGY)),k8s,$(error STRATEGY=$(STRATEGY): use sync or async)))
+ENGINES    := tfjob jobset trainjob
+STRATEGIES := sync async
+ifeq ($(filter $(ENGINE),$(ENGINES)),)
+$(error ENGINE=$(ENGINE) is not an engine: use one of $(ENGINES))
+endif
+ifeq ($(filter $(STRATEGY),$(STRATEGIES)),)
+$(error STRATEGY=$(STRATEGY) is not a strategy: use sync or async)
+endif
+KUSTOMIZATION := k8s/overlays/$(ENGINE)-$(STRATEGY)
 EPOCHS  ?= 3
 ARGS    ?=
 # scripts/image/build-image.sh names the image (IMAGE_NAME:git revision, -gpu/-tf for IMAGE_TF_FLAVOUR=gpu/tf) and
@@ -31,7 +41,7 @@ TENSORBOARD ?=
 
 export IMAGE
 
-# run-local and submit render k8s/ with kubectl: check it before anything is installed or started.
+# run-local and submit render the overlay with kubectl: check it before anything is installed or started.
 ifneq ($(filter run-local submit,$(MAKECMDGOALS)),)
 KUBECTL_PROBLEM := $(shell scripts/common/check-kubectl.sh)
 ifneq ($(KUBECTL_PROBLEM),)
@@ -58,7 +68,7 @@ lock: ## re-pin every transitive version into constraints.txt
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
-run-local: install ## run the TFJob manifest's replicas as local processes (STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
+run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
 	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 test: install ## the quick suite (under 10 minutes on 2 cores)
@@ -81,20 +91,26 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
 	$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the Kubeflow training operator
-	$(SETTINGS_ENV) scripts/cluster/k3d-up.sh
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob)
+	$(SETTINGS_ENV) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
-submit: install image ## import the image, prepare data, submit the TFJob and follow it
+submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=) and follow it
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status
 
-logs: ## follow the chief's logs
-	kubectl logs -f -n $(NAMESPACE) -l training.kubeflow.org/job-name=$(JOB_NAME),training.kubeflow.org/job-role=master
+# The chief's pod: the TFJob's job-role=master; under JobSet and TrainJob, pod 0 of the chief's (async) or the
+# workers' (sync) Job, as the status Service selects it.
+CHIEF_JOB = $(if $(filter async,$(STRATEGY)),chief,$(if $(filter trainjob,$(ENGINE)),node,worker))
+CHIEF_SELECTOR = $(if $(filter tfjob,$(ENGINE)),training.kubeflow.org/job-name=$(JOB_NAME)$(,)training.kubeflow.org/job-role=master,jobset.sigs.k8s.io/jobset-name=$(JOB_NAME)$(,)jobset.sigs.k8s.io/replicatedjob-name=$(CHIEF_JOB)$(,)batch.kubernetes.io/job-completion-index=0)
+, := ,
+
+logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
+	kubectl logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
 
 delete: install ## delete the TFJob (the volume and its model stay)
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete

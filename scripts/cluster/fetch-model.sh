@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings k8s/settings.env  # the environment wins over the file
+load_settings k8s/base/settings.env  # the environment wins over the file
 
 destination=${1:-artifacts}
 helper="${JOB_NAME}-fetch-model"

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings k8s/settings.env  # the environment wins over the file
+load_settings k8s/base/settings.env  # the environment wins over the file
 
 engine=${ENGINE:-tfjob}
 case "$engine" in

@@ -1,6 +1,6 @@
-"""The rendered k8s/ kustomization: what the cluster runs, what submit creates and run-local runs from it.
+"""A rendered overlay of k8s/: what the cluster runs, what submit creates and run-local runs from it.
 
-`render()` runs the real renderer (`kubectl kustomize k8s`); `customize()` applies the
+`render()` runs the real renderer (`kubectl kustomize k8s/overlays/<engine>-<strategy>`); `customize()` applies the
 command line (image, worker count, dataset, epochs, trainer flags) to the rendered objects,
 for `make submit` and `make run-local` alike;
 `to_tfjob()` turns the TFJob document into the Kubeflow SDK's model and `request_body()`
@@ -26,7 +26,12 @@ from trainer.config import ENV_PREFIX
 from . import settings
 from .settings import ROOT
 
-K8S_DIR = ROOT / "k8s"
+K8S_DIR = ROOT / "k8s" / "overlays" / "tfjob-sync"  # make's default: ENGINE=tfjob STRATEGY=sync
+OVERLAYS_DIR = ROOT / "k8s" / "overlays"
+ENGINES = ("tfjob", "jobset", "trainjob")
+STRATEGIES = ("sync", "async")
+# The object that runs the training group, per engine; a TrainJob comes with the TrainingRuntime it names.
+ENGINE_KINDS = {"TFJob": "tfjob", "JobSet": "jobset", "TrainJob": "trainjob"}
 TFJOB_CONTAINER = "tensorflow"
 # The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -84,17 +89,54 @@ def the_one(objects: Iterable[Manifest], kind: str, component: str | None = None
     ]
     if len(found) != 1:
         which = f"{kind}" + (f" with component {component}" if component else "")
-        raise ManifestError(f"k8s/ must render exactly one {which}, found {len(found)}")
+        raise ManifestError(f"the manifests must hold exactly one {which}, found {len(found)}")
     return found[0]
 
 
+def overlay(engine: str, strategy: str) -> pathlib.Path:
+    """k8s/overlays/<engine>-<strategy>: the one kustomization for an engine and a strategy."""
+    if engine not in ENGINES:
+        raise ManifestError(f"engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
+    if strategy not in STRATEGIES:
+        raise ManifestError(f"strategy {strategy!r} is unknown: use sync or async")
+    return OVERLAYS_DIR / f"{engine}-{strategy}"
+
+
+def engine_of(objects: Iterable[Manifest]) -> str:
+    """tfjob, jobset or trainjob: which engine's object the rendered manifests hold (exactly one)."""
+    found = [obj for obj in objects if obj.get("kind") in ENGINE_KINDS]
+    if len(found) != 1:
+        kinds = ", ".join(obj["kind"] for obj in found) or "none"
+        raise ManifestError(f"the manifests must hold exactly one TFJob, JobSet or TrainJob, found {kinds}")
+    return ENGINE_KINDS[found[0]["kind"]]
+
+
+def replicated_job_templates(jobset_spec: Manifest) -> list[Manifest]:
+    """The pod templates of a JobSet spec's replicated jobs (a JobSet's spec, or a TrainingRuntime's template.spec)."""
+    return [rjob["template"]["spec"]["template"] for rjob in jobset_spec.get("replicatedJobs") or []]
+
+
 def pod_templates(obj: Manifest) -> list[Manifest]:
-    """The pod templates inside a Job, Deployment or TFJob."""
+    """The pod templates inside a Job, Deployment, TFJob, JobSet or Trainer v2 runtime."""
     if obj["kind"] == "TFJob":
         return [spec["template"] for spec in obj["spec"]["tfReplicaSpecs"].values()]
     if obj["kind"] in ("Job", "Deployment"):
         return [obj["spec"]["template"]]
+    if obj["kind"] == "JobSet":
+        return replicated_job_templates(obj["spec"])
+    if obj["kind"] in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        return replicated_job_templates(obj["spec"]["template"]["spec"])
     return []
+
+
+def trainer_of(template: Manifest) -> Manifest:
+    """The trainer's container in an engine's pod template: `tensorflow` (TFJob), `trainer` (JobSet) or `node`
+    (Trainer v2), else the first container (k8s/components/trainer-pod puts the trainer first)."""
+    containers = template["spec"]["containers"]
+    for container in containers:
+        if container.get("name") in (TFJOB_CONTAINER, "trainer", "node"):
+            return container
+    return containers[0]
 
 
 def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
@@ -130,6 +172,58 @@ def _set_setting(container: Manifest, name: str, value: str) -> None:
                 argv[index] = prefix + value
 
 
+JOBSET_TASKS = "JOBSET_TASKS"
+WORKER_JOBS = ("worker", "node")  # the workers' replicated job: JobSet's, and Trainer v2's trainer Job
+
+
+def _with_tasks(value: str, job: str, pods: int) -> str:
+    """A JOBSET_TASKS value (<replicatedJob>=<pods>,...) with `job`'s pod count set."""
+    entries = [entry.partition("=") for entry in value.split(",") if entry]
+    return ",".join(f"{name}={pods if name == job else count}" for name, _, count in entries)
+
+
+def _scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:
+    """Sets the workers' Job to `workers` pods (parallelism, completions and every pod's JOBSET_TASKS); returns its
+    replicated job's name."""
+    jobs = {rjob["name"]: rjob for rjob in jobset_spec.get("replicatedJobs") or []}
+    name = next((job for job in WORKER_JOBS if job in jobs), None)
+    if name is None:
+        raise ManifestError(f"--workers: {where} has no replicated job named {' or '.join(WORKER_JOBS)} to scale")
+    if workers < 1:
+        raise ManifestError(f"--workers must be at least 1, got {workers}")
+    job_spec = jobs[name]["template"]["spec"]
+    job_spec["parallelism"] = job_spec["completions"] = workers
+    for template in replicated_job_templates(jobset_spec):
+        for entry in trainer_of(template).get("env") or []:
+            if entry.get("name") == JOBSET_TASKS and "value" in entry:
+                entry["value"] = _with_tasks(str(entry["value"]), name, workers)
+    return name
+
+
+def trainer_templates(objects: list[Manifest]) -> list[Manifest]:
+    """Every pod template that runs the trainer: the TFJob's replicas, the JobSet's or the TrainJob's runtime's
+    replicated jobs."""
+    engine = engine_of(objects)
+    if engine == "tfjob":
+        return pod_templates(the_one(objects, "TFJob"))
+    if engine == "jobset":
+        return pod_templates(the_one(objects, "JobSet"))
+    return pod_templates(runtime_of(objects))
+
+
+def runtime_of(objects: list[Manifest]) -> Manifest:
+    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob names, from the same manifests."""
+    trainjob = the_one(objects, "TrainJob")
+    ref = trainjob["spec"].get("runtimeRef") or {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"  # Trainer v2's default
+    for obj in objects:
+        if obj.get("kind") == kind and obj["metadata"].get("name") == ref.get("name"):
+            return obj
+    raise ManifestError(
+        f"TrainJob {trainjob['metadata']['name']} names {kind} {ref.get('name')!r}, which the manifests do not hold"
+    )
+
+
 def customize(
     objects: list[Manifest],
     *,
@@ -141,30 +235,53 @@ def customize(
 ) -> list[Manifest]:
     """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
 
-    workers scales the Worker replicas; dataset and epochs become TRAINER_* variables (and replace explicit
-    flags) in every TFJob replica's `tensorflow` container, the dataset also in every other container that
-    reads it (the data preparation), so both always agree; trainer_args are appended to every TFJob
-    replica's `tensorflow` container (a Chief's too) and to the data preparation's (it checks the same
-    files the trainer reads); image goes into every container.
+    workers scales the workers: the TFJob's Worker replicas, the JobSet's worker Job, the TrainJob's numNodes
+    (with the runtime's JOBSET_TASKS); dataset and epochs become TRAINER_* variables (and replace explicit
+    flags) in every trainer container (each TFJob replica's, each replicated job's), the dataset also in every
+    other container that reads it (the data preparation), so both always agree; trainer_args are appended to
+    every trainer container (a chief's too) and to the data preparation's (it checks the same files the trainer
+    reads); image goes into every container.
     """
     if image is not None and not image:
         raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
     result = copy.deepcopy(objects)
-    tfjob = the_one(result, "TFJob")
-    specs = tfjob["spec"]["tfReplicaSpecs"]
+    engine = engine_of(result)
     if workers is not None:
-        if "Worker" not in specs:
-            raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
-        has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
-        if workers < (0 if has_chief else 1):
-            raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
-        specs["Worker"]["replicas"] = workers
-    trainers = [tensorflow_container(spec["template"]) for spec in specs.values()]
+        if engine == "tfjob":
+            tfjob = the_one(result, "TFJob")
+            specs = tfjob["spec"]["tfReplicaSpecs"]
+            if "Worker" not in specs:
+                raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
+            has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
+            if workers < (0 if has_chief else 1):
+                raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
+            specs["Worker"]["replicas"] = workers
+        elif engine == "jobset":
+            jobset = the_one(result, "JobSet")
+            _scale_jobset(jobset["spec"], f"JobSet {jobset['metadata']['name']}", workers)
+        else:
+            runtime = runtime_of(result)
+            _scale_jobset(
+                runtime["spec"]["template"]["spec"], f"{runtime['kind']} {runtime['metadata']['name']}", workers
+            )
+            the_one(result, "TrainJob")["spec"].setdefault("trainer", {})["numNodes"] = workers
+    trainers = [trainer_of(template) for template in trainer_templates(result)]
+    if engine == "trainjob":
+        overrides = the_one(result, "TrainJob")["spec"].get("trainer") or {}
+        if any(field in overrides for field in ("command", "args", "env")):
+            # Trainer v2 puts these over the runtime's node container (args replace, env merges): edit them too.
+            trainers.append(overrides)
     for trainer in trainers:
         if epochs is not None:
             _set_setting(trainer, "epochs", str(epochs))
         if trainer_args:
             trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
+    if (
+        engine == "trainjob"
+        and image is not None
+        and (the_one(result, "TrainJob")["spec"].get("trainer") or {}).get("image")
+    ):
+        the_one(result, "TrainJob")["spec"]["trainer"]["image"] = image  # it replaces the runtime's node image
     for obj in result:
         for template in pod_templates(obj):
             for container in template["spec"]["containers"]:
@@ -239,7 +356,7 @@ def webhook_problems(document: Manifest) -> list[str]:
     if not DNS_1035_LABEL.match(name) or len(name) > DNS_LABEL_MAX:
         problems.append(
             f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
-            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/settings.env"
+            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/base/settings.env"
         )
     specs = document.get("spec", {}).get("tfReplicaSpecs")
     if not specs:

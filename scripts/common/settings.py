@@ -1,4 +1,4 @@
-"""Reads k8s/settings.env, the project's single source of names, paths and ports.
+"""Reads k8s/base/settings.env, the project's single source of names, paths and ports.
 
 The file holds the defaults; a variable of the same name in the environment wins over it (make exports
 its effective values, so `WORKERS=3 make submit` and `make submit WORKERS=3` both reach the scripts).
@@ -14,7 +14,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
-SETTINGS_FILE = ROOT / "k8s" / "settings.env"
+K8S_ROOT = ROOT / "k8s"
+SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"
 
 
 def _check(key: str, value: str, where: str) -> None:
@@ -48,26 +49,33 @@ def load(path: pathlib.Path = SETTINGS_FILE, environ: Mapping[str, str] | None =
     return settings
 
 
+def _settings_root(k8s_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path] | None:
+    """(the tree to copy, its settings file) for a kustomization: the nearest directory at or above k8s_dir that
+    holds base/settings.env (k8s/ for every overlay), else k8s_dir itself when it holds a settings.env."""
+    for directory in (k8s_dir, *k8s_dir.parents):
+        if (directory / "base" / SETTINGS_FILE.name).exists():
+            return directory, directory / "base" / SETTINGS_FILE.name
+    if (k8s_dir / SETTINGS_FILE.name).exists():
+        return k8s_dir, k8s_dir / SETTINGS_FILE.name
+    return None
+
+
 @contextlib.contextmanager
 def kustomization(k8s_dir: pathlib.Path, environ: Mapping[str, str] | None = None) -> Iterator[pathlib.Path]:
-    """k8s_dir, or a copy of it whose settings.env holds the environment's overrides, for kustomize to read.
-
-    An overlay without a settings.env of its own (k8s-async/ reads its base as ../k8s) is copied beside a copy
-    of the base directory that holds the project's settings, so the overrides reach it too.
-    """
-    settings_dir = k8s_dir if (k8s_dir / SETTINGS_FILE.name).exists() else SETTINGS_FILE.parent
-    path = settings_dir / SETTINGS_FILE.name
-    if not path.exists():
+    """k8s_dir, or the same directory in a copy of its tree whose settings.env holds the environment's overrides,
+    for kustomize to read (an overlay reads the settings through ../../base)."""
+    k8s_dir = k8s_dir.resolve()
+    found = _settings_root(k8s_dir)
+    if found is None:
         yield k8s_dir
         return
+    tree, path = found
     effective = load(path, environ)
     if effective == load_file(path):
         yield k8s_dir
         return
     with tempfile.TemporaryDirectory(prefix="kustomization-") as tmp:
-        for directory in {k8s_dir.resolve(), settings_dir.resolve()}:
-            shutil.copytree(directory, pathlib.Path(tmp) / directory.name)
-        (pathlib.Path(tmp) / settings_dir.name / SETTINGS_FILE.name).write_text(
-            "".join(f"{key}={value}\n" for key, value in effective.items())
-        )
-        yield pathlib.Path(tmp) / k8s_dir.name
+        copy = pathlib.Path(tmp) / tree.name
+        shutil.copytree(tree, copy, ignore=shutil.ignore_patterns(".*"))
+        (copy / path.relative_to(tree)).write_text("".join(f"{key}={value}\n" for key, value in effective.items()))
+        yield copy / k8s_dir.relative_to(tree)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the shell scripts: load_settings FILE sets each KEY=VALUE of k8s/settings.env as a default;
+# Sourced by the shell scripts: load_settings FILE sets each KEY=VALUE of k8s/base/settings.env as a default;
 # a variable that is already set and non-empty (the environment, or make's values) keeps its value.
 load_settings() {
   local key value

@@ -3,7 +3,7 @@
 # The image name and the container tool are derived here only: `--print-image` prints the name:tag
 # it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask).
 # Env (make passes on what is set on its command line or in the environment; IMAGE it sets itself):
-#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/settings.env : IMAGE_TAG,
+#   IMAGE              name:tag to build (default IMAGE_NAME from k8s/base/settings.env : IMAGE_TAG,
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
 #   IMAGE_TAG          the tag part of IMAGE (default: the short git revision, dev outside a git checkout)
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
 source "$root/scripts/common/settings.sh"
-load_settings "$root/k8s/settings.env"  # the environment wins over the file
+load_settings "$root/k8s/base/settings.env"  # the environment wins over the file
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
 

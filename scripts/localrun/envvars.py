@@ -1,8 +1,10 @@
 """A container's environment, resolved the way the kubelet resolves it, for what run-local supports.
 
-Supported: envFrom configMapRef (with prefix), env value with $(VAR) expansion, valueFrom configMapKeyRef
-and valueFrom resourceFieldRef (limits/requests of cpu and memory, with divisor). Anything else is
-"not supported locally" and stops the run: a pod that depends on it would behave differently here.
+Supported: envFrom configMapRef (with prefix), env value with $(VAR) expansion, valueFrom configMapKeyRef,
+valueFrom resourceFieldRef (limits/requests of cpu and memory, with divisor) and valueFrom fieldRef (the downward
+API: metadata.name, metadata.namespace, metadata.labels['k'], metadata.annotations['k'], status.podIP and
+status.hostIP, which are 127.0.0.1 here). Anything else is "not supported locally" and stops the run: a pod that
+depends on it would behave differently here.
 """
 
 from __future__ import annotations
@@ -34,6 +36,21 @@ _SUFFIXES = {
     "Ei": 2**60,
 }
 RESOURCE_FIELDS = ("limits.cpu", "requests.cpu", "limits.memory", "requests.memory")
+_METADATA_MAP_FIELD = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+LOOPBACK_IP_FIELDS = ("status.podIP", "status.hostIP")
+
+
+@dataclasses.dataclass(frozen=True)
+class PodMeta:
+    """What the downward API reads of a pod: its name, namespace, labels and annotations as the cluster sets them.
+    unstable: labels and annotations whose value changes from one pod of the same replica to the next (JobSet's
+    restart-attempt), which run-local does not follow."""
+
+    name: str
+    namespace: str
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    unstable: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -149,7 +166,12 @@ class EnvResolver:
         return data[key]
 
     def resolve(
-        self, container: Mapping[str, Any], pod_spec: Mapping[str, Any], where: str, problems: Problems
+        self,
+        container: Mapping[str, Any],
+        pod_spec: Mapping[str, Any],
+        where: str,
+        problems: Problems,
+        pod: PodMeta | None = None,
     ) -> dict[str, str]:
         """The container's variables in the order Kubernetes defines them: envFrom, then env (later wins)."""
         env: dict[str, str] = {}
@@ -179,7 +201,9 @@ class EnvResolver:
             if "valueFrom" not in item:
                 env[name] = expand(str(item.get("value", "")), env)
                 continue
-            value = self._value_from(item["valueFrom"], container, pod_spec, f"env[{name}].valueFrom", where, problems)
+            value = self._value_from(
+                item["valueFrom"], container, pod_spec, f"env[{name}].valueFrom", where, problems, pod
+            )
             if value is not None:
                 env[name] = value
         return env
@@ -192,6 +216,7 @@ class EnvResolver:
         field: str,
         where: str,
         problems: Problems,
+        pod: PodMeta | None = None,
     ) -> str | None:
         if "configMapKeyRef" in ref:
             key_ref = ref["configMapKeyRef"]
@@ -215,5 +240,26 @@ class EnvResolver:
             except ValueError as error:
                 problems.errors.append(f"{where} {field}.resourceFieldRef: {error}")
                 return None
+        if "fieldRef" in ref and pod is not None:
+            return downward_field(str(ref["fieldRef"].get("fieldPath", "")), pod, f"{field}.fieldRef", where, problems)
         problems.unsupported(f"{field}." + (".".join(sorted(ref)) or "(empty)"), where)
         return None
+
+
+def downward_field(path: str, pod: PodMeta, field: str, where: str, problems: Problems) -> str | None:
+    """The downward API's value of a pod field; an absent label or annotation reads as empty, as on a cluster."""
+    if path == "metadata.name":
+        return pod.name
+    if path == "metadata.namespace":
+        return pod.namespace
+    if path in LOOPBACK_IP_FIELDS:
+        return "127.0.0.1"
+    match = _METADATA_MAP_FIELD.match(path)
+    if match is None:
+        problems.unsupported(f"{field}.fieldPath={path}", where)
+        return None
+    kind, key = match.groups()
+    if key in pod.unstable:
+        problems.unsupported(f"{field}.fieldPath={path} (it changes with every restart)", where)
+        return None
+    return (pod.labels if kind == "labels" else pod.annotations).get(key, "")

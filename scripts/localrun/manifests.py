@@ -1,4 +1,5 @@
-"""The rendered manifests (`kubectl kustomize <dir>` or a file), and the objects run-local uses from them."""
+"""The rendered manifests (`kubectl kustomize <dir>` or a file), and the objects run-local uses from them: the
+engine's object (a TFJob, a JobSet, or the JobSet Trainer v2 makes of a TrainJob), its ConfigMaps, the batch Jobs."""
 
 from __future__ import annotations
 
@@ -8,24 +9,37 @@ from typing import Any
 import yaml
 
 from scripts.common import manifest as tfjob_manifest
-from scripts.common.manifest import CHIEF_TYPES, ManifestError
+from scripts.common.manifest import CHIEF_TYPES, ENGINE_KINDS, ManifestError
+
+from . import trainjob as trainjob_rules
+from .jobset_rules import ACTIONS, POD_FAILURE_ACTIONS
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 
 
 @dataclasses.dataclass
 class Manifests:
-    tfjob: dict[str, Any]
+    job: dict[str, Any]  # the TFJob or JobSet that runs the group
     config_maps: dict[str, dict[str, Any]]
     jobs: list[dict[str, Any]]
+    trainjob: dict[str, Any] | None = None  # the TrainJob that `job` was made from, if any
+
+    @property
+    def kind(self) -> str:
+        return self.job["kind"]
+
+    @property
+    def tfjob(self) -> dict[str, Any]:
+        assert self.kind == "TFJob", self.kind
+        return self.job
 
     @property
     def name(self) -> str:
-        return self.tfjob["metadata"]["name"]
+        return self.job["metadata"]["name"]
 
     @property
     def namespace(self) -> str:
-        return self.tfjob["metadata"].get("namespace") or "default"
+        return self.job["metadata"].get("namespace") or "default"
 
 
 def load_text(text: str, source: str) -> list[dict[str, Any]]:
@@ -37,18 +51,26 @@ def load_text(text: str, source: str) -> list[dict[str, Any]]:
 
 
 def parse(docs: list[dict[str, Any]], source: str) -> Manifests:
-    """Picks the one TFJob, the ConfigMaps it may reference, and the batch Jobs."""
-    tfjobs = [d for d in docs if d.get("kind") == "TFJob"]
-    if len(tfjobs) != 1:
-        raise ManifestError(f"{source}: expected exactly one object of kind TFJob, found {len(tfjobs)}")
-    manifests = Manifests(tfjob=tfjobs[0], config_maps={}, jobs=[])
+    """Picks the one TFJob, JobSet or TrainJob (made into its JobSet), the ConfigMaps it may reference, and the
+    batch Jobs."""
+    engines = [d for d in docs if d.get("kind") in ENGINE_KINDS]
+    if len(engines) != 1:
+        kinds = ", ".join(d["kind"] for d in engines) or "none"
+        raise ManifestError(f"{source}: expected exactly one TFJob, JobSet or TrainJob, found {kinds}")
+    engine, trainjob = engines[0], None
+    if engine["kind"] == "TrainJob":
+        trainjob, engine = engine, trainjob_rules.jobset_for(engine, trainjob_rules.find_runtime(engine, docs))
+    manifests = Manifests(job=engine, config_maps={}, jobs=[], trainjob=trainjob)
     for doc in docs:
         kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name", "")
         if kind == "ConfigMap":
             manifests.config_maps[name] = doc
         elif kind == "Job" and str(doc.get("apiVersion", "")).startswith("batch/"):
             manifests.jobs.append(doc)
-    validate(manifests.tfjob)
+    if manifests.kind == "TFJob":
+        validate(manifests.job)
+    else:
+        validate_jobset(manifests.job)
     return manifests
 
 
@@ -77,3 +99,77 @@ def validate(tfjob: dict[str, Any]) -> None:
     if problems:
         name = (tfjob.get("metadata") or {}).get("name", "")
         raise ManifestError(f"TFJob {name} cannot run:\n  " + "\n  ".join(problems))
+
+
+# What run-local emulates of a JobSet (fields outside these stop the run with "not supported locally").
+JOBSET_SPEC_FIELDS = (
+    "replicatedJobs",
+    "network",
+    "successPolicy",
+    "failurePolicy",
+    "startupPolicy",
+    "suspend",
+    "ttlSecondsAfterFinished",
+)
+JOB_SPEC_FIELDS = (
+    "completionMode",
+    "parallelism",
+    "completions",
+    "backoffLimit",
+    "activeDeadlineSeconds",
+    "podFailurePolicy",
+    "template",
+    "ttlSecondsAfterFinished",
+)
+JOBSET_RESTART_POLICIES = ("Never", "OnFailure")
+
+
+def validate_jobset(jobset: dict[str, Any]) -> None:
+    """The JobSet fields and values run-local emulates; anything else stops the run with "not supported locally"."""
+    name = jobset["metadata"]["name"]
+    spec = jobset.get("spec") or {}
+    where = f"JobSet {name}"
+    problems = [
+        f"not supported locally: spec.{field} (in {where})" for field in spec if field not in JOBSET_SPEC_FIELDS
+    ]
+    if spec.get("suspend"):
+        problems.append(f"{where} has spec.suspend: true; JobSet would start no pod")
+    if (spec.get("startupPolicy") or {}).get("startupPolicyOrder", "AnyOrder") != "AnyOrder":
+        problems.append(f"not supported locally: spec.startupPolicy.startupPolicyOrder InOrder (in {where})")
+    network = spec.get("network") or {}
+    if network.get("enableDNSHostnames") is False:
+        problems.append(
+            f"{where}: network.enableDNSHostnames is false, so pods get no DNS names and the trainer cannot build "
+            f"its group from them; remove it (JobSet's default is true)"
+        )
+    for index, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+        if rule.get("action") not in ACTIONS:
+            problems.append(
+                f"not supported locally: spec.failurePolicy.rules[{index}].action {rule.get('action')} (in {where})"
+            )
+    if (spec.get("failurePolicy") or {}).get("restartStrategy", "Recreate") not in ("Recreate", "BlockingRecreate"):
+        problems.append(f"not supported locally: spec.failurePolicy.restartStrategy (in {where})")
+    for rjob in spec.get("replicatedJobs") or []:
+        path = f"{where} replicatedJobs[{rjob.get('name')}]"
+        job_spec = rjob["template"]["spec"]
+        problems += [f"not supported locally: {f} (in {path})" for f in job_spec if f not in JOB_SPEC_FIELDS]
+        if job_spec.get("completionMode", "Indexed") != "Indexed":
+            problems.append(f"not supported locally: completionMode {job_spec['completionMode']} (in {path})")
+        if int(job_spec.get("completions", job_spec.get("parallelism", 1))) != int(job_spec.get("parallelism", 1)):
+            problems.append(f"not supported locally: completions other than parallelism (in {path})")
+        policy = job_spec["template"]["spec"].get("restartPolicy", "OnFailure")  # JobSet's webhook default
+        if policy not in JOBSET_RESTART_POLICIES:
+            problems.append(f"{path}: a Job's pods have restartPolicy Never or OnFailure, not {policy}")
+        rules = (job_spec.get("podFailurePolicy") or {}).get("rules") or []
+        if rules and policy != "Never":
+            problems.append(
+                f"{path}: podFailurePolicy needs the pod's restartPolicy Never (Kubernetes rejects the Job)"
+            )
+        for index, rule in enumerate(rules):
+            if "onPodConditions" in rule or rule.get("action") not in POD_FAILURE_ACTIONS:
+                problems.append(
+                    f"not supported locally: podFailurePolicy.rules[{index}] (in {path}): only FailJob, "
+                    f"Ignore and Count on onExitCodes are"
+                )
+    if problems:
+        raise ManifestError(f"JobSet {name} cannot run:\n  " + "\n  ".join(problems))

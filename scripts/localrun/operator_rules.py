@@ -73,10 +73,12 @@ class Condition:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What happens after a replica exits: restart it in place after a delay, recreate it, or neither."""
+    """What happens after a replica exits: restart it in place after a delay, recreate it, restart the whole group
+    (every replica stopped, then all started again: JobSet's RestartJobSet), or none of these."""
 
     restart_after: float | None = None
     recreate: bool = False
+    restart_group: bool = False
     condition: Condition | None = None
     note: str = ""
 
@@ -121,6 +123,14 @@ class JobRules:
         if self.active_deadline_s is None or elapsed_s < self.active_deadline_s:
             return None
         return self._failed(f"Job {self.name} has failed because it was active longer than specified deadline")
+
+    def on_deadline(self, elapsed_s: float) -> Outcome | None:
+        condition = self.past_deadline(elapsed_s)
+        return None if condition is None else Outcome(condition=condition)
+
+    def begin_attempt(self) -> None:
+        """The operator never restarts a TFJob's replicas as a group."""
+        raise AssertionError("a TFJob has no group restart")
 
     @staticmethod
     def _end_pod(replica: Replica, exit_code: int) -> None:

@@ -6,12 +6,16 @@ the image's ENTRYPOINT runs (the Dockerfile's: tini, then `python -m trainer`). 
 a `python` in argv[0] becomes this interpreter, the one whose environment holds the trainer.
 
 A pod has its own network; local replicas share one host. So every named container port except
-tfjob-port gets a free loopback port, and env values and args that name the port are rewritten.
+tfjob-port gets a free loopback port, and env values and args that name the port are rewritten. A TFJob's
+replicas get TF_CONFIG with loopback addresses; a JobSet's pods get what JobSet and Kubernetes give them (names,
+hostnames, labels for the downward API, JOB_COMPLETION_INDEX) plus JOBSET_LOCAL_ADDRESSES, which maps their DNS
+names to loopback ports (trainer/distribution/cluster.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import re
 import shutil
@@ -20,13 +24,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from scripts.common import tfconfig
-from scripts.common.manifest import REPLICA_TYPES, TFJOB_CONTAINER, tensorflow_container, trainer_config
+from scripts.common.manifest import (
+    REPLICA_TYPES,
+    TFJOB_CONTAINER,
+    pod_templates,
+    tensorflow_container,
+    trainer_config,
+    trainer_of,
+)
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment
 from scripts.common.settings import ROOT
 from trainer.config import Config
+from trainer.distribution.cluster import DEFAULT_PORT
 
-from .envvars import EnvResolver, Problems, expand
+from .envvars import EnvResolver, PodMeta, Problems, expand
+from .jobset_rules import JobState, job_backoff_limit
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
 from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
@@ -94,14 +107,14 @@ class Planner:
         self.job_dir = job_dir
         self.problems = problems
         self.resolver = EnvResolver(manifests.config_maps)
-        claims = {c for spec in replica_specs(manifests.tfjob).values() for c in pod_claims(spec["template"]["spec"])}
+        claims = {c for template in pod_templates(manifests.job) for c in pod_claims(template["spec"])}
         self.claims = claim_dirs(claims, job_dir) if claims else {}
         self.chief: ProcessPlan | None = None  # set by replicas(): the replica labelled job-role=master
 
-    def _base_env(self, pod_name: str) -> dict[str, str]:
+    def _base_env(self, hostname: str) -> dict[str, str]:
         # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
         env = inherited_environment()
-        env.update({"HOSTNAME": pod_name, "PYTHONUNBUFFERED": "1"})
+        env.update({"HOSTNAME": hostname, "PYTHONUNBUFFERED": "1"})
         return env
 
     def _argv(self, container: Mapping[str, Any], env: Mapping[str, str], mapper: PathMapper, where: str) -> list[str]:
@@ -131,13 +144,21 @@ class Planner:
         return str(ROOT)
 
     def plan_container(
-        self, name: str, pod_name: str, pod_spec: Mapping[str, Any], container: Mapping[str, Any], where: str
+        self,
+        name: str,
+        pod_name: str,
+        pod_spec: Mapping[str, Any],
+        container: Mapping[str, Any],
+        where: str,
+        pod: PodMeta | None = None,
+        hostname: str | None = None,
     ) -> ProcessPlan:
+        """pod: the pod's metadata for the downward API; hostname: the pod's, when not its name (Indexed Jobs)."""
         mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems))
         ports = local_ports(container)
-        resolved = self.resolver.resolve(container, pod_spec, where, self.problems)
+        resolved = self.resolver.resolve(container, pod_spec, where, self.problems, pod)
         container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
-        env = self._base_env(pod_name)
+        env = self._base_env(hostname or pod_name)
         env.update({k: v for k, v in LOOPBACK_DEFAULTS.items() if k not in resolved})
         env.update(container_env)
         argv = [_rewrite_port(a, ports) for a in self._argv(container, container_env, mapper, where)]
@@ -184,6 +205,96 @@ class Planner:
                     plan.env["TF_CONFIG"] = config
                 planned.append((replica, plan))
         return planned
+
+    def jobset_pods(self) -> tuple[list[tuple[Replica, ProcessPlan]], list[JobState], dict[str, tuple[str, str]]]:
+        """One process per pod of the JobSet (each replicated job: replicas Jobs x parallelism pods), with the
+        names, labels, hostnames and JOB_COMPLETION_INDEX that JobSet and Kubernetes give it; the Jobs; and each
+        replica's (trainer container, pod name)."""
+        jobset, js = self.manifests.job, self.manifests.name
+        spec = jobset["spec"]
+        subdomain = (spec.get("network") or {}).get("subdomain") or js
+        rjobs = spec.get("replicatedJobs") or []
+        global_replicas = sum(int(rjob.get("replicas", 1)) for rjob in rjobs)
+        planned: list[tuple[Replica, ProcessPlan]] = []
+        jobs: list[JobState] = []
+        pods: dict[str, tuple[str, str]] = {}
+        addresses: dict[str, str] = {}
+        job_global_index = 0
+        for rjob in rjobs:
+            job_spec = rjob["template"]["spec"]
+            template = job_spec["template"]
+            pod_spec = template["spec"]
+            container = trainer_of(template)
+            for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+                if other is not container:
+                    self.problems.notes.append(
+                        f"JobSet {js} {rjob['name']}: container {other.get('name')!r} is not run locally "
+                        f"(only the trainer's, {container.get('name')!r}, is)"
+                    )
+            parallelism = int(job_spec.get("parallelism", 1))
+            for job_index in range(int(rjob.get("replicas", 1))):
+                job_name = f"{js}-{rjob['name']}-{job_index}"  # placement.GenJobName
+                job_pods = []
+                jobset_labels = {
+                    "jobset.sigs.k8s.io/jobset-name": js,
+                    "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                    "jobset.sigs.k8s.io/replicatedjob-replicas": str(rjob.get("replicas", 1)),
+                    "jobset.sigs.k8s.io/job-index": str(job_index),
+                    "jobset.sigs.k8s.io/job-global-index": str(job_global_index),
+                    "jobset.sigs.k8s.io/global-replicas": str(global_replicas),
+                    "jobset.sigs.k8s.io/restart-attempt": "0",
+                }
+                job_global_index += 1
+                for pod_index in range(parallelism):
+                    hostname = f"{job_name}-{pod_index}"  # an Indexed Job's pod hostname
+                    pod_name = f"{hostname}-local"
+                    meta = template.get("metadata") or {}
+                    index_labels = {
+                        "batch.kubernetes.io/job-completion-index": str(pod_index),
+                        "batch.kubernetes.io/job-name": job_name,
+                        "job-name": job_name,
+                    }
+                    pod = PodMeta(
+                        name=pod_name,
+                        namespace=self.manifests.namespace,
+                        labels={**(meta.get("labels") or {}), **jobset_labels, **index_labels},
+                        annotations={
+                            **(meta.get("annotations") or {}),
+                            **jobset_labels,
+                            "batch.kubernetes.io/job-completion-index": str(pod_index),
+                        },
+                        unstable=frozenset({"jobset.sigs.k8s.io/restart-attempt"}),
+                    )
+                    replica = Replica(
+                        rtype=rjob["name"],
+                        index=job_index * parallelism + pod_index,
+                        restart_policy=pod_spec.get("restartPolicy", "OnFailure"),  # JobSet's webhook default
+                    )
+                    where = f"JobSet {js} {rjob['name']} job {job_index} pod {pod_index}"
+                    plan = self.plan_container(replica.name, pod_name, pod_spec, container, where, pod, hostname)
+                    # The Job controller sets it in every container of an Indexed Job's pod.
+                    plan.env.setdefault("JOB_COMPLETION_INDEX", str(pod_index))
+                    port = plan.env.get("JOBSET_PORT") or str(DEFAULT_PORT)
+                    addresses[f"{hostname}.{subdomain}:{port}"] = ""
+                    pods[replica.name] = (str(container.get("name")), pod_name)
+                    job_pods.append(replica.name)
+                    planned.append((replica, plan))
+                jobs.append(
+                    JobState(
+                        name=job_name,
+                        replicated_job=rjob["name"],
+                        pods=job_pods,
+                        backoff_limit=job_backoff_limit(job_spec),
+                        pod_failure_rules=list((job_spec.get("podFailurePolicy") or {}).get("rules") or []),
+                    )
+                )
+        local = {name: f"127.0.0.1:{port}" for name, port in zip(addresses, free_ports(len(addresses)), strict=True)}
+        for _, plan in planned:
+            plan.env["JOBSET_LOCAL_ADDRESSES"] = json.dumps(local, separators=(",", ":"))
+        names = [replica.rtype for replica, _ in planned]
+        leader = "chief" if "chief" in names else next((n for n in ("worker", "node") if n in names), names[0])
+        self.chief = next(plan for replica, plan in planned if replica.rtype == leader and replica.index == 0)
+        return planned, jobs, pods
 
     def preparation_jobs(self) -> list[ProcessPlan]:
         """The batch Jobs that use the TFJob's volume (the data preparation), one process each."""

@@ -14,6 +14,7 @@ from .operator_rules import Replica
 from .supervisor import JobResult
 
 TAIL_LINES = 20
+SUCCESS_CONDITIONS = ("Succeeded", "Completed")  # a TFJob's, a JobSet's
 
 
 def shown(path: pathlib.Path) -> str:
@@ -30,7 +31,7 @@ def outcome(result: JobResult) -> tuple[str, int]:
         return f"Stopped by {signal.Signals(result.stop_signal).name}", 128 + result.stop_signal
     if result.condition is None:
         return "NoOutcome", 1
-    return result.condition.type, 0 if result.condition.type == "Succeeded" else 1
+    return result.condition.type, 0 if result.condition.type in SUCCESS_CONDITIONS else 1
 
 
 def replica_phase(replica: Replica, result: JobResult) -> str:

@@ -1,11 +1,15 @@
-"""Runs the project's TFJob manifest on this machine: every replica a local process, with the TF_CONFIG,
-restarts, failure and success rules of the Kubeflow training operator v1.9.
+"""Runs the project's manifests on this machine: every pod of the training group a local process, under the
+engine's rules: a TFJob with the TF_CONFIG, restarts, failure and success rules of the Kubeflow training operator
+v1.9; a JobSet with JobSet v0.12's pod names, labels and hostnames, group restarts (failurePolicy) and
+successPolicy; a TrainJob as the JobSet Kubeflow Trainer v2.3 makes of it and its runtime.
 
     python -m scripts.localrun.run_local --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
+    python -m scripts.localrun.run_local --kustomize k8s/overlays/jobset-sync --dataset synthetic --epochs 1
 
-Reads `kubectl kustomize k8s` (or --manifest FILE), picks the TFJob, maps its volume to
-runs/<job-name>/, runs the data-preparation Job first for a dataset that needs one, then the
-replicas. Exit code: 0 Succeeded, 1 Failed, 2 the manifests cannot run, 128+n stopped by signal n.
+Reads `kubectl kustomize k8s/overlays/tfjob-sync` (or --kustomize DIR, or --manifest FILE), picks the TFJob,
+JobSet or TrainJob, maps its volume to runs/<job-name>/, runs the data-preparation Job first for a dataset that
+needs one, then the group. Exit code: 0 Succeeded (Completed), 1 Failed, 2 the manifests cannot run, 128+n stopped
+by signal n.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from scripts.common.settings import ROOT
 from . import manifests as manifest_io
 from .console import Console
 from .envvars import Problems
+from .jobset_rules import JobSetRules
 from .operator_rules import JobRules, Replica
 from .podplan import Planner, ProcessPlan, settings_of
 from .report import shown, summarize
@@ -44,8 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--kustomize",
         type=pathlib.Path,
-        default=ROOT / "k8s",
-        help="kustomization to render with `kubectl kustomize` (default: %(default)s)",
+        default=tfjob_manifest.K8S_DIR,
+        help="kustomization to render with `kubectl kustomize`, e.g. k8s/overlays/jobset-sync (default: %(default)s)",
     )
     parser.add_argument("--manifest", type=pathlib.Path, help="rendered YAML to run instead of rendering --kustomize")
     parser.add_argument(
@@ -70,7 +75,7 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
     else:
         source, text = f"kubectl kustomize {args.kustomize}", tfjob_manifest.render_text(args.kustomize)
     objects = manifest_io.load_text(text, source)
-    if sum(obj.get("kind") == "TFJob" for obj in objects) == 1:
+    if sum(obj.get("kind") in tfjob_manifest.ENGINE_KINDS for obj in objects) == 1:
         objects = tfjob_manifest.customize(
             objects, workers=args.workers, dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_flags
         )
@@ -127,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.clean:
             clean(job_dir)
         planner = Planner(manifests, job_dir, problems)
-        replicas = planner.replicas()
+        if manifests.kind == "TFJob":
+            replicas = planner.replicas()
+        else:
+            replicas, jobset_jobs, jobset_pods = planner.jobset_pods()
         preparations = planner.preparation_jobs()
         if not problems.errors:
             chief_settings = settings_of(planner.chief)
@@ -142,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run-local: error: {error}", file=sys.stderr)
         return 2
 
-    spec = manifests.tfjob["spec"]
+    spec = manifests.job["spec"]
     run_policy = spec.get("runPolicy") or {}
-    if run_policy.get("suspend"):
+    if manifests.kind == "TFJob" and run_policy.get("suspend"):
         print(
             f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod",
             file=sys.stderr,
@@ -154,8 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
+        if manifests.trainjob is not None:
+            console.say(
+                f"TrainJob {manifests.namespace}/{manifests.name}: runs as the JobSet {manifests.name} that Kubeflow "
+                f"Trainer v2 makes of it and its runtime {manifests.trainjob['spec']['runtimeRef'].get('name')}"
+            )
         console.say(
-            f"TFJob {manifests.namespace}/{manifests.name}: {len(replicas)} replica(s); "
+            f"{manifests.kind} {manifests.namespace}/{manifests.name}: {len(replicas)} "
+            f"{'replica' if manifests.kind == 'TFJob' else 'pod'}(s); "
             f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)} "
             f"(kept between runs like the claim; --clean starts afresh)"
         )
@@ -178,15 +192,21 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
-        rules = JobRules(
-            manifests.name,
-            manifests.namespace,
-            [r for r, _ in replicas],
-            run_policy.get("backoffLimit"),
-            run_policy.get("activeDeadlineSeconds"),
-            spec.get("successPolicy", ""),
-            clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
-        )
+        rules: JobRules | JobSetRules
+        if manifests.kind == "TFJob":
+            rules = JobRules(
+                manifests.name,
+                manifests.namespace,
+                [r for r, _ in replicas],
+                run_policy.get("backoffLimit"),
+                run_policy.get("activeDeadlineSeconds"),
+                spec.get("successPolicy", ""),
+                clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
+            )
+        else:
+            rules = JobSetRules(
+                manifests.name, manifests.namespace, spec, [r for r, _ in replicas], jobset_jobs, jobset_pods
+            )
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

@@ -1,4 +1,5 @@
-"""Runs a job's replicas as local processes and applies the operator's rules to every exit.
+"""Runs a job's replicas as local processes and applies the engine's rules (the training operator's for a TFJob,
+JobSet's for a JobSet or a TrainJob) to every exit.
 
 One thread, one select loop: replica output, signals (through a wake-up pipe) and timers (restart
 back-offs, activeDeadlineSeconds, stop escalation) are handled in order, so no state is shared.
@@ -16,11 +17,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from scripts.common.processes import signal_group, spawn
 
 from .console import Console, LineBuffer
-from .operator_rules import Condition, JobRules, Replica, exit_code_of
+from .operator_rules import Condition, Outcome, Replica, exit_code_of
 from .podplan import ProcessPlan
 from .watchdog import Watchdog
 
@@ -38,6 +40,28 @@ def describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+class Rules(Protocol):
+    """What the supervisor asks of an engine's rules (operator_rules.JobRules, jobset_rules.JobSetRules)."""
+
+    kind: str
+    name: str
+    namespace: str
+    clean_pod_policy: str
+    active_deadline_s: float | None
+
+    def on_exit(self, replica: Replica, exit_code: int, finished_at: float) -> Outcome: ...
+
+    def record_exit(self, replica: Replica, exit_code: int) -> None: ...
+
+    def on_deadline(self, elapsed_s: float) -> Outcome | None: ...
+
+    def begin_attempt(self) -> None: ...
+
+
+# Conditions that report progress; the job goes on.
+PROGRESS_CONDITIONS = ("Restarting", "Running", "RestartingJobSet")
+
+
 @dataclasses.dataclass
 class JobResult:
     condition: Condition | None  # the final Succeeded/Failed condition, None if stopped by a signal first
@@ -51,7 +75,7 @@ class JobResult:
 class Supervisor:
     def __init__(
         self,
-        rules: JobRules,
+        rules: Rules,
         replicas: Mapping[str, tuple[Replica, ProcessPlan]],
         console: Console,
         watchdog: Watchdog,
@@ -76,6 +100,8 @@ class Supervisor:
         self._last_failure: str | None = None  # frozen once the job has an outcome: then it is the failed replica
         self._start = 0.0
         self._end: float | None = None
+        self._regroup = False  # every replica is being stopped, to start again together (a group restart)
+        self._attempt_start = 0.0  # when the current attempt began: Jobs count their deadline from it
 
     # Timers -----------------------------------------------------------------------------------
     def _schedule(self, when: float, kind: str, name: str = "", pid: int = 0) -> None:
@@ -164,11 +190,34 @@ class Supervisor:
             self._set_condition(outcome.condition, now)
         if self._finished_or_stopping():
             return
-        if outcome.recreate:
+        self._follow(outcome, name, code, now)
+
+    def _follow(self, outcome: Outcome, name: str, code: int, now: float) -> None:
+        """Carries out what the rules decided after replica `name` exited with `code` (or after a deadline)."""
+        if outcome.restart_group:
+            self._regroup = True
+            self._cancel("restart")
+            self._cancel("deadline")
+            for other in list(self._procs):
+                self._stop(other, now)
+        elif outcome.recreate:
             self._console.mark(name, f"pod recreated after {describe_exit(code)}")
             self._spawn(name)
         elif outcome.restart_after is not None:
             self._schedule(now + outcome.restart_after, "restart", name)
+
+    def _start_group(self, now: float) -> None:
+        """Every replica stopped after a group restart: the rules begin a new attempt and every pod starts again."""
+        self._regroup = False
+        self._rules.begin_attempt()
+        self._console.say(f"every replica has stopped; {self._rules.kind} {self._rules.name} starts them all again")
+        for name in self._replicas:
+            self._stopped.discard(name)
+            self._console.mark(name, "pod created again by the group restart")
+            self._spawn(name)
+        if self._rules.active_deadline_s is not None:
+            self._schedule(now + self._rules.active_deadline_s, "deadline")
+        self._attempt_start = now
 
     # Job state --------------------------------------------------------------------------------
     def _finished_or_stopping(self) -> bool:
@@ -176,16 +225,18 @@ class Supervisor:
 
     def _set_condition(self, condition: Condition, now: float) -> None:
         self._console.say(f"{condition.type}: {condition.message}")
-        if condition.type in ("Restarting", "Running"):
+        if condition.type in PROGRESS_CONDITIONS:
             return
         self._condition = condition
         self._end = now
         self._cancel("restart")
         if self._rules.clean_pod_policy in ("Running", "All") and self._procs:
             # common/job.go DeletePodsAndServices: a finished job's running pods are deleted.
+            running = ", ".join(sorted(self._procs))
             self._console.say(
-                f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas "
-                f"{', '.join(sorted(self._procs))}"
+                f"a finished JobSet deletes its active Jobs: stopping {running}"
+                if self._rules.kind == "JobSet"
+                else f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas {running}"
             )
             for name in list(self._procs):
                 self._stop(name, now)
@@ -227,10 +278,15 @@ class Supervisor:
                 replica = self._replicas[name][0]
                 self._console.mark(name, f"container restarted by the kubelet (restart {replica.in_place_restarts})")
                 self._spawn(name)
-            elif kind == "deadline" and not self._finished_or_stopping():
-                condition = self._rules.past_deadline(now - self._start)
-                if condition is not None:
-                    self._set_condition(condition, now)
+            elif kind == "deadline" and not self._finished_or_stopping() and not self._regroup:
+                outcome = self._rules.on_deadline(now - self._attempt_start)
+                if outcome is not None:
+                    if outcome.note:
+                        self._console.say(outcome.note)
+                    if outcome.condition is not None:
+                        self._set_condition(outcome.condition, now)
+                    if not self._finished_or_stopping():
+                        self._follow(outcome, "", 0, now)
             elif kind == "term" and proc is not None and proc.pid == pid:
                 self._console.say(f"{name} still running a grace period after the job ended; stopping it")
                 self._stop(name, now)
@@ -251,7 +307,7 @@ class Supervisor:
         # A Python handler makes a child's exit write to the wake-up pipe, so the loop reaps at once.
         previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         try:
-            self._start = self._clock()
+            self._start = self._attempt_start = self._clock()
             self._console.say(f"Created: {self._rules.kind} {self._rules.name} is created.")
             for name in self._replicas:
                 self._spawn(name)
@@ -259,6 +315,8 @@ class Supervisor:
             if self._rules.active_deadline_s is not None:
                 self._schedule(self._start + self._rules.active_deadline_s, "deadline")
             while self._procs or not self._finished_or_stopping():
+                if self._regroup and not self._procs and not self._finished_or_stopping():
+                    self._start_group(self._clock())
                 if not self._procs and not any(t[2] == "restart" for t in self._timers):
                     self._console.say(
                         "every replica has ended and the job has no outcome; the operator would leave it Running"

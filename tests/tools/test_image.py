@@ -328,7 +328,7 @@ def test_sigterm_to_the_entrypoint_reaches_the_trainer_which_checkpoints_and_exi
 @pytest.mark.image
 def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built, base_image, tmp_path):
     copy = tmp_path / "checkout"
-    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt", "k8s/settings.env"):
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt", "k8s/base/settings.env"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, copy / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")

@@ -1,4 +1,4 @@
-"""The k8s/ kustomization, rendered by the real renderer and checked against the real schemas,
+"""The TFJob overlay (k8s/overlays/tfjob-sync), rendered by the real renderer and checked against the real schemas,
 the Kubeflow SDK's TFJob model, the training operator's webhook rules, the settings and the
 trainer's exit codes. No cluster is involved: these are the checks that can run offline."""
 
@@ -15,10 +15,11 @@ import pytest
 
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
+from scripts.localrun.envvars import EnvResolver, Problems
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
-# Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/settings.env).
+# Validate against the Kubernetes version the k3d cluster runs (K3S_IMAGE in k8s/base/settings.env).
 K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
 
 
@@ -36,8 +37,14 @@ def component(objects: list[dict], kind: str, name: str) -> dict:
     return tfjob_manifest.the_one(objects, kind, component=name)
 
 
-def env_of(container: dict) -> dict[str, str]:
-    return {entry["name"]: entry["value"] for entry in container.get("env", []) if "value" in entry}
+def pod_env(objects: list[dict], container: dict, pod_spec: dict | None = None) -> dict[str, str]:
+    """The container's variables as the kubelet resolves them (envFrom the settings ConfigMap, then env), by
+    run-local's resolver."""
+    config_maps = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "ConfigMap"}
+    problems = Problems()
+    env = EnvResolver(config_maps).resolve(container, pod_spec or {"containers": [container]}, "test", problems)
+    assert not problems.errors, problems.errors
+    return env
 
 
 def validate_core_object(obj: dict) -> None:
@@ -80,12 +87,16 @@ def test_every_pod_runs_as_the_images_user(rendered):
 
 def test_renders_every_object_and_no_settings_configmap(rendered):
     kinds = sorted(obj["kind"] for obj in rendered)
-    assert kinds == ["Deployment", "Job", "PersistentVolumeClaim", "Service", "Service", "TFJob"]
+    assert kinds == ["ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "Service", "Service", "TFJob"]
+    # The one ConfigMap is the pods' environment (every setting); the replacements' source stays out.
+    settings = tfjob_manifest.the_one(rendered, "ConfigMap")
+    assert settings["metadata"]["name"] == f"{SETTINGS['JOB_NAME']}-settings"
+    assert settings["data"] == project_settings.load_file()
 
 
 def test_every_core_object_is_valid_against_the_kubernetes_schemas_strictly(rendered):
     core = [obj for obj in rendered if obj["kind"] != "TFJob"]
-    assert len(core) == 5
+    assert len(core) == 6
     for obj in core:
         validate_core_object(obj)
 
@@ -141,7 +152,7 @@ def test_webhook_rules_reject_what_the_operator_rejects(tfjob, breakage, complai
     assert any(complaint in problem for problem in problems), problems
 
 
-def test_tfjob_takes_its_names_ports_and_counts_from_settings(tfjob):
+def test_tfjob_takes_its_names_ports_and_counts_from_settings(rendered, tfjob):
     assert tfjob["apiVersion"] == "kubeflow.org/v1"
     assert tfjob["metadata"]["name"] == SETTINGS["JOB_NAME"]
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
@@ -152,7 +163,8 @@ def test_tfjob_takes_its_names_ports_and_counts_from_settings(tfjob):
     assert ports == {"tfjob-port": int(SETTINGS["TFJOB_PORT"]), "status": int(SETTINGS["TRAINER_STATUS_PORT"])}
     assert container["image"] == SETTINGS["IMAGE_NAME"]
     assert "command" not in container, "the image's ENTRYPOINT runs the trainer; see the Dockerfile test"
-    assert env_of(container) == {key: SETTINGS[key] for key in SETTINGS if key.startswith("TRAINER_")}
+    trainer_settings = {key: SETTINGS[key] for key in SETTINGS if key.startswith("TRAINER_")}
+    assert trainer_settings.items() <= pod_env(rendered, container, worker["template"]["spec"]).items()
     for claim in worker["template"]["spec"]["volumes"]:
         assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS["VOLUME_CLAIM"]
 
@@ -168,8 +180,8 @@ def test_every_pod_mounts_the_claim_where_the_trainer_paths_point(rendered):
             mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
             assert mounts == {"training-volume": SETTINGS["MOUNT_PATH"]}
             assert volumes == {"training-volume": SETTINGS["VOLUME_CLAIM"]}
-            for key, value in env_of(container).items():
-                if key.endswith("_DIR"):
+            for key, value in pod_env(rendered, container, template["spec"]).items():
+                if key.startswith("TRAINER_") and key.endswith("_DIR"):
                     assert value.startswith(mount), (key, value)
 
 
@@ -185,10 +197,11 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == [*image_entrypoint()[:-1], "trainer.data"]
     assert container["args"] == ["--dataset=$(TRAINER_DATASET)", "--data-dir=$(TRAINER_DATA_DIR)"]
-    trainer_env = env_of(tfjob_manifest.trainer_container(tfjob))
-    for key, value in env_of(container).items():
-        assert trainer_env[key] == value
-    assert set(DATA_SETTINGS) <= set(env_of(container))
+    trainer = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    trainer_env = pod_env(rendered, tfjob_manifest.trainer_container(tfjob), trainer)
+    data_env = pod_env(rendered, container, job["spec"]["template"]["spec"])
+    for key in DATA_SETTINGS:
+        assert trainer_env[key] == data_env[key], key
 
 
 # What says which data there is: the data Job checks exactly what the trainer will read.
@@ -218,8 +231,8 @@ def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(
         monkeypatch.setenv(key, value)
     objects = tfjob_manifest.render()
     job = component(objects, "Job", "prepare-data")
-    data_env = env_of(job["spec"]["template"]["spec"]["containers"][0])
-    trainer_env = env_of(tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
+    data_env = pod_env(objects, job["spec"]["template"]["spec"]["containers"][0])
+    trainer_env = pod_env(objects, tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
     assert {key: data_env[key] for key in files} == {key: trainer_env[key] for key in files} == files
 
 
@@ -270,11 +283,8 @@ def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
     assert threads == {
         "name": "TRAINER_THREADS",
         "valueFrom": {
-            "resourceFieldRef": {
-                "containerName": tfjob_manifest.TFJOB_CONTAINER,
-                "resource": "limits.cpu",
-                "divisor": "1",
-            }
+            # No containerName: in a container's env the downward API reads that container's own limit.
+            "resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}
         },
     }
     assert "cpu" in container["resources"]["limits"]

@@ -121,7 +121,7 @@ def tfrecord_settings(out: pathlib.Path) -> dict[str, str]:
 
 
 def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(tmp_path):
-    # The settings route (k8s/settings.env, or the environment as make exports it) reaches both Jobs' env.
+    # The settings route (k8s/base/settings.env, or the environment as make exports it) reaches both Jobs' env.
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     env = {**os.environ, **tfrecord_settings(tmp_path / "data")}
     args = ["--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"]

@@ -1,4 +1,4 @@
-"""k8s/settings.env as defaults: the pinned versions agree, and the environment and make's command line win
+"""k8s/base/settings.env as defaults: the pinned versions agree, and the environment and make's command line win
 over every key for make, the Python scripts and the shell scripts, down to what they would create."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def test_a_value_with_a_space_from_the_environment_is_refused_like_one_in_the_fi
 
 
 def test_the_shell_scripts_let_the_environment_win_over_settings():
-    # Before: `source k8s/settings.env` overwrote IMAGE_NAME from the environment.
+    # Before: `source k8s/settings.env` (now k8s/base/settings.env) overwrote IMAGE_NAME from the environment.
     result = subprocess.run(
         [str(ROOT / "scripts" / "image" / "build-image.sh"), "--print-image"],
         capture_output=True,
