@@ -18,11 +18,12 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.common.manifest import TFJOB_CONTAINER, ManifestError
+from scripts.common import manifest as shared_manifest
+from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, ManifestError
 
 Manifest = dict[str, Any]
 
-JOB_KINDS = ("TFJob", "JobSet", "TrainJob")
+JOB_KINDS = tuple(ENGINE_KINDS)  # TFJob, JobSet, TrainJob
 JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -77,14 +78,9 @@ def _conditions(raw: list[dict] | None) -> list[Condition]:
 
 
 def engine_kind(objects: list[Manifest]) -> str:
-    """TFJob, JobSet or TrainJob: the one job object the kustomization renders."""
-    kinds = [obj.get("kind") for obj in objects if obj.get("kind") in JOB_KINDS]
-    if len(kinds) != 1:
-        raise ManifestError(
-            f"the kustomization must render exactly one job (one of {', '.join(JOB_KINDS)}), found "
-            f"{', '.join(kinds) or 'none'}"
-        )
-    return kinds[0]
+    """TFJob, JobSet or TrainJob: the kind of the one job object the kustomization renders."""
+    engine = shared_manifest.engine_of(objects)
+    return next(kind for kind, name in ENGINE_KINDS.items() if name == engine)
 
 
 def first_replicated_job(jobset_spec: Manifest) -> Manifest:
@@ -240,7 +236,7 @@ class TrainJobEngine(JobSetEngine):
     @classmethod
     def of(cls, trainer_client, objects: list[Manifest], namespace: str) -> TrainJobEngine:
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
-        runtime = runtime_of(objects, trainjob)
+        runtime = shared_manifest.runtime_of(objects)
         chief = first_replicated_job(runtime["spec"]["template"]["spec"])
         return cls(trainer_client, trainjob["metadata"]["name"], namespace, chief["name"])
 
@@ -261,26 +257,13 @@ class TrainJobEngine(JobSetEngine):
 
     def create(self, objects: list[Manifest]) -> None:
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
-        runtime, trainer, options = sdk_call(trainjob, runtime_of(objects, trainjob))
+        runtime, trainer, options = sdk_call(trainjob, shared_manifest.runtime_of(objects))
         self.trainer.train(runtime=runtime, trainer=trainer, options=options)
 
     def delete(self) -> None:
         self.custom.delete_namespaced_custom_object(
             TRAINER_GROUP, TRAINER_VERSION, self.namespace, TRAINJOBS, self.name, body=foreground()
         )
-
-
-def runtime_of(objects: list[Manifest], trainjob: Manifest) -> Manifest:
-    """The (Cluster)TrainingRuntime the TrainJob's runtimeRef names, which the kustomization must ship."""
-    ref = trainjob["spec"].get("runtimeRef") or {}
-    kind = ref.get("kind", "ClusterTrainingRuntime")
-    found = [obj for obj in objects if obj.get("kind") == kind and obj["metadata"]["name"] == ref.get("name")]
-    if len(found) != 1:
-        raise ManifestError(
-            f"TrainJob {trainjob['metadata']['name']} refers to {kind} {ref.get('name')!r}, which the kustomization "
-            f"does not render: ship the runtime in the overlay beside the TrainJob"
-        )
-    return found[0]
 
 
 # The TrainJob fields TrainerClient.train() can set (kubeflow 0.5.0: CustomTrainerContainer and the options Name,

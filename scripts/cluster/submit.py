@@ -97,7 +97,7 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         problems = admission.jobset_problems(job["metadata"]["name"], job["spec"])
         who = f"JobSet {SETTINGS.get('JOBSET_VERSION', '')}".rstrip()
     else:
-        runtime = engines.runtime_of(objects, job)
+        runtime = tfjob_manifest.runtime_of(objects)
         problems = admission.trainjob_problems(job, runtime)
         who = f"Kubeflow Trainer {SETTINGS.get('KUBEFLOW_TRAINER_VERSION', '')}".rstrip()
         engines.sdk_call(job, runtime)  # ManifestError when the SDK cannot send it
@@ -114,7 +114,7 @@ def trainer_container_of(objects: list[dict], kind: str) -> dict:
         return tfjob_manifest.trainer_container(job)
     if kind == "JobSet":
         return engines.first_replicated_job(job["spec"])["template"]["spec"]["template"]["spec"]["containers"][0]
-    runtime = engines.runtime_of(objects, job)
+    runtime = tfjob_manifest.runtime_of(objects)
     chief = engines.first_replicated_job(runtime["spec"]["template"]["spec"])
     containers = chief["template"]["spec"]["template"]["spec"]["containers"]
     container = dict(next((c for c in containers if c["name"] == engines.TRAINER_CONTAINER), containers[0]))
@@ -354,7 +354,7 @@ def request_body(objects: list[dict], namespace: str) -> dict:
     elif kind == "JobSet":
         body = json.loads(json.dumps(job))
     else:
-        body = engines.sdk_request_body(job, engines.runtime_of(objects, job))
+        body = engines.sdk_request_body(job, tfjob_manifest.runtime_of(objects))
     body["metadata"]["namespace"] = namespace  # where the client would post it
     return body
 

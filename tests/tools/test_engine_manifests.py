@@ -53,7 +53,7 @@ def jobset_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     """(name, spec) of every JobSet that would reach JobSet's webhook: a JobSet, or the one a TrainJob makes."""
     specs = [(obj["metadata"]["name"], obj["spec"]) for obj in objects if obj["kind"] == "JobSet"]
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        runtime = engines.runtime_of(objects, trainjob)
+        runtime = tfjob_manifest.runtime_of(objects)
         specs.append((trainjob["metadata"]["name"], admission.trainjob_jobset_spec(trainjob, runtime)))
     return specs
 
@@ -157,8 +157,8 @@ def test_the_kubeflow_sdk_reads_the_runtime_as_a_custom_trainer(objects):
     from kubeflow.trainer.types import types as sdk_types
     from kubeflow_trainer_api import models
 
-    for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        runtime = models.TrainerV1alpha1TrainingRuntime.from_dict(engines.runtime_of(objects, trainjob))
+    if any(obj["kind"] == "TrainJob" for obj in objects):
+        runtime = models.TrainerV1alpha1TrainingRuntime.from_dict(tfjob_manifest.runtime_of(objects))
         trainer = sdk_utils.get_runtime_trainer(
             runtime.metadata.labels[engines.FRAMEWORK_LABEL],
             runtime.spec.template.spec.replicated_jobs,
@@ -172,7 +172,7 @@ def test_every_job_passes_the_jobset_and_trainer_webhook_rules(objects):
     for name, spec in jobset_specs(objects):
         assert admission.jobset_problems(name, spec) == [], name
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        assert admission.trainjob_problems(trainjob, engines.runtime_of(objects, trainjob)) == []
+        assert admission.trainjob_problems(trainjob, tfjob_manifest.runtime_of(objects)) == []
 
 
 def rjobs(spec: dict) -> list[dict]:
@@ -237,7 +237,7 @@ def trainer_rjob(runtime: dict) -> dict:
 def test_trainer_rules_reject_what_trainer_v2_rejects(breakage, complaint):
     objects = copy.deepcopy(load("trainjob-sync.yaml"))
     trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
-    runtime = engines.runtime_of(objects, trainjob)
+    runtime = tfjob_manifest.runtime_of(objects)
     breakage(trainjob, runtime)
     problems = admission.trainjob_problems(trainjob, runtime)
     assert any(complaint in problem for problem in problems), problems
@@ -245,10 +245,10 @@ def test_trainer_rules_reject_what_trainer_v2_rejects(breakage, complaint):
 
 def test_a_trainjob_whose_runtime_is_not_shipped_is_refused_naming_it():
     objects = load("trainjob-sync.yaml")
-    trainjob = copy.deepcopy(next(obj for obj in objects if obj["kind"] == "TrainJob"))
+    trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
     trainjob["spec"]["runtimeRef"]["name"] = "torch-distributed"
     with pytest.raises(tfjob_manifest.ManifestError, match="'torch-distributed'"):
-        engines.runtime_of(objects, trainjob)
+        tfjob_manifest.runtime_of(objects)
 
 
 # Each CRD's CEL rules that apply on create (rules on oldSelf apply on update only): where each is enforced here, or
@@ -420,5 +420,5 @@ def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(ov
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
     crd_schemas.validate(job)
     if kind == "TrainJob":  # the SDK's Labels option carries it into the TrainJob it creates
-        _, _, options = engines.sdk_call(job, engines.runtime_of(queued, job))
+        _, _, options = engines.sdk_call(job, tfjob_manifest.runtime_of(queued))
         assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)

@@ -345,7 +345,7 @@ def test_the_created_job_is_the_rendered_one(cluster):
     else:
         # The SDK's body and the rendered TrainJob (with the runtime's image, which CustomTrainerContainer must carry)
         # are stored alike once the API server applies the CRD's defaults; submit --dry-run prints the latter.
-        runtime = engines.runtime_of(cluster.objects, cluster.job)
+        runtime = tfjob_manifest.runtime_of(cluster.objects)
         expected = engines.sdk_request_body(cluster.job, runtime)
         assert crd_schemas.with_defaults(sent) == crd_schemas.with_defaults(expected)
         assert sent["spec"]["trainer"]["image"] == engines.runtime_trainer_image(runtime)
@@ -427,3 +427,13 @@ def test_the_trainjob_state_is_the_one_the_sdk_reads(state, sdk_status):
     # The SDK says Created (or Running once every node pod runs) until Complete or Failed is True; we say Running.
     assert theirs == sdk_status
     assert ours == {"Created": "Running", "Complete": "Succeeded", "Failed": "Failed"}[theirs]
+
+
+@pytest.mark.parametrize("target", ["status", "delete"])
+def test_make_status_and_delete_look_for_the_job_of_the_engine_asked_for(target):
+    # They render the same overlay as make submit, so they ask the engine's API for the right kind of job.
+    root = pathlib.Path(__file__).resolve().parents[2]
+    plan = subprocess.run(
+        ["make", "-n", target, "ENGINE=jobset", "STRATEGY=async"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    assert f"-m scripts.cluster.submit --{target} --kustomize k8s/overlays/jobset-async" in plan
