@@ -103,7 +103,7 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         engines.sdk_call(job, runtime)  # ManifestError when the SDK cannot send it
     if problems:
         raise tfjob_manifest.ManifestError(f"{who} would reject this {kind}:\n  " + "\n  ".join(problems))
-    check_trainer_flags(trainer_container_of(objects, kind))
+    check_trainer_flags(trainer_container_of(objects, kind), objects)
     return objects
 
 
@@ -113,7 +113,7 @@ def trainer_container_of(objects: list[dict], kind: str) -> dict:
     if kind == "TFJob":
         return tfjob_manifest.trainer_container(job)
     if kind == "JobSet":
-        return engines.first_replicated_job(job["spec"])["template"]["spec"]["template"]["spec"]["containers"][0]
+        return tfjob_manifest.trainer_of(engines.first_replicated_job(job["spec"])["template"]["spec"]["template"])
     runtime = tfjob_manifest.runtime_of(objects)
     chief = engines.first_replicated_job(runtime["spec"]["template"]["spec"])
     containers = chief["template"]["spec"]["template"]["spec"]["containers"]
@@ -127,10 +127,25 @@ def trainer_container_of(objects: list[dict], kind: str) -> dict:
     return container
 
 
-def check_trainer_flags(container: dict) -> None:
-    """Runs the trainer's own parser on the container's args and env, so a typo fails here, not in a pod."""
-    environ = {entry["name"]: entry.get("value", "") for entry in container.get("env", []) if "value" in entry}
-    tfjob_manifest.trainer_config(container.get("args") or [], environ)
+def check_trainer_flags(container: dict, objects: list[dict]) -> None:
+    """Runs the trainer's own parser on the container's args and environment, so a typo fails here, not in a pod."""
+    tfjob_manifest.trainer_config(container.get("args") or [], plain_environment(container, objects))
+
+
+def plain_environment(container: dict, objects: list[dict]) -> dict[str, str]:
+    """The container's literal variables as the kubelet sets them: its envFrom ConfigMaps (rendered beside it, with
+    their prefix) first, then its env values, the later winning. valueFrom entries are left out (set at run time)."""
+    config_maps = {obj["metadata"]["name"]: obj.get("data") or {} for obj in objects if obj.get("kind") == "ConfigMap"}
+    environ: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        data = config_maps.get((source.get("configMapRef") or {}).get("name"), {})
+        environ.update({source.get("prefix", "") + key: value for key, value in data.items()})
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            environ[entry["name"]] = entry["value"]
+        else:
+            environ.pop(entry["name"], None)
+    return environ
 
 
 def training_client(namespace: str):
