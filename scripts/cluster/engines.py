@@ -23,7 +23,6 @@ from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, ManifestError
 
 Manifest = dict[str, Any]
 
-JOB_KINDS = tuple(ENGINE_KINDS)  # TFJob, JobSet, TrainJob
 JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -97,6 +96,8 @@ class Engine:
     kind = ""
     # The condition type that means the job succeeded (the other end is always Failed).
     succeeded = ""
+    # The container whose log is the trainer's.
+    container = TFJOB_CONTAINER
 
     def __init__(self, name: str, namespace: str):
         self.name = name
@@ -127,9 +128,6 @@ class Engine:
     def service_query(self) -> dict[str, str]:
         """list_namespaced_service keyword arguments that find the services the controller made for this job."""
         raise NotImplementedError
-
-    # The container whose log is the trainer's.
-    container = TFJOB_CONTAINER
 
 
 class TFJobEngine(Engine):
