@@ -100,8 +100,8 @@ k3d-down: ## delete the k3d cluster
 submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=) and follow it
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
-status: install ## the job's conditions and the chief's live status
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status
+status: install ## the job's conditions and the chief's live status (ENGINE=, STRATEGY=: which job to look for)
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status --kustomize $(KUSTOMIZATION)
 
 # The chief's pod: the TFJob's job-role=master; under JobSet and TrainJob, pod 0 of the chief's (async) or the
 # workers' (sync) Job, as the status Service selects it.
@@ -112,8 +112,8 @@ CHIEF_SELECTOR = $(if $(filter tfjob,$(ENGINE)),training.kubeflow.org/job-name=$
 logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
 	kubectl logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
 
-delete: install ## delete the TFJob (the volume and its model stay)
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete
+delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the volume and its model stay)
+	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete --kustomize $(KUSTOMIZATION)
 
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 	$(SETTINGS_ENV) scripts/cluster/fetch-model.sh

@@ -109,14 +109,14 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
 
     startup = Startup(STARTED_AT)
     startup.reached("tensorflow_imported")
-    share_cores(config.threads, cluster)  # before any TensorFlow op
+    share_cores(config.threads, cluster, overlap=config.gradient_bucket_bytes > 0)  # before any TensorFlow op
     # Raised inside tf.distribute's own dataset iteration on every epoch; nothing a user can act on.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
     from trainer import loop
     from trainer.distribution.preemption import Preempted
 
-    check_inputs_before_the_group_forms(config)
+    check_inputs_before_the_group_forms(config, cluster)
     if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
@@ -178,12 +178,17 @@ def _parameter_server_room(cluster: Cluster) -> Any:
     return trainer.ps
 
 
-def check_inputs_before_the_group_forms(config: Config) -> None:
+def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> None:
     """Raises the UserError of the first input that cannot work. Run before the group forms, so a typo in a flag
     costs one process start, not a group start-up (and on a cluster, not a wait for every pod). The task's options
     were checked as they were parsed."""
     from trainer.data import datasets
 
+    if cluster.is_async and (config.gradient_compression != "none" or config.gradient_bucket_bytes):
+        raise ConfigError(
+            "--gradient-compression and --gradient-bucket-bytes shape the all-reduce of sync training; under "
+            "parameter servers each worker sends its gradients to the ps tasks as they are: drop both flags"
+        )
     datasets.check_dataset(config)
 
 

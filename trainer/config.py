@@ -25,6 +25,7 @@ from trainer.errors import ConfigError
 ENV_PREFIX = "TRAINER_"
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
+COMPRESSIONS = ("none", "bf16", "fp16")  # trainer/distribution/allreduce.py
 STRATEGIES = ("auto", "sync", "async")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTION_TYPES = (bool, int, float, str)
@@ -117,6 +118,17 @@ class Config:
         STRATEGIES,
     )
     collective: str = _field("auto", "all-reduce implementation for MultiWorkerMirroredStrategy", COLLECTIVES)
+    gradient_bucket_bytes: int = _field(
+        0,
+        "all-reduce the gradients in buckets of about this many bytes, last layers first, so transfers overlap "
+        "the backward pass; 0 = one batch after it (trainer/distribution/allreduce.py, docs/bench.md)",
+    )
+    gradient_compression: str = _field(
+        "none",
+        "gradients cross the network in 16 bits (bf16, or fp16 with a per-tensor scale): half the bytes; the "
+        "optimizer applies their sum in float32",
+        COMPRESSIONS,
+    )
     threads: int = _field(
         0,
         "TensorFlow intra- and inter-op threads (0 = the visible cores, shared out among the TF_CONFIG tasks "
@@ -166,7 +178,14 @@ class Config:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("train_examples", "test_examples", "checkpoint_every", "status_port", "threads"):
+        for name in (
+            "train_examples",
+            "test_examples",
+            "checkpoint_every",
+            "status_port",
+            "gradient_bucket_bytes",
+            "threads",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:

@@ -27,6 +27,7 @@ from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
 from trainer.data import datasets
 from trainer.data.datasets import Source
+from trainer.distribution import allreduce
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
@@ -113,7 +114,9 @@ def train_and_evaluate(
 
     with strategy.scope():
         model = task.build_model(calls.source)
-        optimizer = build_optimizer(learning_rate, config.precision)
+        optimizer = build_optimizer(
+            learning_rate, config.precision, config.gradient_compression, config.gradient_bucket_bytes
+        )
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         calls.build(model, optimizer)
@@ -233,10 +236,16 @@ def _next_call(config: Config, step: int, steps_per_epoch: int, warmed_up: bool)
     return epoch_end, next_checkpoint, steps
 
 
-def build_optimizer(learning_rate: float, precision: str) -> keras.optimizers.Optimizer:
+def build_optimizer(
+    learning_rate: float, precision: str, gradient_compression: str = "none", gradient_bucket_bytes: int = 0
+) -> keras.optimizers.Optimizer:
     """Adam; under mixed_float16 wrapped in dynamic loss scaling (the step scales the loss with
-    optimizer.scale_loss, and apply_gradients unscales the gradients and skips a step that overflowed)."""
+    optimizer.scale_loss, and apply_gradients unscales the gradients and skips a step that overflowed). With
+    compression or buckets, Adam all-reduces its gradients through trainer/distribution/allreduce.py."""
     optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
+    if gradient_compression != "none" or gradient_bucket_bytes:
+        # On Adam itself: the loss-scale wrapper hands it the unscaled gradients, and Adam reduces them.
+        allreduce.install(optimizer, gradient_compression, gradient_bucket_bytes)
     return keras.optimizers.LossScaleOptimizer(optimizer) if precision == "mixed_float16" else optimizer
 
 

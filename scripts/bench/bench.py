@@ -13,7 +13,9 @@ interleaved the same way:
 and the ratio of the first to the second's examples/s per worker (the step's demand on one worker's input),
 which must be at least 3: input never starves the step. Then the async phase (scripts/bench/async_modes.py;
 `--no-async` skips it): sync 2 workers against async 2 workers + 1 ps, with and without a straggler on one
-worker. Writes bench/results.json and bench/bench.png. `--workers N` adds a sweep of the trainer over 1..N
+worker. Then the separate-machines phase (scripts/bench/links.py; `--no-links` skips it): two workers in their
+own network namespaces and cores over a rate-limited link. Writes bench/results.json and bench/bench.png.
+`--workers N` adds a sweep of the trainer over 1..N
 workers. Trainer flags for every trainer run (the async phase's too) go after `--`:
   python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
 """
@@ -32,24 +34,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 from scripts.common.cli import split_trainer_flags
-from scripts.common.ports import free_ports
-from scripts.common.processes import peak_rss_bytes, signal_group
 from scripts.common.settings import ROOT
-from scripts.common.tfconfig import tf_config
 from trainer.artifacts.atomic_file import replaced_on_success, write_json
 from trainer.config import parse_config  # pure Python: no TensorFlow import here
 from trainer.errors import ConfigError
-from trainer.artifacts.layout import ModelDir
 
-from . import async_modes
+from . import async_modes, links
 from .chart import TARGETS, draw
-from .runs import BenchError, busy_cpu_seconds, clean_environment, log_tail, spread
+from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for
 
-PEER_MODULE = "scripts.bench.tutorial_fit"
 INPUT_MODULE = "scripts.bench.input_pipeline"
 STEP_COSTS_MODULE = "scripts.bench.step_costs"
 INPUT_WORKERS = 2
@@ -94,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where results.json and bench.png go"
     )
     async_modes.add_arguments(parser)
+    links.add_arguments(parser)
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
@@ -118,193 +115,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
         )
     args.warmup_steps = warmup
+    if not args.no_links:
+        links.check_arguments(parser, args)
     if not args.no_async:
         async_log_every = parse_config([*async_modes.LOOP_FLAGS, *trainer_flags], environ={}).effective_log_every
         async_modes.check_arguments(parser, args, async_log_every)
     return args
-
-
-# ---- launching one run -------------------------------------------------------------------------
-
-
-def command(
-    program: str,
-    per_worker_batch: int,
-    workers: int,
-    args: argparse.Namespace,
-    model_dir: pathlib.Path,
-    files: pathlib.Path | None = None,
-) -> list[str]:
-    """files: a trainer.data.records directory to train on (--cache none) instead of the synthetic task."""
-    if program == "peer":
-        return [
-            sys.executable,
-            "-m",
-            PEER_MODULE,
-            "--per-worker-batch-size",
-            str(per_worker_batch),
-            "--steps",
-            str(args.steps),
-            "--warmup-steps",
-            str(args.warmup_steps),
-        ]
-    global_batch = per_worker_batch * workers
-    data = (
-        ["--dataset", "synthetic"]
-        if files is None
-        else [
-            "--dataset",
-            "tfrecord",
-            "--train-files",
-            str(files / "train-*"),
-            "--test-files",
-            str(files / "test-*"),
-            "--image-shape",
-            "28x28x1",
-            "--num-classes",
-            "10",
-            "--cache",
-            "none",
-        ]
-    )
-    return [
-        sys.executable,
-        "-m",
-        "trainer",
-        *data,
-        "--epochs",
-        "1",
-        "--train-examples",
-        str(args.steps * global_batch),
-        "--test-examples",
-        str(global_batch),
-        "--per-worker-batch-size",
-        str(per_worker_batch),
-        "--log-every",
-        str(args.warmup_steps),
-        # No periodic checkpoints: the peer writes none either.
-        "--checkpoint-every",
-        "0",
-        "--model-dir",
-        str(model_dir),
-        *args.trainer_flags,
-    ]
-
-
-def run_once(
-    program: str,
-    workers: int,
-    per_worker_batch: int,
-    args: argparse.Namespace,
-    run_dir: pathlib.Path,
-    files: pathlib.Path | None = None,
-) -> dict[str, Any]:
-    """Starts the workers together, waits for all, and returns the run's measurements."""
-    run_dir.mkdir(parents=True)
-    model_dir = run_dir / "model"
-    argv = command(program, per_worker_batch, workers, args, model_dir, files)
-    busy_before = busy_cpu_seconds()
-    started = time.monotonic()
-    processes = start_workers(argv, workers, run_dir)
-    exited_at: dict[int, float] = {}
-    usages = wait_for(processes, args.timeout, run_dir, exited_at)
-    wall_seconds = time.monotonic() - started
-    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
-    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
-    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
-    report = read_report(program, run_dir, model_dir)
-    metrics_file = pathlib.Path(ModelDir(str(model_dir)).metrics)
-    return {
-        "examples_per_second": report["examples_per_second"],
-        "time_to_first_step_seconds": report["time_to_first_step_seconds"],
-        "peak_rss_bytes": [peak_rss_bytes(usage) for usage in usages],
-        "cpu_seconds": own_cpu,
-        "wall_seconds": wall_seconds,
-        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
-        "workers": report["workers"],
-        "global_batch_size": report["global_batch_size"],
-        # The trainer's own start-up milestones, seconds from process start (the peer reports none).
-        "startup_seconds": report.get("startup_seconds", {}),
-        # From the chief's metrics.json (written just before its final line) to the last process's exit.
-        "exit_seconds": max(exited_at.values()) - metrics_file.stat().st_mtime if metrics_file.exists() else None,
-    }
-
-
-def start_workers(argv: list[str], workers: int, run_dir: pathlib.Path) -> list[subprocess.Popen]:
-    """`workers` processes of argv on 127.0.0.1, each in its own session with its log in run_dir/worker-<i>.log and
-    TF_CONFIG as the operator writes it for that many Worker replicas (none for a single one)."""
-    ports = free_ports(workers)
-    env = clean_environment()
-    processes = []
-    for index in range(workers):
-        worker_tf_config = tf_config({"Worker": workers}, "Worker", index, lambda _type, i: f"127.0.0.1:{ports[i]}")
-        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
-        with open(run_dir / f"worker-{index}.log", "w") as log:
-            processes.append(
-                subprocess.Popen(
-                    argv, cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-    return processes
-
-
-def wait_for(
-    processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path, exited_at: dict[int, float]
-) -> list[Any]:
-    """Reaps every worker with wait4 (for its rusage) and notes when each exited (within 0.1 s); any failure or
-    the timeout kills the rest."""
-    deadline = time.monotonic() + timeout
-    usages: dict[int, Any] = {}
-    try:
-        while len(usages) < len(processes):
-            for index, process in enumerate(processes):
-                if index in usages:
-                    continue
-                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-                if pid == 0:
-                    continue
-                process.returncode = os.waitstatus_to_exitcode(status)
-                usages[index] = usage
-                exited_at[index] = time.time()
-                if process.returncode != 0:
-                    raise BenchError(
-                        f"worker {index} exited with code {process.returncode}; its log is "
-                        f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}"
-                    )
-            if time.monotonic() > deadline:
-                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
-            time.sleep(0.1)
-    finally:
-        for index, process in enumerate(processes):
-            if index not in usages:
-                signal_group(process.pid, signal.SIGKILL)
-                process.wait()
-    return [usages[index] for index in range(len(processes))]
-
-
-def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
-    """The chief's own figures: the trainer's metrics.json, or the peer's last stdout line."""
-    if program == "trainer":
-        source = pathlib.Path(ModelDir(str(model_dir)).metrics)
-        text = source.read_text() if source.exists() else ""
-    else:
-        source = run_dir / "worker-0.log"
-        lines = [line for line in source.read_text().splitlines() if line.startswith("{")]
-        text = lines[-1] if lines else ""
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError:
-        raise BenchError(f"no machine-readable result in {source}; see the logs in {run_dir}") from None
-    missing = [
-        key
-        for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
-        if report.get(key) is None
-    ]
-    if missing:
-        raise BenchError(
-            f"{source} lacks {', '.join(missing)}; the run may have been too short to measure (raise --steps)"
-        )
-    return report
 
 
 # ---- the session: interleaved rounds -----------------------------------------------------------
@@ -483,12 +299,6 @@ def check_targets(summaries: dict[str, Any], ratios: dict[str, Any], inputs: dic
     rss = max(summaries[name]["peak_rss_bytes_per_worker"]["max"] for name in trainer)
     rows = [
         (
-            "trainer_over_peer",
-            "trainer 2 workers / tutorial fit 2 workers (examples/s)",
-            ratios["trainer_over_peer"]["of_medians"],
-            ">=",
-        ),
-        (
             "two_workers_over_one_process",
             "trainer 2 workers / trainer 1 process (examples/s)",
             ratios["two_workers_over_one_process"]["of_medians"],
@@ -634,6 +444,8 @@ def print_table(results: dict[str, Any]) -> None:
         )
     if "async" in results:
         async_modes.print_summary(results["async"])
+    if "links" in results:
+        links.print_summary(results["links"])
     if results["warnings"]:
         print("\n".join(f"warning: {text}" for text in results["warnings"]))
 
@@ -658,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             print("[step costs] two workers' step, part by part ...", flush=True)
             step_costs = step_costs_once(args, scratch / "step-costs")
             async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
+            link_runs = None if args.no_links else links.run_link_rounds(args, scratch)
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
@@ -727,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if async_runs:
         results["async"] = async_modes.summarize(async_runs, args)
+    if link_runs:
+        results["links"] = links.summarize(link_runs, half)
+        results["links_runs"] = link_runs["runs"]
+        results["targets"] += links.check_targets(results["links"])
     if sweep_runs:
         results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs

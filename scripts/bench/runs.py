@@ -1,14 +1,28 @@
-"""What every bench phase shares: the error that stops a bench, the runs' environment, the CPU meter, spreads."""
+"""What every bench phase shares: launching a run and reading its figures, the error that stops a bench, the
+runs' environment, the CPU meter, spreads."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import os
 import pathlib
+import signal
 import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
-from scripts.common.processes import inherited_environment
+from scripts.common.ports import free_ports
+from scripts.common.processes import inherited_environment, peak_rss_bytes, signal_group
 from scripts.common.settings import ROOT
+from scripts.common.tfconfig import tf_config
+from trainer.artifacts.layout import ModelDir
+
+PEER_MODULE = "scripts.bench.tutorial_fit"
 
 
 class BenchError(RuntimeError):
@@ -44,3 +58,212 @@ def spread(values: list[float]) -> dict[str, Any]:
         "spread_percent": 100 * (max(values) - min(values)) / median if median else None,
         "values": values,
     }
+
+
+# ---- launching one run -------------------------------------------------------------------------
+
+
+def command(
+    program: str,
+    per_worker_batch: int,
+    workers: int,
+    args: argparse.Namespace,
+    model_dir: pathlib.Path,
+    files: pathlib.Path | None = None,
+) -> list[str]:
+    """files: a trainer.data.records directory to train on (--cache none) instead of the synthetic task."""
+    if program == "peer":
+        return [
+            sys.executable,
+            "-m",
+            PEER_MODULE,
+            "--per-worker-batch-size",
+            str(per_worker_batch),
+            "--steps",
+            str(args.steps),
+            "--warmup-steps",
+            str(args.warmup_steps),
+        ]
+    global_batch = per_worker_batch * workers
+    data = (
+        ["--dataset", "synthetic"]
+        if files is None
+        else [
+            "--dataset",
+            "tfrecord",
+            "--train-files",
+            str(files / "train-*"),
+            "--test-files",
+            str(files / "test-*"),
+            "--image-shape",
+            "28x28x1",
+            "--num-classes",
+            "10",
+            "--cache",
+            "none",
+        ]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "trainer",
+        *data,
+        "--epochs",
+        "1",
+        "--train-examples",
+        str(args.steps * global_batch),
+        "--test-examples",
+        str(global_batch),
+        "--per-worker-batch-size",
+        str(per_worker_batch),
+        "--log-every",
+        str(args.warmup_steps),
+        # No periodic checkpoints: the peer writes none either.
+        "--checkpoint-every",
+        "0",
+        "--model-dir",
+        str(model_dir),
+        *args.trainer_flags,
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where each worker runs: its host address in TF_CONFIG and what its command line is wrapped in (a
+    network namespace, a pinned core). The default: every worker on 127.0.0.1, unwrapped."""
+
+    host: Callable[[int], str] = lambda _index: "127.0.0.1"
+    wrap: Callable[[int, list[str]], list[str]] = lambda _index, argv: argv
+
+
+def run_once(
+    program: str,
+    workers: int,
+    per_worker_batch: int,
+    args: argparse.Namespace,
+    run_dir: pathlib.Path,
+    files: pathlib.Path | None = None,
+    extra_flags: list[str] | None = None,
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """Starts the workers together, waits for all, and returns the run's measurements. extra_flags: appended to
+    the trainer's (not the peer's) command line after the bench's own trainer flags."""
+    run_dir.mkdir(parents=True)
+    model_dir = run_dir / "model"
+    argv = command(program, per_worker_batch, workers, args, model_dir, files)
+    if program == "trainer":
+        argv += extra_flags or []
+    busy_before = busy_cpu_seconds()
+    started = time.monotonic()
+    processes = start_workers(argv, workers, run_dir, placement or Placement())
+    exited_at: dict[int, float] = {}
+    usages = wait_for(processes, args.timeout, run_dir, exited_at)
+    wall_seconds = time.monotonic() - started
+    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
+    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
+    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
+    report = read_report(program, run_dir, model_dir)
+    metrics_file = pathlib.Path(ModelDir(str(model_dir)).metrics)
+    return {
+        "examples_per_second": report["examples_per_second"],
+        "time_to_first_step_seconds": report["time_to_first_step_seconds"],
+        "peak_rss_bytes": [peak_rss_bytes(usage) for usage in usages],
+        "cpu_seconds": own_cpu,
+        "wall_seconds": wall_seconds,
+        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
+        "workers": report["workers"],
+        "global_batch_size": report["global_batch_size"],
+        # The trainer's own start-up milestones, seconds from process start (the peer reports none).
+        "startup_seconds": report.get("startup_seconds", {}),
+        # From the chief's metrics.json (written just before its final line) to the last process's exit.
+        "exit_seconds": max(exited_at.values()) - metrics_file.stat().st_mtime if metrics_file.exists() else None,
+    }
+
+
+def start_workers(
+    argv: list[str], workers: int, run_dir: pathlib.Path, placement: Placement | None = None
+) -> list[subprocess.Popen]:
+    """`workers` processes of argv placed by `placement` (default: on 127.0.0.1), each in its own session with its
+    log in run_dir/worker-<i>.log and TF_CONFIG as the operator writes it for that many Worker replicas (none for
+    a single one)."""
+    placement = placement or Placement()
+    # Ports free on this host; inside a fresh namespace every port is free.
+    ports = free_ports(workers)
+    env = clean_environment()
+    processes = []
+    for index in range(workers):
+        worker_tf_config = tf_config(
+            {"Worker": workers}, "Worker", index, lambda _type, i: f"{placement.host(i)}:{ports[i]}"
+        )
+        worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
+        with open(run_dir / f"worker-{index}.log", "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    placement.wrap(index, argv),
+                    cwd=ROOT,
+                    env=worker_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    return processes
+
+
+def wait_for(
+    processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path, exited_at: dict[int, float]
+) -> list[Any]:
+    """Reaps every worker with wait4 (for its rusage) and notes when each exited (within 0.1 s); any failure or
+    the timeout kills the rest."""
+    deadline = time.monotonic() + timeout
+    usages: dict[int, Any] = {}
+    try:
+        while len(usages) < len(processes):
+            for index, process in enumerate(processes):
+                if index in usages:
+                    continue
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid == 0:
+                    continue
+                process.returncode = os.waitstatus_to_exitcode(status)
+                usages[index] = usage
+                exited_at[index] = time.time()
+                if process.returncode != 0:
+                    raise BenchError(
+                        f"worker {index} exited with code {process.returncode}; its log is "
+                        f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}"
+                    )
+            if time.monotonic() > deadline:
+                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
+            time.sleep(0.1)
+    finally:
+        for index, process in enumerate(processes):
+            if index not in usages:
+                signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+    return [usages[index] for index in range(len(processes))]
+
+
+def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) -> dict[str, Any]:
+    """The chief's own figures: the trainer's metrics.json, or the peer's last stdout line."""
+    if program == "trainer":
+        source = pathlib.Path(ModelDir(str(model_dir)).metrics)
+        text = source.read_text() if source.exists() else ""
+    else:
+        source = run_dir / "worker-0.log"
+        lines = [line for line in source.read_text().splitlines() if line.startswith("{")]
+        text = lines[-1] if lines else ""
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError:
+        raise BenchError(f"no machine-readable result in {source}; see the logs in {run_dir}") from None
+    missing = [
+        key
+        for key in ("examples_per_second", "time_to_first_step_seconds", "workers", "global_batch_size")
+        if report.get(key) is None
+    ]
+    if missing:
+        raise BenchError(
+            f"{source} lacks {', '.join(missing)}; the run may have been too short to measure (raise --steps)"
+        )
+    return report

@@ -39,10 +39,10 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer.distribution.cluster import from_environment
 from trainer.config import parse_config
-from trainer.distribution.strategy import create_strategy, leave_group, share_cores
 from trainer.data.datasets import Source, image_spec
+from trainer.distribution.cluster import from_environment
+from trainer.distribution.strategy import create_strategy, leave_group, share_cores
 from trainer.distribution.sync_calls import SyncCalls
 from trainer.loop import build_optimizer
 from trainer.task import task_of

@@ -1,5 +1,5 @@
-"""Follows a submitted TFJob: conditions as they change, the chief's log lines, the outcome,
-and on failure the events and the last log lines of every replica."""
+"""Follows a submitted job (TFJob, JobSet or TrainJob, through its engine): conditions as they change, the chief's
+log lines, the outcome, and on failure the events and the last log lines of every replica."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scripts.common.manifest import TFJOB_CONTAINER
+from .engines import Engine, JobView
 
 FINISHED = ("Succeeded", "Failed")
 # How long one API call may keep failing transiently before following gives up, and the back-off between tries.
@@ -94,23 +94,22 @@ def sortable_timestamp(stamp: str) -> str:
 
 
 class JobFollower:
-    """Reads one TFJob through the Kubeflow SDK and its pods through the Kubernetes API."""
+    """Reads one job through its engine's client and its pods through the Kubernetes API."""
 
     def __init__(
         self,
-        training_client,
+        engine: Engine,
         core_api,
-        name: str,
-        namespace: str,
         out: Callable[[str], None] = print,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         retry_budget_s: float = RETRY_BUDGET_S,
     ):
-        self.training = training_client
+        self.engine = engine
         self.core = core_api
-        self.name = name
-        self.namespace = namespace
+        self.name = engine.name
+        self.namespace = engine.namespace
+        self.kind = engine.kind
         self.out = out
         self.sleep = sleep
         self.clock = clock
@@ -137,15 +136,14 @@ class JobFollower:
                 self.sleep(delay)
                 delay = min(2 * delay, LONGEST_RETRY_S)
 
-    def job(self) -> Any:
-        return self.call(f"reading TFJob {self.name}", self.training.get_job, self.name, namespace=self.namespace)
+    def job(self) -> JobView:
+        return self.call(f"reading {self.kind} {self.name}", self.engine.read)
 
-    def conditions(self, job: Any = None) -> list[Any]:
-        job = job or self.job()
-        return list((job.status and job.status.conditions) or [])
+    def conditions(self, job: JobView | None = None) -> list[Any]:
+        return list((job or self.job()).conditions)
 
     def current_state(self) -> str | None:
-        """None when no TFJob of this name exists, else Deleting (being deleted), Succeeded, Failed or Running
+        """None when no job of this name exists, else Deleting (being deleted), Succeeded, Failed or Running
         (not finished yet)."""
         try:
             job = self.job()
@@ -153,15 +151,15 @@ class JobFollower:
             if api_status(lost) == 404:
                 return None
             raise
-        if job.metadata and job.metadata.deletion_timestamp:
+        if job.deleting:
             return "Deleting"
-        return self.finished_state(self.conditions(job)) or "Running"
+        return self.finished_state(job.conditions) or "Running"
 
     def finished_state(self, conditions: list[Any]) -> str | None:
-        for condition in conditions:
-            if condition.type in FINISHED and condition.status == "True":
-                return condition.type
-        return None
+        return self.engine.finished_state(conditions)
+
+    def delete(self) -> None:
+        self.call(f"deleting {self.kind} {self.name}", self.engine.delete)
 
     def follow(self, timeout_s: float = 0, poll_s: float = 5.0) -> str:
         """Prints progress until the job finishes; returns Succeeded, Failed or Timeout (timeout_s > 0).
@@ -187,21 +185,19 @@ class JobFollower:
             self.out(f"[{self.name}] {condition.type}: {condition.message or condition.reason}")
 
     def pods(self, chief_only: bool = False) -> list[Any]:
-        selector = f"training.kubeflow.org/job-name={self.name}"
-        if chief_only:
-            selector += ",training.kubeflow.org/job-role=master"
+        selector = self.engine.chief_selector() if chief_only else self.engine.pod_selector()
         pods = self.call(
             f"listing the pods of {self.name}", self.core.list_namespaced_pod, self.namespace, label_selector=selector
         ).items
         return sorted(pods, key=lambda pod: pod.metadata.name)
 
     def services(self) -> list[Any]:
-        """The per-replica Services the operator made for this job (not the project's own status Service)."""
+        """The services the controller made for this job (not the project's own status Service)."""
         return self.call(
             f"listing the services of {self.name}",
             self.core.list_namespaced_service,
             self.namespace,
-            label_selector=f"training.kubeflow.org/job-name={self.name}",
+            **self.engine.service_query(),
         ).items
 
     def _print_chief_logs(self, poll_s: float) -> None:
@@ -222,7 +218,7 @@ class JobFollower:
     def _log(self, pod_name: str, **options) -> str:
         # Raw bytes: the client would otherwise parse a log that happens to be JSON.
         response = self.core.read_namespaced_pod_log(
-            pod_name, self.namespace, container=TFJOB_CONTAINER, _preload_content=False, **options
+            pod_name, self.namespace, container=self.engine.container, _preload_content=False, **options
         )
         return response.data.decode("utf-8", errors="replace")
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Creates the project's k3d cluster and installs the Kubeflow training operator (make k3d-up).
-# Idempotent: a second run finds the cluster and the operator in place, changes nothing and succeeds.
+# Creates the project's k3d cluster and installs the engine that runs the job (make k3d-up ENGINE=...):
+#   tfjob     the Kubeflow training operator TRAINING_OPERATOR_VERSION (TFJob)
+#   jobset    JobSet JOBSET_VERSION (its release manifest, into jobset-system)
+#   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (manager and runtimes overlays, into kubeflow-system); its
+#             manager overlay brings the JobSet release it pins (manifests/third-party/jobset at that tag)
+# The versions and the Kubernetes minors their CI tests are pinned in the settings file.
+# Idempotent: a second run finds the cluster and the engine in place, changes nothing and succeeds.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -8,7 +13,17 @@ cd "$(dirname "$0")/../.."
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
 
+engine=${ENGINE:-tfjob}
+case "$engine" in
+  tfjob | jobset | trainjob) ;;
+  *)
+    echo "error: ENGINE=$engine is not an engine: use tfjob, jobset or trainjob" >&2
+    exit 2
+    ;;
+esac
 operator_source="github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_VERSION}"
+jobset_release="https://github.com/kubernetes-sigs/jobset/releases/download/${JOBSET_VERSION}/manifests.yaml"
+trainer_overlays="github.com/kubeflow/trainer.git/manifests/overlays"
 context="k3d-${CLUSTER_NAME}"
 
 missing=0
@@ -22,7 +37,7 @@ require() {
 require docker "Install Docker Engine (Linux) or Docker Desktop: https://docs.docker.com/get-docker/"
 require k3d "Install k3d v5: https://k3d.io/stable/#installation (or: brew install k3d)"
 require kubectl "Install kubectl: https://kubernetes.io/docs/tasks/tools/"
-# kubectl fetches the operator's kustomization from GitHub with git.
+# kubectl fetches the operator's and Trainer's kustomizations from GitHub with git.
 require git "Install git: https://git-scm.com/downloads"
 if [ "$missing" -ne 0 ]; then
   exit 1
@@ -52,10 +67,49 @@ else
 fi
 echo "kubectl context: $(kubectl config current-context)"
 
-echo "installing the training operator $TRAINING_OPERATOR_VERSION (server-side: its CRDs are too large for client-side apply)"
-kubectl --context "$context" apply --server-side -k "$operator_source"
-kubectl --context "$context" wait --for condition=established --timeout=120s crd/tfjobs.kubeflow.org
-echo "waiting for the operator to become available"
-kubectl --context "$context" -n kubeflow wait --for condition=Available --timeout=300s deployment --all
-kubectl --context "$context" -n kubeflow get deployments
-echo "ready: make submit"
+kube() { kubectl --context "$context" "$@"; }
+
+install_operator() {
+  echo "installing the training operator $TRAINING_OPERATOR_VERSION (server-side: its CRDs are too large for client-side apply)"
+  kube apply --server-side -k "$operator_source"
+  kube wait --for condition=established --timeout=120s crd/tfjobs.kubeflow.org
+  echo "waiting for the operator to become available"
+  kube -n kubeflow wait --for condition=Available --timeout=300s deployment --all
+  kube -n kubeflow get deployments
+}
+
+install_jobset() {
+  # Trainer's manager overlay installs the same JobSet into kubeflow-system: one JobSet controller per cluster.
+  if kube -n kubeflow-system get deployment jobset-controller-manager >/dev/null 2>&1; then
+    echo "JobSet is already installed with Kubeflow Trainer (kubeflow-system); using it"
+    return
+  fi
+  echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
+  kube apply --server-side -f "$jobset_release"
+  kube wait --for condition=established --timeout=120s crd/jobsets.jobset.x-k8s.io
+  echo "waiting for the JobSet controller to become available"
+  kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
+  kube -n jobset-system get deployments
+}
+
+install_trainer() {
+  if kube -n jobset-system get deployment jobset-controller-manager >/dev/null 2>&1; then
+    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: kubectl delete -f $jobset_release (or make k3d-down and start again)" >&2
+    exit 1
+  fi
+  echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
+  kube apply --server-side -k "${trainer_overlays}/manager?ref=${KUBEFLOW_TRAINER_VERSION}"
+  kube wait --for condition=established --timeout=120s crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
+  echo "waiting for the Trainer and JobSet controllers to become available"
+  kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
+  # The runtimes go through Trainer's webhook, which answers once the manager is available.
+  kube apply --server-side -k "${trainer_overlays}/runtimes?ref=${KUBEFLOW_TRAINER_VERSION}"
+  kube -n kubeflow-system get deployments
+}
+
+case "$engine" in
+  tfjob) install_operator ;;
+  jobset) install_jobset ;;
+  trainjob) install_trainer ;;
+esac
+echo "ready: make submit ENGINE=$engine"

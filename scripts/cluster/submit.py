@@ -1,13 +1,14 @@
-"""Submits the project's TFJob to the current kubectl context and follows it (make submit).
+"""Submits the project's job (a TFJob, JobSet or TrainJob) to the current kubectl context and follows it (make submit).
 
-Steps: render k8s/ with kubectl kustomize; apply the command line; check the TFJob
-against the operator's webhook rules and the trainer's own flag parser; refuse if a
-TFJob of the same name is still running; import the image into k3d; apply the volume
-claim and the chief's status Service; prepare the dataset on the volume (an idempotent
-Job that exits at once when the data is there); delete a finished TFJob of the same
-name and wait until its pods and services are gone; create the TFJob with the Kubeflow
-SDK; follow it to the end. API calls that fail transiently (HTTP 5xx or 429, connection
-errors, timeouts) are retried with back-off for up to 5 minutes.
+Steps: render the kustomization with kubectl kustomize; apply the command line; check the job
+against its engine's webhook rules (engines.py, admission.py) and the trainer's own flag parser;
+refuse if a job of the same name is still running; import the image into k3d; apply the volume
+claim, the chief's status Service and a TrainJob's runtime; prepare the dataset on the volume (an
+idempotent Job that exits at once when the data is there); delete a finished job of the same name
+in the foreground and wait until its pods and services are gone; create the job with its engine's
+real client (TFJob: the kubeflow-training SDK; JobSet: the Kubernetes client; TrainJob: the kubeflow
+SDK's TrainerClient); follow it to the end. API calls that fail transiently (HTTP 5xx or 429,
+connection errors, timeouts) are retried with back-off for up to 5 minutes.
 
 Exit codes: 0 the job succeeded; 1 the job failed; 2 bad command line or manifest;
 3 a cluster step failed before the job was created; 4 stopped following (--timeout,
@@ -24,7 +25,7 @@ import sys
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
-from . import job_follower
+from . import admission, engines, job_follower
 from . import steps as cluster_steps
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
@@ -43,14 +44,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="print the TFJob request body (JSON) and exit")
+    mode.add_argument("--dry-run", action="store_true", help="print the job's request body (JSON) and exit")
     mode.add_argument("--status", action="store_true", help="print the job's conditions, pods and the chief's status")
-    mode.add_argument("--delete", action="store_true", help="delete the TFJob (the volume and its model stay)")
+    mode.add_argument("--delete", action="store_true", help="delete the job (the volume and its model stay)")
     parser.add_argument(
         "--kustomize",
         type=pathlib.Path,
         default=tfjob_manifest.K8S_DIR,
-        help="kustomization: k8s (sync) or k8s-async (parameter servers) (default: %(default)s)",
+        help="kustomization (make passes k8s/overlays/ENGINE-STRATEGY); its job's kind picks the engine "
+        "(default: %(default)s)",
     )
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")
     parser.add_argument("--workers", type=int, default=int(SETTINGS["WORKERS"]), help="Worker replicas")
@@ -86,25 +88,84 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         epochs=args.epochs,
         trainer_args=args.trainer_args,
     )
-    tfjob = tfjob_manifest.the_one(objects, "TFJob")
-    problems = tfjob_manifest.webhook_problems(tfjob)
+    kind = engines.engine_kind(objects)
+    job = tfjob_manifest.the_one(objects, kind)
+    if kind == "TFJob":
+        problems = tfjob_manifest.webhook_problems(job)
+        who = "the training operator"
+    elif kind == "JobSet":
+        problems = admission.jobset_problems(job["metadata"]["name"], job["spec"])
+        who = f"JobSet {SETTINGS.get('JOBSET_VERSION', '')}".rstrip()
+    else:
+        runtime = tfjob_manifest.runtime_of(objects)
+        problems = admission.trainjob_problems(job, runtime)
+        who = f"Kubeflow Trainer {SETTINGS.get('KUBEFLOW_TRAINER_VERSION', '')}".rstrip()
+        engines.sdk_call(job, runtime)  # ManifestError when the SDK cannot send it
     if problems:
-        raise tfjob_manifest.ManifestError("the operator would reject this TFJob:\n  " + "\n  ".join(problems))
-    check_trainer_flags(tfjob)
+        raise tfjob_manifest.ManifestError(f"{who} would reject this {kind}:\n  " + "\n  ".join(problems))
+    check_trainer_flags(trainer_container_of(objects, kind), objects)
     return objects
 
 
-def check_trainer_flags(tfjob: dict) -> None:
-    """Runs the trainer's own parser on the container's args and env, so a typo fails here, not in a pod."""
-    container = tfjob_manifest.trainer_container(tfjob)
-    environ = {entry["name"]: entry.get("value", "") for entry in container.get("env", []) if "value" in entry}
-    tfjob_manifest.trainer_config(container.get("args") or [], environ)
+def trainer_container_of(objects: list[dict], kind: str) -> dict:
+    """The chief's trainer container as the pod will run it (a TrainJob's args and env applied to its runtime's)."""
+    job = tfjob_manifest.the_one(objects, kind)
+    if kind == "TFJob":
+        return tfjob_manifest.trainer_container(job)
+    if kind == "JobSet":
+        return tfjob_manifest.trainer_of(engines.first_replicated_job(job["spec"])["template"]["spec"]["template"])
+    runtime = tfjob_manifest.runtime_of(objects)
+    chief = engines.first_replicated_job(runtime["spec"]["template"]["spec"])
+    containers = chief["template"]["spec"]["template"]["spec"]["containers"]
+    container = dict(next((c for c in containers if c["name"] == engines.TRAINER_CONTAINER), containers[0]))
+    overrides = job["spec"].get("trainer") or {}
+    if "args" in overrides:
+        container["args"] = overrides["args"]
+    env = {entry["name"]: entry for entry in container.get("env") or []}
+    env.update({entry["name"]: entry for entry in overrides.get("env") or []})
+    container["env"] = list(env.values())
+    return container
+
+
+def check_trainer_flags(container: dict, objects: list[dict]) -> None:
+    """Runs the trainer's own parser on the container's args and environment, so a typo fails here, not in a pod."""
+    tfjob_manifest.trainer_config(container.get("args") or [], plain_environment(container, objects))
+
+
+def plain_environment(container: dict, objects: list[dict]) -> dict[str, str]:
+    """The container's literal variables as the kubelet sets them: its envFrom ConfigMaps (rendered beside it, with
+    their prefix) first, then its env values, the later winning. valueFrom entries are left out (set at run time)."""
+    config_maps = {obj["metadata"]["name"]: obj.get("data") or {} for obj in objects if obj.get("kind") == "ConfigMap"}
+    environ: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        data = config_maps.get((source.get("configMapRef") or {}).get("name"), {})
+        environ.update({source.get("prefix", "") + key: value for key, value in data.items()})
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            environ[entry["name"]] = entry["value"]
+        else:
+            environ.pop(entry["name"], None)
+    return environ
 
 
 def training_client(namespace: str):
     from kubeflow.training import TrainingClient
 
     return TrainingClient(job_kind="TFJob", namespace=namespace)
+
+
+def trainer_client(namespace: str):
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    return TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace))
+
+
+def custom_objects_api():
+    import kubernetes
+
+    kubernetes.config.load_kube_config()
+    return kubernetes.client.CustomObjectsApi()
 
 
 def core_api():
@@ -114,14 +175,25 @@ def core_api():
     return kubernetes.client.CoreV1Api()
 
 
-def follower(namespace: str) -> job_follower.JobFollower:
-    return job_follower.JobFollower(training_client(namespace), core_api(), SETTINGS["JOB_NAME"], namespace)
+def engine_for(objects: list[dict], namespace: str) -> engines.Engine:
+    """The rendered job's engine, behind its real client."""
+    kind = engines.engine_kind(objects)
+    job = tfjob_manifest.the_one(objects, kind)
+    if kind == "TFJob":
+        return engines.TFJobEngine(training_client(namespace), job["metadata"]["name"], namespace)
+    if kind == "JobSet":
+        return engines.JobSetEngine.of(custom_objects_api(), job, namespace)
+    return engines.TrainJobEngine.of(trainer_client(namespace), objects, namespace)
 
 
-def show_status(namespace: str) -> int:
-    watcher = follower(namespace)
+def follower(objects: list[dict], namespace: str) -> job_follower.JobFollower:
+    return job_follower.JobFollower(engine_for(objects, namespace), core_api())
+
+
+def show_status(objects: list[dict], namespace: str) -> int:
+    watcher = follower(objects, namespace)
     if watcher.current_state() is None:
-        print(f"no TFJob {SETTINGS['JOB_NAME']} in namespace {namespace} (make submit creates it)")
+        print(f"no {watcher.kind} {watcher.name} in namespace {namespace} (make submit creates it)")
         return EXIT_FAILED
     for condition in watcher.conditions():
         print(f"{condition.last_transition_time}  {condition.type}={condition.status}  {condition.message or ''}")
@@ -133,22 +205,16 @@ def show_status(namespace: str) -> int:
     return EXIT_SUCCEEDED
 
 
-def foreground():
-    """Delete options under which the API server keeps the object until its pods and services are deleted."""
-    from kubernetes.client import V1DeleteOptions
-
-    return V1DeleteOptions(propagation_policy="Foreground")
-
-
-def delete_job(namespace: str) -> int:
+def delete_job(objects: list[dict], namespace: str) -> int:
+    watcher = follower(objects, namespace)
     try:
-        training_client(namespace).delete_job(SETTINGS["JOB_NAME"], namespace=namespace, delete_options=foreground())
-    except RuntimeError as error:
-        print(f"could not delete TFJob {SETTINGS['JOB_NAME']}: {error}", file=sys.stderr)
+        watcher.delete()
+    except job_follower.LostContact as error:
+        print(f"could not delete {watcher.kind} {watcher.name}: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(
-        f"deleting TFJob {SETTINGS['JOB_NAME']} and its pods (they stop within their grace period); the volume "
-        f"{SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)"
+        f"deleting {watcher.kind} {watcher.name} and its pods in the foreground (they stop within their grace "
+        f"period); the volume {SETTINGS['VOLUME_CLAIM']} and its model stay (make fetch-model copies them out)"
     )
     return EXIT_SUCCEEDED
 
@@ -178,47 +244,41 @@ def container_tool() -> str:
 
 
 def earlier_job(watcher: job_follower.JobFollower) -> str | None:
-    """The state of a TFJob of the same name (None: there is none; Deleting: make delete is under way); refuses one
+    """The state of a job of the same name (None: there is none; Deleting: make delete is under way); refuses one
     that is still running, before anything on the cluster changes."""
     state = watcher.current_state()
     if state == "Running":
         raise cluster_steps.StepError(
-            f"TFJob {watcher.name} is still running in {watcher.namespace}: follow it with `make status`, or "
-            f"`make delete` it first"
+            f"{watcher.kind} {watcher.name} is still running in {watcher.namespace}: follow it with `make status`, "
+            f"or `make delete` it first"
         )
     return state
 
 
 def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> None:
-    """A TFJob name is unique, and so are its pods' and services' names: a finished TFJob goes first with its pods
-    and services (Foreground: the API server keeps the TFJob until the garbage collector has deleted them), and
+    """A job name is unique, and so are its pods' and services' names: a finished job goes first with its pods
+    and services (Foreground: the API server keeps the job until the garbage collector has deleted them), and
     what an earlier deletion (make delete) left terminating is waited for, before the new job is created."""
-    name = watcher.name
+    name, kind = watcher.name, watcher.kind
     if state in job_follower.FINISHED:
-        print(f"deleting the {state.lower()} TFJob {name} from an earlier run, and its pods and services")
-        watcher.call(
-            f"deleting TFJob {name}",
-            watcher.training.delete_job,
-            name,
-            namespace=watcher.namespace,
-            delete_options=foreground(),
-        )
+        print(f"deleting the {state.lower()} {kind} {name} from an earlier run, and its pods and services")
+        watcher.delete()
     started, announced = watcher.clock(), state in job_follower.FINISHED
     while True:
         left = [f"pod/{pod.metadata.name}" for pod in watcher.pods()]
         left += [f"service/{service.metadata.name}" for service in watcher.services()]
         if watcher.current_state() is not None:
-            left.append(f"tfjob/{name}")
+            left.append(f"{kind.lower()}/{name}")
         if not left:
             return
         if not announced:
-            print(f"waiting for what is left of an earlier TFJob {name} to go: {', '.join(left)}")
+            print(f"waiting for what is left of an earlier {kind} {name} to go: {', '.join(left)}")
             announced = True
         if watcher.clock() - started >= OLD_JOB_GONE_S:
             raise cluster_steps.StepError(
-                f"the earlier TFJob {name} is not gone after {OLD_JOB_GONE_S:.0f} s, still there: {', '.join(left)}. "
-                f"Pods stop after their grace period; see `kubectl get pods,svc,tfjob -n {watcher.namespace} "
-                f"-l training.kubeflow.org/job-name={name}` and run make submit again once they are gone"
+                f"the earlier {kind} {name} is not gone after {OLD_JOB_GONE_S:.0f} s, still there: {', '.join(left)}. "
+                f"Pods stop after their grace period; see `kubectl get pods,svc,{kind.lower()} -n {watcher.namespace} "
+                f"-l {watcher.engine.pod_selector()}` and run make submit again once they are gone"
             )
         watcher.sleep(OLD_JOB_POLL_S)
 
@@ -226,7 +286,8 @@ def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> 
 def submit(objects: list[dict], args: argparse.Namespace) -> int:
     context = cluster_steps.current_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
-    watcher = follower(args.namespace)
+    watcher = follower(objects, args.namespace)
+    kind, name = watcher.kind, watcher.name
     earlier = earlier_job(watcher)
     if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
         cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], container_tool())
@@ -234,9 +295,11 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(
             f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}"
         )
+    # A TrainJob's runtime goes first: Trainer's webhook refuses a TrainJob whose runtime does not exist yet.
     cluster_steps.apply(
         tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
-        + [tfjob_manifest.the_one(objects, "Service", component="training")],
+        + [tfjob_manifest.the_one(objects, "Service", component="training")]
+        + [obj for obj in objects if obj.get("kind") in engines.RUNTIME_KINDS],
         args.namespace,
     )
     if args.tensorboard:
@@ -252,10 +315,8 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     prepare_data(objects, args)
 
     delete_earlier_job(watcher, earlier)
-    watcher.training.create_job(
-        job=tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")), namespace=args.namespace
-    )
-    print(f"created TFJob {SETTINGS['JOB_NAME']} with {args.workers} worker(s) running {args.image}")
+    watcher.engine.create(objects)
+    print(f"created {kind} {name} with {args.workers} worker(s) running {args.image}")
 
     try:
         state = watcher.follow(timeout_s=args.timeout)
@@ -266,18 +327,18 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         state = "lost contact with the API server"
     if state == "Succeeded":
         print(
-            f"TFJob {SETTINGS['JOB_NAME']} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
+            f"{kind} {name} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
             f"{SETTINGS['TRAINER_MODEL_DIR']}: `make fetch-model` copies it to ./artifacts/"
         )
         return EXIT_SUCCEEDED
     if state == "Failed":
-        print(f"TFJob {SETTINGS['JOB_NAME']} failed", file=sys.stderr)
+        print(f"{kind} {name} failed", file=sys.stderr)
         try:
             watcher.failure_report()
         except job_follower.LostContact as lost:
             print(f"no failure report: {lost}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"stopped following ({state}); TFJob {SETTINGS['JOB_NAME']} may still be running: `make status`, `make logs`")
+    print(f"stopped following ({state}); {kind} {name} may still be running: `make status`, `make logs`")
     return EXIT_STILL_RUNNING
 
 
@@ -298,24 +359,36 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def request_body(objects: list[dict], namespace: str) -> dict:
+    """What creating the job sends: the SDK's TFJob body; the JobSet as rendered; the TrainJob as rendered with the
+    image the SDK's CustomTrainerContainer carries (test_submit_engines checks the SDK sends exactly this)."""
+    kind = engines.engine_kind(objects)
+    job = tfjob_manifest.the_one(objects, kind)
+    if kind == "TFJob":
+        body = tfjob_manifest.request_body(tfjob_manifest.to_tfjob(job))
+    elif kind == "JobSet":
+        body = json.loads(json.dumps(job))
+    else:
+        body = engines.sdk_request_body(job, tfjob_manifest.runtime_of(objects))
+    body["metadata"]["namespace"] = namespace  # where the client would post it
+    return body
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if not (args.status or args.delete):
-        try:
-            objects = build_objects(args)
-        except tfjob_manifest.ManifestError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        if args.dry_run:
-            body = tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob_manifest.the_one(objects, "TFJob")))
-            body["metadata"]["namespace"] = args.namespace  # where create_job would post it
-            print(json.dumps(body, indent=2, sort_keys=True))
-            return EXIT_SUCCEEDED
+    try:
+        objects = tfjob_manifest.render(args.kustomize) if args.status or args.delete else build_objects(args)
+    except tfjob_manifest.ManifestError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        print(json.dumps(request_body(objects, args.namespace), indent=2, sort_keys=True))
+        return EXIT_SUCCEEDED
     try:
         if args.status:
-            return show_status(args.namespace)
+            return show_status(objects, args.namespace)
         if args.delete:
-            return delete_job(args.namespace)
+            return delete_job(objects, args.namespace)
         return submit(objects, args)
     except cluster_errors() as error:
         print(f"error: {error}", file=sys.stderr)

@@ -49,6 +49,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
         "--workers",
         "2",
         "--no-async",  # tests/tools/test_bench_async.py runs that phase
+        "--no-links",  # tests/tools/test_bench_links.py runs that phase
         "--output-dir",
         str(tmp_path),
         timeout=900,
@@ -84,7 +85,6 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert inputs["input_over_step"]["of_medians"] > 0 and len(inputs["input_over_step"]["per_round"]) == 2
     assert "input/step" in result.stdout
     assert {target["key"] for target in results["targets"]} == {
-        "trainer_over_peer",
         "two_workers_over_one_process",
         "time_to_first_step_seconds",
         "first_step_after_group_formed_seconds",
@@ -113,7 +113,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert all(0 < e <= 1 for e in efficiency.values()) and efficiency["2"] >= efficiency["64"]
     assert "two workers' step, ms" in result.stdout and "predicted efficiency" in result.stdout
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
-    assert "async" not in results
+    assert "async" not in results and "links" not in results
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
 
     chart = (tmp_path / "bench.png").read_bytes()

@@ -69,6 +69,73 @@ def test_k3d_up_says_when_docker_is_installed_but_not_running(tmp_path):
     assert "not installed" not in result.stderr
 
 
+def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = False):
+    """k3d-up.sh for ENGINE with docker, k3d and kubectl as recording stubs (no cluster): its kubectl calls."""
+    tmp_path.mkdir(exist_ok=True)
+    log = tmp_path / "kubectl.log"
+    jobset_there = 0 if standalone_jobset else 1
+    stubs = {
+        "docker": "exit 0",
+        "git": "exit 0",
+        "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
+        "kubectl": (
+            f'echo "$*" >> {log}; case "$*" in *"config current-context"*) echo k3d-distml;; '
+            f'*"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
+            '*"get deployment jobset-controller-manager"*) exit 1;; esac; exit 0'
+        ),
+    }
+    result = subprocess.run(
+        [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / "k3d-up.sh")],
+        capture_output=True,
+        text=True,
+        env={"PATH": path_with(tmp_path, stubs), "HOME": os.environ.get("HOME", "/tmp"), "ENGINE": engine},
+        timeout=60,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result, [call for call in calls if " apply " in f" {call} "]
+
+
+def settings_file() -> dict[str, str]:
+    from scripts.common import settings as project_settings
+
+    return project_settings.load_file()
+
+
+@pytest.mark.parametrize(
+    "engine, installs",
+    [
+        ("tfjob", ["-k {OPERATOR}/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"]),
+        ("jobset", ["-f {JOBSET}/releases/download/{JOBSET_VERSION}/manifests.yaml"]),
+        (
+            "trainjob",
+            [
+                "-k {TRAINER}/manifests/overlays/manager?ref={KUBEFLOW_TRAINER_VERSION}",
+                "-k {TRAINER}/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_VERSION}",
+            ],
+        ),
+    ],
+)
+def test_k3d_up_installs_the_pinned_release_of_the_engine_asked_for(tmp_path, engine, installs):
+    result, applies = k3d_up_with(tmp_path, engine)
+    assert result.returncode == 0, result.stderr
+    sources = {
+        "OPERATOR": "github.com/kubeflow/training-operator.git",
+        "JOBSET": "https://github.com/kubernetes-sigs/jobset",
+        "TRAINER": "github.com/kubeflow/trainer.git",
+    }
+    expected = [line.format(**sources, **settings_file()) for line in installs]
+    assert applies == [f"--context k3d-distml apply --server-side {line}" for line in expected]
+    assert f"ready: make submit ENGINE={engine}" in result.stdout
+
+
+def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):
+    result, applies = k3d_up_with(tmp_path / "a", "trainjob", standalone_jobset=True)
+    assert result.returncode == 1 and applies == []
+    assert "would install a second JobSet controller" in result.stderr and "kubectl delete -f" in result.stderr
+    result, _ = k3d_up_with(tmp_path / "b", "volcano")
+    assert result.returncode == 2 and "ENGINE=volcano is not an engine" in result.stderr
+
+
 @pytest.mark.parametrize("script, missing", [("k3d-down.sh", "k3d"), ("fetch-model.sh", "kubectl")])
 def test_other_scripts_say_which_tool_is_missing(tmp_path, script, missing):
     result = run_script(script, path_with(tmp_path, {}))

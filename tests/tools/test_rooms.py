@@ -18,7 +18,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
 ROOM_TESTS = {
     "bench": ["tests/tools/test_bench.py", "tests/tools/test_bench_async.py"],
-    "cluster": ["tests/tools/test_submit.py", "tests/tools/test_submit_api.py", "tests/tools/test_cluster_scripts.py"],
+    "cluster": [
+        "tests/tools/test_submit.py",
+        "tests/tools/test_submit_api.py",
+        "tests/tools/test_submit_engines.py",
+        "tests/tools/test_engine_manifests.py",
+        "tests/tools/test_cluster_scripts.py",
+    ],
 }
 IMPORT_EVERY_MODULE = """
 import pkgutil, importlib, scripts

@@ -23,7 +23,7 @@ PERMANENT = {
     "action": "FailJob",
     "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [137, 143, 144]},
 }
-FAIL_ON_PERMANENT = {"name": "permanent-error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+FAIL_ON_PERMANENT = {"name": "permanent_error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
 
 
 def jobset_spec(

@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from scripts.cluster import job_follower, submit
+from scripts.cluster import engines, job_follower, submit
 from scripts.cluster import steps as cluster_steps
 from scripts.common import settings as project_settings
 
@@ -176,9 +176,8 @@ def follower_at(port: int, clock: FakeClock, lines: list[str]) -> job_follower.J
     configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{port}")
     training = TrainingClient(client_configuration=configuration, job_kind="TFJob", namespace=NAMESPACE)
     core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-    return job_follower.JobFollower(
-        training, core, NAME, NAMESPACE, out=lines.append, sleep=clock.sleep, clock=clock, retry_budget_s=120
-    )
+    engine = engines.TFJobEngine(training, NAME, NAMESPACE)
+    return job_follower.JobFollower(engine, core, out=lines.append, sleep=clock.sleep, clock=clock, retry_budget_s=120)
 
 
 @pytest.fixture
@@ -201,16 +200,13 @@ def cluster(monkeypatch):
 
     servers = []
 
-    def follower(namespace):
+    def follower(objects, namespace):
+        assert engines.engine_kind(objects) == "TFJob"
         servers.append(serve(Cluster.api))
         return follower_at(servers[-1].server_port, Cluster.clock, Cluster.lines)
 
-    def training_client(namespace):
-        return follower(namespace).training
-
     monkeypatch.setattr(cluster_steps, "run", run)
     monkeypatch.setattr(submit, "follower", follower)
-    monkeypatch.setattr(submit, "training_client", training_client)
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     yield Cluster
     for server in servers:

@@ -9,7 +9,7 @@ by hand with 127.0.0.1 addresses.
 
 JobSet (kubernetes-sigs/jobset v0.12.0), alone or under Kubeflow Trainer v2, sets no TF_CONFIG and no variable
 of its own. Without TF_CONFIG, a pod with JOBSET_NAME builds the same cluster from (see from_jobset):
-  JOBSET_NAME, JOBSET_REPLICATED_JOB, JOBSET_JOB_INDEX   the pod's labels jobset.sigs.k8s.io/jobset-name,
+  JOBSET_NAME, JOBSET_REPLICATED_JOB, JOBSET_JOB_INDEX   the pod's metadata jobset.sigs.k8s.io/jobset-name,
         replicatedjob-name and job-index, read through the downward API (JobSet puts them on every pod:
         labelAndAnnotateObject in pkg/controllers/jobset_controller.go);
   JOB_COMPLETION_INDEX   the pod's index in its Job, set by Kubernetes for Indexed Jobs (JobSet's default mode);

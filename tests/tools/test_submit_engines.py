@@ -1,0 +1,453 @@
+"""make submit under JobSet and TrainJob, against a local fake of the API server behind the real clients.
+
+As tests/tools/test_submit_api.py does for the TFJob: no cluster runs here; a local HTTP server plays the API
+server's answers and the real clients talk to it, through their own models and error wrapping: the Kubernetes
+client's CustomObjectsApi for the JobSet, the kubeflow SDK's TrainerClient (its train() reads the runtime and posts
+the TrainJob) for the TrainJob, CoreV1Api for pods, services and logs. The fake deletes as the garbage collector does
+(Foreground keeps the job until its pods and services are gone, Background removes it at once) and reports the
+conditions each controller writes: JobSet `Completed`/`Failed` (api/jobset/v1alpha2/jobset_types.go at v0.12.0),
+TrainJob `Complete`/`Failed` (pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.3.0). Time is a fake clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import pathlib
+import subprocess
+import threading
+import urllib.parse
+
+import pytest
+import yaml
+
+import crd_schemas
+from scripts.cluster import engines, job_follower, submit
+from scripts.cluster import steps as cluster_steps
+from scripts.common import manifest as tfjob_manifest
+from scripts.common import settings as project_settings
+
+SETTINGS = project_settings.load()
+NAMESPACE = SETTINGS["NAMESPACE"]
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "engines"
+DROP = "drop"  # close the connection without an answer
+# The objects every kustomization renders beside the job, which submit applies first.
+VOLUME = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": SETTINGS["VOLUME_CLAIM"]}}
+STATUS_SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": f"{SETTINGS['JOB_NAME']}-status", "labels": {"app.kubernetes.io/component": "training"}},
+}
+
+
+def rendered(fixture: str) -> list[dict]:
+    objects = [doc for doc in yaml.safe_load_all((FIXTURES / fixture).read_text()) if doc]
+    return [VOLUME, STATUS_SERVICE, *objects]
+
+
+KINDS = {
+    "JobSet": {
+        "fixture": "jobset-async.yaml",
+        "collection": f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NAMESPACE}/jobsets",
+        "done": "Completed",
+    },
+    "TrainJob": {
+        "fixture": "trainjob-sync.yaml",
+        "collection": f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NAMESPACE}/trainjobs",
+        "done": "Complete",
+    },
+}
+PODS_PATH, SERVICES_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods", f"/api/v1/namespaces/{NAMESPACE}/services"
+EVENTS_PATH = f"/api/v1/namespaces/{NAMESPACE}/events"
+RUNTIMES_PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NAMESPACE}/trainingruntimes"
+TRAINER_CONFIGMAP = "/api/v1/namespaces/kubeflow-system/configmaps/kubeflow-trainer-public"
+
+
+def status(code: int, reason: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason}
+
+
+def condition(kind: str, state: str) -> list[dict]:
+    """The conditions of a job that is Running (none that ends it), done, or Failed, with every field a
+    metav1.Condition requires (the trainer-api model refuses one without)."""
+    kind_type = {"Running": "Suspended", "done": KINDS[kind]["done"]}.get(state, "Failed")
+    return [
+        {
+            "type": kind_type,
+            "status": "False" if state == "Running" else "True",
+            "reason": f"{kind}{state}",
+            "message": f"{kind} {state}",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
+
+
+class FakeAPIServer:
+    """The API server's answers for one JobSet or TrainJob (and, for the TrainJob, its runtime). `failures[path]`
+    answers come first, one per request; a job this test created is Running for `runs_for` GETs, then ends `ends`."""
+
+    def __init__(self, kind: str, job: dict | None = None, runs_for: int = 2, ends: str = "done", pods_gone_after=2):
+        self.kind = kind
+        self.name = SETTINGS["JOB_NAME"]
+        self.job_path = f"{KINDS[kind]['collection']}/{self.name}"
+        self.job = job
+        self.runs_for, self.ends = runs_for, ends
+        self.pods = [f"{self.name}-chief-0-0", f"{self.name}-worker-0-1"] if job else []
+        self.services = [self.name] if job else []
+        self.pods_gone_after = pods_gone_after
+        self.deleting = False
+        self.runtime: dict | None = None
+        self.failures: dict[str, list] = {}
+        self.log: list[tuple[str, str, str]] = []
+        self.created: dict | None = None
+        self.delete_bodies: list[dict | None] = []
+        self.at_create: dict | None = None
+        self.lock = threading.Lock()
+
+    def answer(self, method: str, path: str, query: str, body) -> tuple[int, object] | str:
+        with self.lock:
+            self.log.append((method, path, query))
+            queued = self.failures.get(path) or []
+            if queued:
+                failure = queued.pop(0)
+                return failure if failure == DROP else (failure, status(failure, "Failure"))
+            if path == self.job_path and method == "GET":
+                return self._get_job()
+            if path == self.job_path and method == "DELETE":
+                self.delete_bodies.append(body)
+                if self.job is None:
+                    return 404, status(404, "NotFound")
+                self.deleting = True
+                if (body or {}).get("propagationPolicy") != "Foreground":
+                    job, self.job = self.job, None
+                    return 200, job
+                self.job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                return 200, self.job
+            if path == KINDS[self.kind]["collection"] and method == "POST":
+                if self.job is not None:
+                    return 409, status(409, "AlreadyExists")
+                self.at_create = {"pods": list(self.pods), "services": list(self.services)}
+                self.created = body
+                stored = {**body, "metadata": {**body["metadata"], "namespace": NAMESPACE}}
+                stored["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+                self.job, self.deleting = {**stored, "status": {"conditions": []}}, False
+                self.pods, self.services = [f"{self.name}-chief-0-0"], [self.name]
+                return 201, stored
+            if path == f"{RUNTIMES_PATH}/{(self.runtime or {}).get('metadata', {}).get('name')}" and method == "GET":
+                return 200, self.runtime
+            if path == TRAINER_CONFIGMAP:
+                return 200, {"kind": "ConfigMap", "data": {"kubeflow_trainer_version": "v2.3.0"}}
+            if path in (PODS_PATH, SERVICES_PATH):
+                if path == PODS_PATH and self.deleting:
+                    self.pods_gone_after -= 1
+                    if self.pods_gone_after <= 0:
+                        self.pods, self.services = [], []
+                names = self.pods if path == PODS_PATH else self.services
+                items = [self._pod(name) if path == PODS_PATH else {"metadata": {"name": name}} for name in names]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+            if path == EVENTS_PATH:
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}
+            if path.startswith(PODS_PATH + "/") and path.endswith("/log"):
+                return 200, "2026-01-01T00:00:00Z step 1\n"
+            return 404, status(404, "NotFound")
+
+    def _pod(self, name: str) -> dict:
+        # The labels JobSet and Indexed Jobs set, and a `node` container: what the SDK reads of a TrainJob's pods.
+        return {
+            "metadata": {
+                "name": name,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {
+                    engines.JOBSET_NAME_LABEL: self.name,
+                    engines.REPLICATED_JOB_LABEL: "node",
+                    engines.COMPLETION_INDEX_LABEL: "0",
+                },
+            },
+            "spec": {"containers": [{"name": "node", "image": "img:1"}]},
+            "status": {"phase": "Running"},
+        }
+
+    def _get_job(self) -> tuple[int, object]:
+        if self.job is None:
+            return 404, status(404, "NotFound")
+        if self.deleting and not self.pods and not self.services:
+            self.job = None
+            return 404, status(404, "NotFound")
+        if not self.deleting and not self.job["status"]["conditions"]:  # a job this test created
+            self.runs_for -= 1
+            state = "Running" if self.runs_for >= 0 else self.ends
+            return 200, {**self.job, "status": {"conditions": condition(self.kind, state)}}
+        return 200, self.job
+
+
+def serve(api: FakeAPIServer):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self):
+            url = urllib.parse.urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            result = api.answer(self.command, url.path, urllib.parse.unquote(url.query), body)
+            if result == DROP:
+                self.close_connection = True
+                return
+            code, payload = result
+            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._handle()
+
+        def do_POST(self):
+            self._handle()
+
+        def do_DELETE(self):
+            self._handle()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def engine_at(port: int, objects: list[dict]) -> engines.Engine:
+    """The engine submit builds, its real client pointed at the fake."""
+    import kubernetes.client
+
+    configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{port}")
+    kind = engines.engine_kind(objects)
+    if kind == "JobSet":
+        custom = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(configuration))
+        return engines.JobSetEngine.of(custom, tfjob_manifest.the_one(objects, "JobSet"), NAMESPACE)
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    client = TrainerClient(KubernetesBackendConfig(namespace=NAMESPACE, client_configuration=configuration))
+    return engines.TrainJobEngine.of(client, objects, NAMESPACE)
+
+
+def follower_at(port: int, objects: list[dict], clock: FakeClock, lines: list[str]) -> job_follower.JobFollower:
+    import kubernetes.client
+
+    configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{port}")
+    core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+    return job_follower.JobFollower(
+        engine_at(port, objects), core, out=lines.append, sleep=clock.sleep, clock=clock, retry_budget_s=120
+    )
+
+
+@pytest.fixture(params=sorted(KINDS))
+def cluster(request, monkeypatch):
+    """submit against a fake API server for one engine; kubectl, k3d and the container tool are recorded, not run."""
+    kind = request.param
+
+    class Cluster:
+        objects = rendered(KINDS[kind]["fixture"])
+        job = next(obj for obj in objects if obj["kind"] == kind)
+        api = FakeAPIServer(kind)
+        clock = FakeClock()
+        lines: list[str] = []
+        commands: list[tuple[list[str], str | None]] = []
+
+    Cluster.kind = kind
+
+    def run(command, stdin=None, check=True, quiet=False):
+        Cluster.commands.append((command, stdin))
+        if command[:2] == ["kubectl", "apply"]:  # what a server-side apply of the runtime leaves on the server
+            for doc in yaml.safe_load_all(stdin or ""):
+                if doc and doc.get("kind") == "TrainingRuntime":
+                    Cluster.api.runtime = doc
+        stdout = {"kubectl config current-context": f"k3d-{SETTINGS['CLUSTER_NAME']}\n"}
+        return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[:3]), ""), stderr="")
+
+    servers = []
+
+    def follower(objects, namespace):
+        servers.append(serve(Cluster.api))
+        return follower_at(servers[-1].server_port, objects, Cluster.clock, Cluster.lines)
+
+    monkeypatch.setattr(cluster_steps, "run", run)
+    monkeypatch.setattr(submit, "follower", follower)
+    monkeypatch.setattr(submit, "container_tool", lambda: "docker")
+    monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: Cluster.objects)
+    yield Cluster
+    for server in servers:
+        server.shutdown()
+
+
+def submit_args(**overrides) -> argparse.Namespace:
+    values = {"namespace": NAMESPACE, "image": "img:1", "dataset": "synthetic", "tensorboard": False, "timeout": 0}
+    return argparse.Namespace(**{**values, "workers": 2, **overrides})
+
+
+def cluster_changes(commands) -> list[str]:
+    return [" ".join(c[:3]) for c, _ in commands if c[:2] in (["k3d", "image"], ["kubectl", "apply"])]
+
+
+def existing(cluster, state: str) -> dict:
+    job = json.loads(json.dumps(cluster.job))
+    job["metadata"]["namespace"] = NAMESPACE
+    return {**job, "status": {"conditions": condition(cluster.kind, state)}}
+
+
+def test_a_running_job_is_refused_before_the_image_import_or_any_apply(cluster):
+    cluster.api = FakeAPIServer(cluster.kind, job=existing(cluster, "Running"))
+    with pytest.raises(cluster_steps.StepError, match=f"{cluster.kind} {SETTINGS['JOB_NAME']} is still running"):
+        submit.submit(cluster.objects, submit_args())
+    assert cluster_changes(cluster.commands) == []
+    assert cluster.api.created is None and cluster.api.delete_bodies == []
+
+
+def test_a_finished_job_goes_in_the_foreground_and_the_new_one_comes_after_its_pods_and_service(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind, job=existing(cluster, "done"), pods_gone_after=3)
+    assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_SUCCEEDED
+    out = capsys.readouterr().out
+    (body,) = cluster.api.delete_bodies
+    assert body["propagationPolicy"] == "Foreground"
+    assert cluster.api.at_create == {"pods": [], "services": []}
+    assert f"deleting the succeeded {cluster.kind} {SETTINGS['JOB_NAME']}" in out
+    assert f"{cluster.kind} {SETTINGS['JOB_NAME']} succeeded" in out
+    # The headless service is looked up by its name (the subdomain), the chief by JobSet's and Kubernetes' labels.
+    queries = [query for method, path, query in cluster.api.log if path in (SERVICES_PATH, PODS_PATH)]
+    assert f"fieldSelector=metadata.name={SETTINGS['JOB_NAME']}" in queries
+    chief = [q for q in queries if engines.COMPLETION_INDEX_LABEL in q]
+    assert chief and all(f"{engines.JOB_INDEX_LABEL}=0" in q for q in chief)
+    assert "[chief] step 1" in cluster.lines
+
+
+def test_the_created_job_is_the_rendered_one(cluster):
+    cluster.api = FakeAPIServer(cluster.kind)
+    assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_SUCCEEDED
+    sent = cluster.api.created
+    if cluster.kind == "JobSet":
+        assert sent == cluster.job
+    else:
+        # The SDK's body and the rendered TrainJob (with the runtime's image, which CustomTrainerContainer must carry)
+        # are stored alike once the API server applies the CRD's defaults; submit --dry-run prints the latter.
+        runtime = tfjob_manifest.runtime_of(cluster.objects)
+        expected = engines.sdk_request_body(cluster.job, runtime)
+        assert crd_schemas.with_defaults(sent) == crd_schemas.with_defaults(expected)
+        assert sent["spec"]["trainer"]["image"] == engines.runtime_trainer_image(runtime)
+        dry = submit.request_body(cluster.objects, NAMESPACE)
+        assert dry == {
+            **engines.sdk_request_body(cluster.job, runtime),
+            "metadata": {**sent["metadata"], "namespace": NAMESPACE},
+        }
+    crd_schemas.validate(sent)
+
+
+@pytest.mark.parametrize("cluster", ["TrainJob"], indirect=True)
+def test_a_trainjobs_runtime_is_applied_before_the_trainjob_is_created(cluster):
+    cluster.api = FakeAPIServer(cluster.kind)
+    submit.submit(cluster.objects, submit_args())
+    applied = [yaml.safe_load_all(stdin) for command, stdin in cluster.commands if command[:2] == ["kubectl", "apply"]]
+    kinds = [doc["kind"] for docs in applied for doc in docs if doc]
+    assert "TrainingRuntime" in kinds
+    # The SDK read the runtime from the server (it refuses a runtime it cannot find) before posting the TrainJob.
+    reads = [i for i, (m, path, _) in enumerate(cluster.api.log) if path.startswith(RUNTIMES_PATH)]
+    post = next(i for i, (m, path, _) in enumerate(cluster.api.log) if m == "POST")
+    assert reads and reads[0] < post
+
+
+def test_a_failed_job_ends_submit_with_exit_1_and_the_replicas_last_lines(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind, ends="Failed")
+    assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert f"{cluster.kind} {SETTINGS['JOB_NAME']} failed" in captured.err
+    assert any(line.startswith(f"--- {SETTINGS['JOB_NAME']}-chief-0-0 (Running") for line in cluster.lines)
+
+
+def test_make_delete_deletes_in_the_foreground(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind, job=existing(cluster, "Running"))
+    assert submit.main(["--delete"]) == submit.EXIT_SUCCEEDED
+    (body,) = cluster.api.delete_bodies
+    assert body["propagationPolicy"] == "Foreground"
+    assert f"deleting {cluster.kind} {SETTINGS['JOB_NAME']}" in capsys.readouterr().out
+
+
+def test_make_status_names_a_missing_job_by_its_kind(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind)
+    assert submit.main(["--status"]) == submit.EXIT_FAILED
+    assert f"no {cluster.kind} {SETTINGS['JOB_NAME']} in namespace {NAMESPACE}" in capsys.readouterr().out
+
+
+def test_following_rides_out_5xx_429_and_dropped_connections_until_the_job_ends(cluster):
+    api = FakeAPIServer(cluster.kind, job=existing(cluster, "Running"), runs_for=3)
+    api.job["status"]["conditions"] = []  # as if this run created it
+    api.failures = {api.job_path: [503, 429, DROP, DROP, DROP, DROP, 500, 502, 504], PODS_PATH: [503, DROP]}
+    server, clock, lines = serve(api), FakeClock(), []
+    try:
+        assert follower_at(server.server_port, cluster.objects, clock, lines).follow(poll_s=5) == "Succeeded"
+    finally:
+        server.shutdown()
+    retried = [line for line in lines if "retrying" in line]
+    assert any("HTTP 503" in line for line in retried) and any("HTTP 429" in line for line in retried)
+    assert api.failures == {api.job_path: [], PODS_PATH: []}
+
+
+@pytest.mark.parametrize("state, sdk_status", [("Running", "Created"), ("done", "Complete"), ("Failed", "Failed")])
+def test_the_trainjob_state_is_the_one_the_sdk_reads(state, sdk_status):
+    objects = rendered(KINDS["TrainJob"]["fixture"])
+    trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
+    api = FakeAPIServer("TrainJob")
+    api.runtime = next(obj for obj in objects if obj["kind"] == "TrainingRuntime")
+    api.job = {
+        **trainjob,
+        "metadata": {**trainjob["metadata"], "namespace": NAMESPACE, "creationTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    api.job["status"] = {"conditions": condition("TrainJob", state)}
+    server = serve(api)
+    try:
+        watcher = follower_at(server.server_port, objects, FakeClock(), [])
+        ours = watcher.current_state()
+        theirs = watcher.engine.trainer.get_job(SETTINGS["JOB_NAME"]).status
+    finally:
+        server.shutdown()
+    # The SDK says Created (or Running once every node pod runs) until Complete or Failed is True; we say Running.
+    assert theirs == sdk_status
+    assert ours == {"Created": "Running", "Complete": "Succeeded", "Failed": "Failed"}[theirs]
+
+
+@pytest.mark.parametrize("target", ["status", "delete"])
+def test_make_status_and_delete_look_for_the_job_of_the_engine_asked_for(target):
+    # They render the same overlay as make submit, so they ask the engine's API for the right kind of job.
+    root = pathlib.Path(__file__).resolve().parents[2]
+    plan = subprocess.run(
+        ["make", "-n", target, "ENGINE=jobset", "STRATEGY=async"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    assert f"-m scripts.cluster.submit --{target} --kustomize k8s/overlays/jobset-async" in plan
+
+
+@pytest.mark.parametrize("overlay", ["jobset-sync", "trainjob-async", "tfjob-sync"])
+def test_a_bad_setting_that_reaches_the_pod_through_its_config_map_is_refused_before_the_cluster(overlay, monkeypatch):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    objects = tfjob_manifest.render(root / "k8s" / "overlays" / overlay)
+    (settings,) = [obj for obj in objects if obj["kind"] == "ConfigMap" and "TRAINER_DATASET" in obj.get("data", {})]
+    settings["data"]["TRAINER_EPOCHS"] = "three"
+    monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: objects)
+    args = submit.parse_args(["--image", "img:1", "--kustomize", str(root / "k8s" / "overlays" / overlay)])
+    with pytest.raises(tfjob_manifest.ManifestError, match="TRAINER_EPOCHS: expected a int, got 'three'"):
+        submit.build_objects(args)
+    settings["data"]["TRAINER_EPOCHS"] = "3"
+    assert engines.engine_kind(submit.build_objects(args)) == engines.engine_kind(objects)
