@@ -117,10 +117,19 @@ def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every
     assert len(digests) == 1
 
 
-@pytest.mark.slow
-def test_a_bad_model_flag_fails_the_jobset_at_once_without_a_restart(tmp_path):
+def test_a_bad_model_flag_is_refused_before_any_pod_starts(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "jobset-sync", *SMALL, "--model", "no-such-model")
+    assert finish(proc, console, timeout=120) == 2, console.read_text()[-5000:]
+    assert "--model: unknown model 'no-such-model'" in console.read_text()
+    assert not list(job_dir.glob("run-local/logs/*.log"))  # no replica started
+
+
+@pytest.mark.slow
+def test_a_permanent_error_in_the_trainer_fails_the_jobset_at_once_without_a_restart(tmp_path):
+    # The runner's flag check passes --download; the trainer refuses it in a group of workers (exit 2).
+    job_dir, console = tmp_path / "job", tmp_path / "console.txt"
+    proc = start(job_dir, console, "jobset-sync", *SMALL, "--download")
     assert finish(proc, console, timeout=120) == 1, console.read_text()[-5000:]
     result = status(job_dir)
     assert result["state"] == "Failed"
@@ -132,4 +141,4 @@ def test_a_bad_model_flag_fails_the_jobset_at_once_without_a_restart(tmp_path):
     assert [2] in codes.values(), codes
     assert all(len(exits) <= 1 for exits in codes.values()), codes  # nothing ran twice (a stopped pod: none)
     assert all(r["recreations"] == 0 and r["restarts"] == 0 for r in result["replicas"].values())
-    assert "--model" in console.read_text() and "RestartJobSet" not in console.read_text()
+    assert "--download in a group of workers" in console.read_text() and "RestartJobSet" not in console.read_text()
