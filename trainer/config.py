@@ -132,7 +132,7 @@ class Config:
     threads: int = _field(
         0,
         "TensorFlow intra- and inter-op threads (0 = the visible cores, shared out among the TF_CONFIG tasks "
-        "on this host); k8s/tfjob.yaml sets TRAINER_THREADS to the pod's CPU limit (rounded up)",
+        "on this host); the manifests (k8s/components/trainer-pod) set TRAINER_THREADS to the pod's CPU limit (rounded up)",
     )
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
@@ -255,7 +255,7 @@ def _parse_bool(text: str, source: str) -> bool:
 
 def _from_env(field: dataclasses.Field, kind: type, environ: dict[str, str]) -> Any:
     env = _env_name(field.name)
-    # Empty is unset: k8s/settings.env leaves the optional data settings empty, and the manifests carry them.
+    # Empty is unset: k8s/base/settings.env leaves the optional data settings empty, and the manifests carry them.
     if not environ.get(env):
         return field.default
     text = environ[env]

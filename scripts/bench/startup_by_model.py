@@ -6,7 +6,7 @@ For the CNN and for `wide` (the CNN with a wide classifier: about 100x its param
 each: train 10 steps in one process (a checkpoint at step 10), start again with one more epoch (a resume from
 that checkpoint), and read the resumed run's metrics.json `startup_seconds`. Prints one JSON line per run and the
 medians. --trainer-root measures another checkout (e.g. the code before a change); the file is run by path, so
-it works against any checkout that has trainer/model.py's registry.
+it works against any checkout that has a model registry (the image task's MODELS, or the older trainer/model.py).
 """
 
 from __future__ import annotations
