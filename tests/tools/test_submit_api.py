@@ -9,15 +9,14 @@ default for custom resources) removes the TFJob at once and its pods later. Time
 
 from __future__ import annotations
 
-import http.server
-import json
 import socket
 import subprocess
 import threading
-import urllib.parse
 
 import pytest
 
+import fake_api_server
+from fake_api_server import DROP, FakeClock
 from scripts.cluster import engines, job_follower, submit
 from scripts.cluster import steps as cluster_steps
 from scripts.common import settings as project_settings
@@ -27,7 +26,6 @@ NAME, NAMESPACE = SETTINGS["JOB_NAME"], SETTINGS["NAMESPACE"]
 JOB_PATH = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs/{NAME}"
 JOBS_PATH = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs"
 PODS_PATH, SERVICES_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods", f"/api/v1/namespaces/{NAMESPACE}/services"
-DROP = "drop"  # close the connection without an answer
 
 
 def tfjob(state: str) -> dict:
@@ -120,53 +118,7 @@ class FakeAPIServer:
 
 
 def serve(api: FakeAPIServer):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _handle(self):
-            url = urllib.parse.urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            result = api.answer(self.command, url.path, body)
-            if result == DROP:
-                self.close_connection = True
-                return
-            code, payload = result
-            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._handle()
-
-        def do_POST(self):
-            self._handle()
-
-        def do_DELETE(self):
-            self._handle()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
+    return fake_api_server.serve(lambda method, path, query, body: api.answer(method, path, body))
 
 
 def follower_at(port: int, clock: FakeClock, lines: list[str]) -> job_follower.JobFollower:

@@ -12,17 +12,17 @@ TrainJob `Complete`/`Failed` (pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import pathlib
 import subprocess
 import threading
-import urllib.parse
 
 import pytest
 import yaml
 
 import crd_schemas
+import fake_api_server
+from fake_api_server import DROP, FakeClock
 from scripts.cluster import engines, job_follower, submit
 from scripts.cluster import steps as cluster_steps
 from scripts.common import manifest as tfjob_manifest
@@ -31,7 +31,6 @@ from scripts.common import settings as project_settings
 SETTINGS = project_settings.load()
 NAMESPACE = SETTINGS["NAMESPACE"]
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "engines"
-DROP = "drop"  # close the connection without an answer
 # The objects every kustomization renders beside the job, which submit applies first.
 VOLUME = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": SETTINGS["VOLUME_CLAIM"]}}
 STATUS_SERVICE = {
@@ -182,53 +181,7 @@ class FakeAPIServer:
 
 
 def serve(api: FakeAPIServer):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _handle(self):
-            url = urllib.parse.urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            result = api.answer(self.command, url.path, urllib.parse.unquote(url.query), body)
-            if result == DROP:
-                self.close_connection = True
-                return
-            code, payload = result
-            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._handle()
-
-        def do_POST(self):
-            self._handle()
-
-        def do_DELETE(self):
-            self._handle()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
+    return fake_api_server.serve(api.answer)
 
 
 def engine_at(port: int, objects: list[dict]) -> engines.Engine:
@@ -447,7 +400,7 @@ def test_a_bad_setting_that_reaches_the_pod_through_its_config_map_is_refused_be
     settings["data"]["TRAINER_EPOCHS"] = "three"
     monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: objects)
     args = submit.parse_args(["--image", "img:1", "--kustomize", str(root / "k8s" / "overlays" / overlay)])
-    with pytest.raises(tfjob_manifest.ManifestError, match="TRAINER_EPOCHS: expected a int, got 'three'"):
+    with pytest.raises(tfjob_manifest.ManifestError, match="TRAINER_EPOCHS: expected int, got 'three'"):
         submit.build_objects(args)
     settings["data"]["TRAINER_EPOCHS"] = "3"
     assert engines.engine_kind(submit.build_objects(args)) == engines.engine_kind(objects)
