@@ -89,3 +89,20 @@ def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearl
     )
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "has no trainer/ps room" in refused.stderr and "restore trainer/ps" in refused.stderr
+
+
+def test_every_room_is_a_package_that_git_keeps_and_the_wheel_finds():
+    # A room without a tracked __init__.py (once hidden by .gitignore's artifacts/) leaves the installed wheel,
+    # and so the image, without it, although an editable install still imports it as a namespace package.
+    import setuptools
+
+    rooms = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for path in (ROOT / "trainer").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert rooms <= set(setuptools.find_packages(str(ROOT), include=["trainer", "trainer.*"]))
+    tracked = subprocess.run(
+        ["git", "ls-files", "trainer"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {f"{room.replace('.', '/')}/__init__.py" for room in rooms} <= set(tracked)
