@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -68,3 +69,18 @@ def digests(output: str) -> set[str]:
     found = dict(re.findall(r"(worker-\d) finished: .*weights sha256 (\w+)", output))
     assert set(found) == {"worker-0", "worker-1"}, output[-3000:]
     return set(found.values())
+
+
+def wait_for_runner(proc: subprocess.Popen, console: pathlib.Path, timeout: float = 300) -> int:
+    """The runner's exit code once it ends; past `timeout` it is interrupted and the test fails with its console."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        raise AssertionError(f"run-local did not finish in {timeout} s:\n{console.read_text()[-5000:]}") from None
+
+
+def runner_status(job_dir: pathlib.Path) -> dict:
+    """The job's final status file, as run-local writes it under the job directory."""
+    return json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())

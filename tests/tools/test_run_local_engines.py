@@ -15,6 +15,8 @@ import time
 import psutil
 import pytest
 
+from local_runner import runner_status, wait_for_runner
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = ["--train-examples", "1024", "--test-examples", "256", "--threads", "1"]
 
@@ -31,19 +33,6 @@ def start(job_dir: pathlib.Path, console: pathlib.Path, overlay: str, *trainer_f
         )
 
 
-def finish(proc: subprocess.Popen, console: pathlib.Path, timeout: float = 300) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        raise AssertionError(f"run-local did not finish in {timeout} s:\n{console.read_text()[-5000:]}") from None
-
-
-def status(job_dir: pathlib.Path) -> dict:
-    return json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())
-
-
 def metrics(job_dir: pathlib.Path) -> dict:
     return json.loads((job_dir / "model" / "metrics.json").read_text())
 
@@ -54,8 +43,8 @@ def metrics(job_dir: pathlib.Path) -> dict:
 def test_each_shape_completes_and_sync_workers_end_with_identical_weights(tmp_path, engine, strategy):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, f"{engine}-{strategy}", *SMALL)
-    assert finish(proc, console) == 0, console.read_text()[-5000:]
-    result = status(job_dir)
+    assert wait_for_runner(proc, console) == 0, console.read_text()[-5000:]
+    result = runner_status(job_dir)
     assert (result["kind"], result["state"]) == ("JobSet", "Completed")
     assert result["condition"]["reason"] == "AllJobsCompleted"
     workers = "node" if engine == "trainjob" else "worker"
@@ -101,11 +90,11 @@ def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every
         assert proc.poll() is None and time.monotonic() < deadline, console.read_text()[-5000:]
         time.sleep(0.2)
     os.kill(live_pod(proc, "worker", 1).pid, signal.SIGKILL)
-    assert finish(proc, console) == 0, console.read_text()[-5000:]
+    assert wait_for_runner(proc, console) == 0, console.read_text()[-5000:]
     text = console.read_text()
     assert "no rule matched, the default: RestartJobSet, restart 1 (1 of maxRestarts 3)" in text
     assert "every replica has stopped; JobSet multi-worker starts them all again" in text
-    result = status(job_dir)
+    result = runner_status(job_dir)
     assert result["state"] == "Completed"
     assert result["replicas"]["worker-1"]["exit_codes"][0] == 137
     # The group restarted as one: both pods were created again, once.
@@ -120,7 +109,7 @@ def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every
 def test_a_bad_model_flag_is_refused_before_any_pod_starts(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "jobset-sync", *SMALL, "--model", "no-such-model")
-    assert finish(proc, console, timeout=120) == 2, console.read_text()[-5000:]
+    assert wait_for_runner(proc, console, timeout=120) == 2, console.read_text()[-5000:]
     assert "--model: unknown model 'no-such-model'" in console.read_text()
     assert not list(job_dir.glob("run-local/logs/*.log"))  # no replica started
 
@@ -130,8 +119,8 @@ def test_a_permanent_error_in_the_trainer_fails_the_jobset_at_once_without_a_res
     # The runner's flag check passes --download; the trainer refuses it in a group of workers (exit 2).
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "jobset-sync", *SMALL, "--download")
-    assert finish(proc, console, timeout=120) == 1, console.read_text()[-5000:]
-    result = status(job_dir)
+    assert wait_for_runner(proc, console, timeout=120) == 1, console.read_text()[-5000:]
+    result = runner_status(job_dir)
     assert result["state"] == "Failed"
     assert result["condition"]["reason"] == "FailJobSetFailurePolicyAction"
     assert result["condition"]["message"] == (

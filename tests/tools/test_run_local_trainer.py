@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from local_runner import runner_status, wait_for_runner
 from record_files import write_records
 from trainer.artifacts.layout import ModelDir
 
@@ -35,24 +36,11 @@ def start(
         )
 
 
-def finish(proc: subprocess.Popen, console: pathlib.Path, timeout: float) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        raise AssertionError(f"run-local did not finish in {timeout} s:\n{console.read_text()[-5000:]}") from None
-
-
-def status(job_dir: pathlib.Path) -> dict:
-    return json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())
-
-
 def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_directory(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "--workers", "2", "--dataset", "synthetic", "--epochs", "1", "--", *SMALL)
-    assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
-    result = status(job_dir)
+    assert wait_for_runner(proc, console, timeout=240) == 0, console.read_text()[-5000:]
+    result = runner_status(job_dir)
     assert result["state"] == "Succeeded"
     assert result["condition"]["message"] == "TFJob default/multi-worker successfully completed."
     assert {name: r["exit_codes"] for name, r in result["replicas"].items()} == {"worker-0": [0], "worker-1": [0]}
@@ -101,8 +89,8 @@ def test_a_worker_killed_mid_training_is_recreated_and_the_group_resumes(tmp_pat
         if json.loads(p.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1
     )
     os.kill(worker_1.pid, signal.SIGKILL)
-    assert finish(proc, console, timeout=300) == 0, console.read_text()[-5000:]
-    result = status(job_dir)
+    assert wait_for_runner(proc, console, timeout=300) == 0, console.read_text()[-5000:]
+    result = runner_status(job_dir)
     assert result["state"] == "Succeeded"
     assert result["replicas"]["worker-1"]["exit_codes"][0] == 137
     assert result["replicas"]["worker-1"]["recreations"] >= 1
@@ -126,11 +114,11 @@ def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(
     env = {**os.environ, **tfrecord_settings(tmp_path / "data")}
     args = ["--workers", "1", "--dataset", "tfrecord", "--epochs", "1", "--", "--per-worker-batch-size", "32"]
     proc = start(job_dir, console, *args, env=env)
-    assert finish(proc, console, timeout=240) == 0, console.read_text()[-5000:]
+    assert wait_for_runner(proc, console, timeout=240) == 0, console.read_text()[-5000:]
     text = console.read_text()
     ready = "dataset tfrecord is ready: train 2 files 256 examples, test 1 files 64 examples"
     assert ready in text and text.index(ready) < text.index("worker-0 reads its own 2 of 2 files"), text[-5000:]
-    assert status(job_dir)["state"] == "Succeeded"
+    assert runner_status(job_dir)["state"] == "Succeeded"
 
 
 def test_a_glob_matching_no_file_stops_at_the_data_job_before_any_worker_starts(tmp_path):
@@ -156,7 +144,7 @@ def test_a_glob_matching_no_file_stops_at_the_data_job_before_any_worker_starts(
         "--num-classes",
         "10",
     )
-    code = finish(proc, console, timeout=240)
+    code = wait_for_runner(proc, console, timeout=240)
     text = console.read_text()
     assert code == 1, text[-5000:]  # the data Job Failed (its exit code 2 is in the table), so run-local did
     assert re.search(r"prepare-data +Failed +2 ", text), text[-5000:]
