@@ -132,7 +132,8 @@ class Config:
     threads: int = _field(
         0,
         "TensorFlow intra- and inter-op threads (0 = the visible cores, shared out among the TF_CONFIG tasks "
-        "on this host); the manifests (k8s/components/trainer-pod) set TRAINER_THREADS to the pod's CPU limit (rounded up)",
+        "on this host); the manifests (k8s/components/trainer-pod) set TRAINER_THREADS to the pod's CPU limit "
+        "(rounded up)",
     )
     startup_timeout: float = _field(600.0, "seconds to wait for every worker to join before giving up")
     verbose_workers: bool = _field(False, "let non-chief workers log their progress too")
