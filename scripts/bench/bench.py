@@ -212,7 +212,7 @@ def step_costs_once(args: argparse.Namespace, run_dir: pathlib.Path) -> dict[str
     argv = [sys.executable, "-m", STEP_COSTS_MODULE, "--batch", str(args.global_batch_size // 2)]
     argv += ["--steps", str(max(10, args.steps // 4)), "--repeats", str(max(3, args.repeats))]
     processes = start_workers(argv, 2, run_dir)
-    wait_for(processes, args.timeout, run_dir, {})
+    wait_for(processes, args.timeout, [run_dir / f"worker-{i}.log" for i in range(2)], {})
     lines = [line for line in (run_dir / "worker-0.log").read_text().splitlines() if line.startswith("{")]
     if not lines:
         raise BenchError(f"{STEP_COSTS_MODULE} printed no result; see {run_dir / 'worker-0.log'}")

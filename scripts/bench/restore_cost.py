@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     register_wide()
 
     def checkpointer(model_name: str, model_dir: str) -> checkpoint.Checkpointer:
-        model = task_of(parse_config(["--model", model_name], {})).build_model(Source(None, None, image_spec((28, 28, 1)), 10))
+        model = task_of(parse_config(["--model", model_name], {})).build_model(
+            Source(None, None, image_spec((28, 28, 1)), 10)
+        )
         optimizer = build_optimizer(1e-3, "float32")
         optimizer.build(model.trainable_variables)
         return checkpoint.Checkpointer(model_dir, True, "worker-0", 3, model=model, optimizer=optimizer)

@@ -157,26 +157,66 @@ def run_once(
     started = time.monotonic()
     processes = start_workers(argv, workers, run_dir, placement or Placement())
     exited_at: dict[int, float] = {}
-    usages = wait_for(processes, args.timeout, run_dir, exited_at)
+    usages = wait_for(processes, args.timeout, [run_dir / f"worker-{i}.log" for i in range(workers)], exited_at)
     wall_seconds = time.monotonic() - started
-    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
-    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
-    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
     report = read_report(program, run_dir, model_dir)
     metrics_file = pathlib.Path(ModelDir(str(model_dir)).metrics)
     return {
         "examples_per_second": report["examples_per_second"],
         "time_to_first_step_seconds": report["time_to_first_step_seconds"],
         "peak_rss_bytes": [peak_rss_bytes(usage) for usage in usages],
-        "cpu_seconds": own_cpu,
-        "wall_seconds": wall_seconds,
-        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
+        **_cpu_use(usages, wall_seconds, busy_before),
         "workers": report["workers"],
         "global_batch_size": report["global_batch_size"],
         # The trainer's own start-up milestones, seconds from process start (the peer reports none).
         "startup_seconds": report.get("startup_seconds", {}),
         # From the chief's metrics.json (written just before its final line) to the last process's exit.
         "exit_seconds": max(exited_at.values()) - metrics_file.stat().st_mtime if metrics_file.exists() else None,
+    }
+
+
+def run_side_by_side(
+    program: str,
+    per_worker_batch: int,
+    args: argparse.Namespace,
+    run_dir: pathlib.Path,
+    extra_flags: list[str] | None = None,
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """Two single-worker runs that never talk to each other, started together, copy i placed as worker i of a
+    pair would be: what this machine gives two programs at once, the ceiling of any two-worker run on it.
+    examples_per_second: the two copies' sum."""
+    placement = placement or Placement()
+    run_dir.mkdir(parents=True)
+    copies = [run_dir / f"copy-{index}" for index in range(2)]
+    busy_before = busy_cpu_seconds()
+    started = time.monotonic()
+    processes = []
+    for index, copy_dir in enumerate(copies):
+        copy_dir.mkdir()
+        argv = command(program, per_worker_batch, 1, args, copy_dir / "model")
+        if program == "trainer":
+            argv += extra_flags or []
+        as_worker = Placement(wrap=lambda _index, argv, index=index: placement.wrap(index, argv))
+        processes += start_workers(argv, 1, copy_dir, as_worker)
+    usages = wait_for(processes, args.timeout, [copy_dir / "worker-0.log" for copy_dir in copies], {})
+    wall_seconds = time.monotonic() - started
+    reports = [read_report(program, copy_dir, copy_dir / "model") for copy_dir in copies]
+    return {
+        "examples_per_second": sum(report["examples_per_second"] for report in reports),
+        "copies_examples_per_second": [report["examples_per_second"] for report in reports],
+        **_cpu_use(usages, wall_seconds, busy_before),
+    }
+
+
+def _cpu_use(usages: list[Any], wall_seconds: float, busy_before: float) -> dict[str, Any]:
+    own_cpu = [usage.ru_utime + usage.ru_stime for usage in usages]
+    # Whatever else ran meanwhile competed for the same cores; this is how much of them it took.
+    background = max(0.0, busy_cpu_seconds() - busy_before - sum(own_cpu))
+    return {
+        "cpu_seconds": own_cpu,
+        "wall_seconds": wall_seconds,
+        "background_cpu_share": background / (wall_seconds * (os.cpu_count() or 1)),
     }
 
 
@@ -211,10 +251,10 @@ def start_workers(
 
 
 def wait_for(
-    processes: list[subprocess.Popen], timeout: float, run_dir: pathlib.Path, exited_at: dict[int, float]
+    processes: list[subprocess.Popen], timeout: float, logs: list[pathlib.Path], exited_at: dict[int, float]
 ) -> list[Any]:
     """Reaps every worker with wait4 (for its rusage) and notes when each exited (within 0.1 s); any failure or
-    the timeout kills the rest."""
+    the timeout kills the rest. logs: each process's log, named in the error."""
     deadline = time.monotonic() + timeout
     usages: dict[int, Any] = {}
     try:
@@ -231,10 +271,10 @@ def wait_for(
                 if process.returncode != 0:
                     raise BenchError(
                         f"worker {index} exited with code {process.returncode}; its log is "
-                        f"{run_dir / f'worker-{index}.log'}:\n{log_tail(run_dir / f'worker-{index}.log')}"
+                        f"{logs[index]}:\n{log_tail(logs[index])}"
                     )
             if time.monotonic() > deadline:
-                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {run_dir}")
+                raise BenchError(f"the run did not finish within --timeout {timeout:.0f} s; logs in {logs[0].parent}")
             time.sleep(0.1)
     finally:
         for index, process in enumerate(processes):

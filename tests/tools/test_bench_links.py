@@ -79,7 +79,7 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     args = argparse.Namespace(
         steps=48, warmup_steps=16, repeats=1, global_batch_size=16, timeout=300,
         trainer_flags=["--steps-per-loop", "8"], link_rates="unlimited,100mbit",
-        link_variants="one_batch,buckets_bf16,peer", link_quiet_retries=0,
+        link_variants="one_batch,bf16,buckets_bf16,peer", link_quiet_retries=0,
     )  # fmt: skip
     phase = links.run_link_rounds(args, tmp_path)
     assert phase is not None
@@ -91,16 +91,29 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
 
     summary = links.summarize(phase, per_worker_batch=8)
     assert set(summary["alone_examples_per_second"]) == {"trainer", "peer"}
+    # Two copies that never talk ran together, each on its own core: the machine's ceiling for a pair.
+    for program in ("trainer", "peer"):
+        assert summary["side_by_side_examples_per_second"][program]["median"] > 0
+        assert 0 < summary["side_by_side_efficiency"][program] < 1.5
+        copies = tmp_path / f"links-{program}_side_by_side-0" / "try-0"
+        assert sorted(path.name for path in copies.iterdir()) == ["copy-0", "copy-1"]
+        for copy in ("copy-0", "copy-1"):
+            log = (copies / copy / "worker-0.log").read_text()
+            assert "joining the group" not in log, log[-2000:]
+    side_by_side = next(run for run in phase["runs"] if run["variant"] == "trainer_side_by_side")
+    assert len(side_by_side["copies_examples_per_second"]) == 2 and len(side_by_side["cpu_seconds"]) == 2
     assert [(row["rate"], row["variant"]) for row in summary["table"]] == [
-        (rate, variant) for rate in ("unlimited", "100mbit") for variant in ("one_batch", "buckets_bf16", "peer")
+        (rate, variant)
+        for rate in ("unlimited", "100mbit")
+        for variant in ("one_batch", "bf16", "buckets_bf16", "peer")
     ]
     for row in summary["table"]:
-        assert row["examples_per_second"]["median"] > 0 and row["efficiency"] > 0
+        assert row["examples_per_second"]["median"] > 0 and row["efficiency"] > 0 and row["of_side_by_side"] > 0
         assert len(row["efficiency_per_round"]) == 1
     model = summary["scaling_model"]
     assert model["compute_ms"] > 0 and len(model["points"]) == 2
     assert {(check["rate"], check["variant"]) for check in model["checks"]} == {
-        (rate, variant) for rate in ("unlimited", "100mbit") for variant in ("one_batch", "buckets_bf16")
+        (rate, variant) for rate in ("unlimited", "100mbit") for variant in ("one_batch", "bf16")
     }
     assert list(model["efficiency_by_workers"]["1gbit bf16"]) == ["2", "4", "8", "16", "64"]
     targets = links.check_targets(summary)
@@ -117,7 +130,7 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     ("flags", "message"),
     [
         (["--link-rates", "1gbit,2gbit"], "--link-rates: unknown 2gbit; choose from unlimited, 10gbit, 1gbit, 100mbit"),
-        (["--link-variants", "zip"], "--link-variants: unknown zip; choose from one_batch, buckets"),
+        (["--link-variants", "zip"], "--link-variants: unknown zip; choose from one_batch, bf16, buckets"),
         (["--link-quiet-retries", "-1"], "--link-quiet-retries must be 0 or more"),
     ],
 )

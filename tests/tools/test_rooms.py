@@ -17,7 +17,7 @@ from rooms import run_quick_tests
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
 ROOM_TESTS = {
-    "bench": ["tests/tools/test_bench.py", "tests/tools/test_bench_async.py"],
+    "bench": ["tests/tools/test_bench.py", "tests/tools/test_bench_async.py", "tests/tools/test_bench_links.py"],
     "cluster": [
         "tests/tools/test_submit.py",
         "tests/tools/test_submit_api.py",
@@ -91,6 +91,12 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
 
     imported = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE], **run)
     assert imported.returncode == 0, imported.stderr[-3000:]
+
+    # Every remaining test module still imports: none of the room's tests was left behind.
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"], **run
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:]
 
     tests = run_quick_tests(project, "tests/trainer/test_config.py", "tests/tools/test_run_local_manifest.py")
     assert tests.returncode == 0, tests.stdout[-3000:]
