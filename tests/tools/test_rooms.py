@@ -141,3 +141,15 @@ def test_the_project_works_without_an_optional_room(tmp_path, room):
     )
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     assert "replica ran" in local.stdout and "Succeeded" in local.stdout
+
+
+def test_lint_reads_every_room_and_skips_only_the_measured_results():
+    listed = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--show-files", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    checked = {pathlib.Path(line.strip()).relative_to(ROOT) for line in listed.stdout.splitlines() if line.strip()}
+    for folder in ("trainer", *(f"scripts/{room.name}" for room in (ROOT / "scripts").iterdir() if room.is_dir())):
+        sources = {path.relative_to(ROOT) for path in (ROOT / folder).rglob("*.py")}
+        assert sources and sources <= checked, f"make lint skips {sorted(sources - checked)[:5]}"
+    assert not [path for path in checked if path.parts[0] == "bench"]
