@@ -188,8 +188,9 @@ def _links(axis, links: dict[str, Any], met: dict[str, bool]) -> None:
             axis.hlines(TARGETS[target["key"]], x - 0.45, x + 0.45, colors=MET if met.get(target["key"]) else MISSED,
                         linestyles="--", linewidth=1.2)  # fmt: skip
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    axis.axhline(links["side_by_side_efficiency"]["trainer"], color="black", linewidth=0.8, linestyle="-.",
-                 label="trainer x 2 side by side, never talking: this machine's ceiling")  # fmt: skip
+    if "trainer" in links.get("side_by_side_efficiency", {}):  # results.json files written before it lack it
+        axis.axhline(links["side_by_side_efficiency"]["trainer"], color="black", linewidth=0.8, linestyle="-.",
+                     label="trainer x 2 side by side, never talking: this machine's ceiling")  # fmt: skip
     axis.set_xticks(range(len(rates)), rates)
     axis.set_ylim(0, max(1.25, 1.15 * max(row["efficiency"] for row in table)))
     axis.set_ylabel("2 workers / (2 x 1 worker alone)")
