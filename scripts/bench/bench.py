@@ -44,7 +44,7 @@ from trainer.errors import ConfigError
 
 from . import async_modes, links
 from .chart import TARGETS, draw
-from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for
+from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for, worker_log
 
 INPUT_MODULE = "scripts.bench.input_pipeline"
 STEP_COSTS_MODULE = "scripts.bench.step_costs"
@@ -212,10 +212,10 @@ def step_costs_once(args: argparse.Namespace, run_dir: pathlib.Path) -> dict[str
     argv = [sys.executable, "-m", STEP_COSTS_MODULE, "--batch", str(args.global_batch_size // 2)]
     argv += ["--steps", str(max(10, args.steps // 4)), "--repeats", str(max(3, args.repeats))]
     processes = start_workers(argv, 2, run_dir)
-    wait_for(processes, args.timeout, [run_dir / f"worker-{i}.log" for i in range(2)], {})
-    lines = [line for line in (run_dir / "worker-0.log").read_text().splitlines() if line.startswith("{")]
+    wait_for(processes, args.timeout, [worker_log(run_dir, index) for index in range(2)], {})
+    lines = [line for line in worker_log(run_dir, 0).read_text().splitlines() if line.startswith("{")]
     if not lines:
-        raise BenchError(f"{STEP_COSTS_MODULE} printed no result; see {run_dir / 'worker-0.log'}")
+        raise BenchError(f"{STEP_COSTS_MODULE} printed no result; see {worker_log(run_dir, 0)}")
     return json.loads(lines[-1])
 
 

@@ -133,13 +133,13 @@ def run_link_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str
     per_worker = args.global_batch_size // 2
     runs: list[dict[str, Any]] = []
     qdiscs: dict[str, list[str]] = {}
-    alone = Placement(wrap=lambda _index, argv: ["taskset", "-c", "0", *argv])
-    pinned = Placement(wrap=lambda index, argv: ["taskset", "-c", str(index % 2), *argv])
+    alone = Placement(wrap=lambda _index, argv: on_core(0, argv))
+    pinned = Placement(wrap=on_core)
     programs = sorted({VARIANTS[name]["program"] for name in variants})
     with netns.linked_namespaces() as link:
         apart = Placement(
             host=lambda index: link.addresses[index],
-            wrap=lambda index, argv: link.run_in(index, ["taskset", "-c", str(index % 2), *argv]),
+            wrap=lambda index, argv: link.run_in(index, on_core(index, argv)),
         )
         for round_index in range(args.repeats):
             for program in programs:
@@ -163,6 +163,11 @@ def run_link_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str
                     runs.append(_one(tag, pair, args, run_dir, rate, name, variant["program"]))
                     runs[-1]["round"] = round_index
     return {"runs": runs, "qdiscs": qdiscs, "rates": rates, "variants": variants, "programs": programs}
+
+
+def on_core(index: int, argv: list[str]) -> list[str]:
+    """argv pinned to core `index` (worker i on core i, of the two this phase uses)."""
+    return ["taskset", "-c", str(index % 2), *argv]
 
 
 def _one(

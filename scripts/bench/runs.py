@@ -70,8 +70,10 @@ def command(
     args: argparse.Namespace,
     model_dir: pathlib.Path,
     files: pathlib.Path | None = None,
+    extra_flags: list[str] | None = None,
 ) -> list[str]:
-    """files: a trainer.data.records directory to train on (--cache none) instead of the synthetic task."""
+    """files: a trainer.data.records directory to train on (--cache none) instead of the synthetic task.
+    extra_flags: appended to the trainer's (not the peer's) command line after the bench's own trainer flags."""
     if program == "peer":
         return [
             sys.executable,
@@ -124,6 +126,7 @@ def command(
         "--model-dir",
         str(model_dir),
         *args.trainer_flags,
+        *(extra_flags or []),
     ]
 
 
@@ -146,18 +149,16 @@ def run_once(
     extra_flags: list[str] | None = None,
     placement: Placement | None = None,
 ) -> dict[str, Any]:
-    """Starts the workers together, waits for all, and returns the run's measurements. extra_flags: appended to
-    the trainer's (not the peer's) command line after the bench's own trainer flags."""
+    """Starts the workers together, waits for all, and returns the run's measurements (extra_flags: see
+    `command`)."""
     run_dir.mkdir(parents=True)
     model_dir = run_dir / "model"
-    argv = command(program, per_worker_batch, workers, args, model_dir, files)
-    if program == "trainer":
-        argv += extra_flags or []
+    argv = command(program, per_worker_batch, workers, args, model_dir, files, extra_flags)
     busy_before = busy_cpu_seconds()
     started = time.monotonic()
     processes = start_workers(argv, workers, run_dir, placement or Placement())
     exited_at: dict[int, float] = {}
-    usages = wait_for(processes, args.timeout, [run_dir / f"worker-{i}.log" for i in range(workers)], exited_at)
+    usages = wait_for(processes, args.timeout, [worker_log(run_dir, i) for i in range(workers)], exited_at)
     wall_seconds = time.monotonic() - started
     report = read_report(program, run_dir, model_dir)
     metrics_file = pathlib.Path(ModelDir(str(model_dir)).metrics)
@@ -194,12 +195,10 @@ def run_side_by_side(
     processes = []
     for index, copy_dir in enumerate(copies):
         copy_dir.mkdir()
-        argv = command(program, per_worker_batch, 1, args, copy_dir / "model")
-        if program == "trainer":
-            argv += extra_flags or []
+        argv = command(program, per_worker_batch, 1, args, copy_dir / "model", extra_flags=extra_flags)
         as_worker = Placement(wrap=lambda _index, argv, index=index: placement.wrap(index, argv))
         processes += start_workers(argv, 1, copy_dir, as_worker)
-    usages = wait_for(processes, args.timeout, [copy_dir / "worker-0.log" for copy_dir in copies], {})
+    usages = wait_for(processes, args.timeout, [worker_log(copy_dir, 0) for copy_dir in copies], {})
     wall_seconds = time.monotonic() - started
     reports = [read_report(program, copy_dir, copy_dir / "model") for copy_dir in copies]
     return {
@@ -220,6 +219,11 @@ def _cpu_use(usages: list[Any], wall_seconds: float, busy_before: float) -> dict
     }
 
 
+def worker_log(run_dir: pathlib.Path, index: int) -> pathlib.Path:
+    """Where `start_workers` writes worker `index`'s output."""
+    return run_dir / f"worker-{index}.log"
+
+
 def start_workers(
     argv: list[str], workers: int, run_dir: pathlib.Path, placement: Placement | None = None
 ) -> list[subprocess.Popen]:
@@ -236,7 +240,7 @@ def start_workers(
             {"Worker": workers}, "Worker", index, lambda _type, i: f"{placement.host(i)}:{ports[i]}"
         )
         worker_env = env if worker_tf_config is None else {**env, "TF_CONFIG": worker_tf_config}
-        with open(run_dir / f"worker-{index}.log", "w") as log:
+        with open(worker_log(run_dir, index), "w") as log:
             processes.append(
                 subprocess.Popen(
                     placement.wrap(index, argv),
@@ -290,7 +294,7 @@ def read_report(program: str, run_dir: pathlib.Path, model_dir: pathlib.Path) ->
         source = pathlib.Path(ModelDir(str(model_dir)).metrics)
         text = source.read_text() if source.exists() else ""
     else:
-        source = run_dir / "worker-0.log"
+        source = worker_log(run_dir, 0)
         lines = [line for line in source.read_text().splitlines() if line.startswith("{")]
         text = lines[-1] if lines else ""
     try:
