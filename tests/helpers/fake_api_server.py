@@ -17,6 +17,18 @@ DROP = "drop"  # an answer that closes the connection without a response
 Answer = Callable[[str, str, str, Any], Any]
 
 
+def list_pods_or_services(api: Any, path: str, pods_path: str, pod: Callable[[str], dict]) -> tuple[int, dict]:
+    """The answer to a pod or service listing of a fake server `api` with `pods`, `services`, `deleting` and
+    `pods_gone_after`: once the job is being deleted, both are gone after that many pod listings."""
+    if path == pods_path and api.deleting:
+        api.pods_gone_after -= 1
+        if api.pods_gone_after <= 0:
+            api.pods, api.services = [], []
+    names = api.pods if path == pods_path else api.services
+    items = [pod(name) if path == pods_path else {"metadata": {"name": name}} for name in names]
+    return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
 def serve(answer: Answer) -> http.server.ThreadingHTTPServer:
     """An HTTP/1.1 server on a free 127.0.0.1 port answering every GET, POST and DELETE with `answer`."""
 

@@ -44,6 +44,10 @@ def tfjob(state: str) -> dict:
     }
 
 
+def running_pod(name: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": "Running"}}
+
+
 def status(code: int, reason: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason}
 
@@ -92,13 +96,7 @@ class FakeAPIServer:
                 self.pods = self.services = [f"{NAME}-worker-0"]
                 return 201, body
             if path in (PODS_PATH, SERVICES_PATH):
-                if path == PODS_PATH and self.deleting:
-                    self.pods_gone_after -= 1
-                    if self.pods_gone_after <= 0:
-                        self.pods, self.services = [], []
-                names = self.pods if path == PODS_PATH else self.services
-                items = [{"metadata": {"name": name}, "status": {"phase": "Running"}} for name in names]
-                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+                return fake_api_server.list_pods_or_services(self, path, PODS_PATH, running_pod)
             if path.startswith(PODS_PATH + "/") and path.endswith("/log"):
                 return 200, "2026-01-01T00:00:00Z step 1\n"
             return 404, status(404, "NotFound")

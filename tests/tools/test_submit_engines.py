@@ -138,13 +138,7 @@ class FakeAPIServer:
             if path == TRAINER_CONFIGMAP:
                 return 200, {"kind": "ConfigMap", "data": {"kubeflow_trainer_version": "v2.3.0"}}
             if path in (PODS_PATH, SERVICES_PATH):
-                if path == PODS_PATH and self.deleting:
-                    self.pods_gone_after -= 1
-                    if self.pods_gone_after <= 0:
-                        self.pods, self.services = [], []
-                names = self.pods if path == PODS_PATH else self.services
-                items = [self._pod(name) if path == PODS_PATH else {"metadata": {"name": name}} for name in names]
-                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+                return fake_api_server.list_pods_or_services(self, path, PODS_PATH, self._pod)
             if path == EVENTS_PATH:
                 return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}
             if path.startswith(PODS_PATH + "/") and path.endswith("/log"):
