@@ -21,9 +21,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config, option
+from trainer.config import Config
 from trainer.data import datasets
 from trainer.errors import ConfigError
+from trainer.options import option
 from trainer.task import Task, register
 
 FEATURES = 8

@@ -25,7 +25,7 @@ from typing import Any, NoReturn  # noqa: E402
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from trainer.config import Config, parse_config  # noqa: E402
+from trainer.config import Config  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
 from trainer.errors import (  # noqa: E402
     ClusterConfigError,
@@ -34,6 +34,7 @@ from trainer.errors import (  # noqa: E402
     UserError,
     volume_full,
 )
+from trainer.flags import parse_config  # noqa: E402
 
 log = logging.getLogger("trainer")
 
@@ -115,8 +116,11 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
 
     from trainer import loop
     from trainer.distribution.preemption import Preempted
+    from trainer.distribution.sync_runner import SyncRunner
+    from trainer.task import task_of
 
     check_inputs_before_the_group_forms(config, cluster)
+    task = task_of(config)
     if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
@@ -125,18 +129,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     if cluster.is_evaluator:
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        ps.evaluator.follow_checkpoints(config, cluster)
+        ps.evaluator.follow_checkpoints(config, task, cluster)
         return ExitCode.OK
     try:
         if cluster.is_async:
             strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
-            calls = functools.partial(ps.async_calls.AsyncCalls, coordinator=coordinator)
-            loop.train_and_evaluate(config, cluster, strategy, startup, status, calls)
+            runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
+            loop.train_and_evaluate(config, task, cluster, strategy, runner, startup, status)
         else:
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             startup.reached("group_formed")
-            loop.train_and_evaluate(config, cluster, strategy, startup, status)
+            loop.train_and_evaluate(config, task, cluster, strategy, SyncRunner, startup, status)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -171,7 +175,7 @@ def _parameter_server_room(cluster: Cluster) -> Any:
             f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode or the evaluator, but "
             f"this trainer has no trainer/ps room; restore trainer/ps or run all-reduce workers only"
         )
-    import trainer.ps.async_calls
+    import trainer.ps.async_runner
     import trainer.ps.evaluator
     import trainer.ps.strategy
 

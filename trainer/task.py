@@ -19,8 +19,8 @@ import importlib
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from trainer.config import Registry
 from trainer.errors import ConfigError
+from trainer.options import Registry
 
 if TYPE_CHECKING:
     import keras
@@ -40,7 +40,7 @@ class NoOptions:
 class Task:
     """One learning problem. Subclass it; every method below has the signature the loops call."""
 
-    # The task's hyperparameters: a frozen dataclass of trainer.config.option(...) fields. Each is a flag and a
+    # The task's hyperparameters: a frozen dataclass of trainer.options.option(...) fields. Each is a flag and a
     # TRAINER_* variable, listed in --help under the task's name; read them as self.options.<name>.
     Options: ClassVar[type] = NoOptions
     # Reported beside "loss", in this order: progress lines, status, TensorBoard, metrics.json (train_<name>,
@@ -62,6 +62,14 @@ class Task:
         """The model for this dataset; called inside strategy.scope() after the dtype policy is set (--precision).
         Its final outputs should be float32 (a float32 last layer) so the loss is computed in full precision."""
         raise NotImplementedError
+
+    def optimizer(self, learning_rate: Any) -> keras.optimizers.Optimizer:
+        """The optimizer, given the learning rate: a number, or a schedule of the step (--warmup-steps,
+        --learning-rate-schedule). Return any Keras optimizer, e.g. keras.optimizers.SGD(learning_rate,
+        momentum=0.9) or AdamW(learning_rate, weight_decay=1e-4); the core adds --clip-norm and loss scaling."""
+        import keras
+
+        return keras.optimizers.Adam(learning_rate=learning_rate)
 
     def features_and_targets(self, batch: Any) -> tuple[Any, Any]:
         """Splits one batch of the dataset into (features, targets), each any nest of tensors. The datasets yield
@@ -110,7 +118,8 @@ def register(name: str) -> Any:
 
 
 def find(name: str, module: str = "") -> type[Task]:
-    """The Task class of --task, after importing --task-module (if any) and the built-in tasks."""
+    """The Task class of --task, after importing --task-module (if any); the entry point's parser (trainer/flags.py)
+    has registered the built-in tasks."""
     if module:
         try:
             importlib.import_module(module)
@@ -119,7 +128,6 @@ def find(name: str, module: str = "") -> type[Task]:
                 f"--task-module {module}: cannot import it ({error}); put its directory on PYTHONPATH "
                 f"or install it in the trainer's environment"
             ) from None
-    importlib.import_module("trainer.tasks")
     if name not in TASKS:
         raise ConfigError(
             f"--task: unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}, or register your own "

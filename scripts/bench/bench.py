@@ -39,8 +39,8 @@ from typing import Any
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
 from trainer.artifacts.atomic_file import replaced_on_success, write_json
-from trainer.config import parse_config  # pure Python: no TensorFlow import here
 from trainer.errors import ConfigError
+from trainer.flags import parse_config  # pure Python: no TensorFlow import here
 
 from . import async_modes, links
 from .chart import TARGETS, draw
@@ -115,9 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
         )
     args.warmup_steps = warmup
+    if args.links_only and args.no_links:
+        parser.error("--links-only and --no-links ask for opposite things: give one")
     if not args.no_links:
         links.check_arguments(parser, args)
-    if not args.no_async:
+    if not args.no_async and not args.links_only:
         async_log_every = parse_config([*async_modes.LOOP_FLAGS, *trainer_flags], environ={}).effective_log_every
         async_modes.check_arguments(parser, args, async_log_every)
     return args
@@ -452,6 +454,8 @@ def print_table(results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.links_only:
+        return links.run_alone(args)
     # SIGTERM unwinds like Ctrl-C, so the workers (in their own sessions) are killed, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     half = args.global_batch_size // 2

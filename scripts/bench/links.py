@@ -14,7 +14,7 @@ from the one-batch runs (see `fit_model`) and checked at every rate.
 Where namespaces cannot be made (not root, no iproute2), the phase prints one line and is skipped.
 
 This phase alone, with the bench's own options (writes OUTPUT_DIR/links.json):
-    python -m scripts.bench.links --repeats 3
+    python -m scripts.bench.bench --links-only --repeats 3
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ MORE_WORKERS = (2, 4, 8, 16, 64)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("separate machines (network namespaces joined by a rate-limited veth pair)")
     group.add_argument("--no-links", action="store_true", help="skip the separate-machines phase")
+    group.add_argument(
+        "--links-only", action="store_true", help="run only the separate-machines phase; write links.json"
+    )
     group.add_argument(
         "--link-rates",
         default=",".join(RATES),
@@ -407,11 +410,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         print(f"warning: other processes took up to {100 * share['max']:.0f}% of the CPUs during these runs")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The phase alone: the bench's options (its other phases' are ignored), links.json in --output-dir."""
-    from . import bench  # the bench's parser: one set of options, one set of checks
-
-    args = bench.parse_args([*(sys.argv[1:] if argv is None else argv), "--no-async"])
+def run_alone(args: argparse.Namespace) -> int:
+    """The phase alone (`make bench` with --links-only): links.json in --output-dir."""
     with tempfile.TemporaryDirectory(prefix="bench-links-") as scratch:
         try:
             phase = run_link_rounds(args, pathlib.Path(scratch))
@@ -431,7 +431,3 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"\nwrote {args.output_dir / 'links.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,18 +32,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from scripts.bench.startup_by_model import register_wide
     from trainer.artifacts import checkpoint
-    from trainer.config import parse_config
     from trainer.data.datasets import Source, image_spec
-    from trainer.loop import build_optimizer
+    from trainer.flags import parse_config
+    from trainer.optimizer import build_optimizer
     from trainer.task import task_of
 
     register_wide()
 
     def checkpointer(model_name: str, model_dir: str) -> checkpoint.Checkpointer:
-        model = task_of(parse_config(["--model", model_name], {})).build_model(
-            Source(None, None, image_spec((28, 28, 1)), 10)
-        )
-        optimizer = build_optimizer(1e-3, "float32")
+        config = parse_config(["--model", model_name], {})
+        task = task_of(config)
+        model = task.build_model(Source(None, None, image_spec((28, 28, 1)), 10))
+        optimizer = build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
         return checkpoint.Checkpointer(model_dir, True, "worker-0", 3, model=model, optimizer=optimizer)
 

@@ -10,8 +10,8 @@ cores as in training), except `compute_alone`, which worker 0 runs while worker 
   inputs of the per-worker batch, no all-reduce (a model outside the strategy);
 - allreduce_model / allreduce_tiny: one batched all-reduce of tensors shaped like the model's gradients, and of
   one float (the fixed cost of a collective here: gRPC hand-offs and scheduling);
-- sync_constant: the trainer's own step function (trainer.distribution.sync_calls.SyncCalls) on constant inputs;
-- trainer: the same on the trainer's input pipeline and iterator (sync_calls.Inputs): what `make bench` runs;
+- sync_constant: the trainer's own step function (trainer.distribution.sync_runner.SyncRunner) on constant inputs;
+- trainer: the same on the trainer's input pipeline and iterator (sync_runner.Inputs): what `make bench` runs;
 - distributed_iterator: the same pipeline through tf.distribute's distributed iterator (the earlier design).
 
 The breakdown (worker 0's view): compute = compute_shared; transfer = allreduce_model; waiting for the peer and
@@ -39,12 +39,12 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer.config import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
-from trainer.distribution.sync_calls import SyncCalls
-from trainer.loop import build_optimizer
+from trainer.distribution.sync_runner import SyncRunner
+from trainer.flags import parse_config
+from trainer.optimizer import build_optimizer
 from trainer.task import task_of
 
 IMAGE_SHAPE, CLASSES = (28, 28, 1), 10
@@ -83,7 +83,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
     task = task_of(config)
     shapes = Source(train=None, test=None, element_spec=image_spec(IMAGE_SHAPE), num_classes=CLASSES)  # type: ignore[arg-type]
-    local_model, local_optimizer = task.build_model(shapes), build_optimizer(1e-3, config.precision)
+    local_model, local_optimizer = task.build_model(shapes), build_optimizer(task, config, 1e-3, 0)
     local_optimizer.build(local_model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -111,13 +111,12 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
         return run
 
-    calls = SyncCalls(config, cluster, strategy, task)
+    runner = SyncRunner(config, cluster, strategy, task)
     with strategy.scope():
-        model, optimizer = task.build_model(calls.source), build_optimizer(1e-3, config.precision)
+        model, optimizer = task.build_model(runner.source), build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
-        calls.build(model, optimizer)
-    calls.start(model, optimizer, 0)
-    train_steps, inputs, trainer_iterator = calls.train_steps, calls.inputs, calls.iterator
+    runner.start(model, optimizer, 0)
+    train_steps, inputs, trainer_iterator = runner.train_steps, runner.inputs, runner.iterator
     constant = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
     distributed = iter(strategy.distribute_datasets_from_function(inputs.train_batches(0)))
     barrier = all_reduce_function([tf.zeros(1)])
@@ -136,7 +135,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
     steps = tf.constant(args.steps)
     collectives = _collective_ops(
-        tf.function(lambda: train_steps(trainer_iterator, steps, tf.constant(0))).get_concrete_function()
+        tf.function(lambda: train_steps(trainer_iterator, steps, tf.constant(0.0))).get_concrete_function()
     )
     return {
         "collective_ops_in_the_step_function": float(collectives),
@@ -145,9 +144,9 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         "allreduce_model": timed(all_reduce_function(gradient_like)),
         "allreduce_model_packed": timed(all_reduce_function(gradient_like, bytes_per_pack=PACK_BYTES)),
         "allreduce_tiny": timed(all_reduce_function([tf.zeros(1)])),
-        "sync_constant": timed(lambda steps: train_steps(constant, steps, tf.constant(0))),
-        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps, tf.constant(0))),
-        "distributed_iterator": timed(lambda steps: train_steps(distributed, steps, tf.constant(0))),
+        "sync_constant": timed(lambda steps: train_steps(constant, steps, tf.constant(0.0))),
+        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps, tf.constant(0.0))),
+        "distributed_iterator": timed(lambda steps: train_steps(distributed, steps, tf.constant(0.0))),
         "gradient_bytes": float(sum(v.shape.num_elements() * 4 for v in local_model.trainable_variables)),
     }
 

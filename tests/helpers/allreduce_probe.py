@@ -2,7 +2,7 @@
 
     python -m allreduce_probe OUT_DIR COMPRESSION BUCKET_BYTES STEPS     # in each process, TF_CONFIG set
 
-Each worker trains the default task's cnn with the trainer's own step (trainer.loop.train_step_values) on its own
+Each worker trains the default task's cnn with the trainer's own step (trainer.step.train_step) on its own
 constant batch (seeded by rank, so the workers' gradients differ) and writes OUT_DIR/worker-<rank>.npz: the final
 weights (and the initial ones, flattened), the CollectiveReduce ops in the traced step function, and the fp16
 scale exponents (if any).
@@ -18,11 +18,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import parse_config
 from trainer.data.datasets import Source
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group
-from trainer.loop import build_optimizer, train_step_values
+from trainer.flags import parse_config
+from trainer.optimizer import build_optimizer
+from trainer.step import train_step
 from trainer.task import task_of
 
 BATCH, SHAPE, CLASSES = 16, (28, 28, 1), 10
@@ -32,12 +33,14 @@ def main(out_dir: str, compression: str, bucket_bytes: int, steps: int) -> int:
     cluster = from_environment()
     strategy = create_strategy(cluster, "auto", 120)
     keras.utils.set_random_seed(3)
-    task = task_of(parse_config(["--dataset", "synthetic"], environ={}))
+    flags = ["--dataset", "synthetic", "--gradient-compression", compression]
+    config = parse_config([*flags, "--gradient-bucket-bytes", str(bucket_bytes)], environ={})
+    task = task_of(config)
     example = (tf.TensorSpec(SHAPE, tf.uint8), tf.TensorSpec((), tf.int64))
     source = Source(train=None, test=None, element_spec=example, num_classes=CLASSES)  # type: ignore[arg-type]
     with strategy.scope():
         model = task.build_model(source)
-        optimizer = build_optimizer(1e-3, "float32", compression, bucket_bytes)
+        optimizer = build_optimizer(task, config, 1e-3, steps)
         optimizer.build(model.trainable_variables)
     initial = [v.numpy() for v in model.trainable_variables]
     rng = np.random.default_rng(100 + cluster.rank)
@@ -49,7 +52,7 @@ def main(out_dir: str, compression: str, bucket_bytes: int, steps: int) -> int:
     def train_steps(iterator: Any, count: tf.Tensor) -> None:
         def one_step(step: tf.Tensor) -> tuple[tf.Tensor]:
             batch = next(iterator)
-            strategy.run(lambda b: train_step_values(task, model, optimizer, b, global_batch_size), args=(batch,))
+            strategy.run(lambda b: train_step(task, model, optimizer, b, global_batch_size), args=(batch,))
             return (step + 1,)
 
         tf.while_loop(lambda step: step < count, one_step, (tf.constant(0),))

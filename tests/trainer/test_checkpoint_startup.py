@@ -6,18 +6,20 @@ import tensorflow as tf
 from tensorflow.python.training import py_checkpoint_reader
 
 from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
-from trainer.config import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.errors import ModelDirError
-from trainer.loop import build_optimizer
+from trainer.flags import parse_config
+from trainer.optimizer import build_optimizer
 from trainer.task import task_of
 
 
 def checkpointer(model_dir, seed=1, strategy=None):
     tf.keras.utils.set_random_seed(seed)
     with (strategy or tf.distribute.get_strategy()).scope():
-        model = task_of(parse_config([], {})).build_model(Source(None, None, image_spec((28, 28, 1)), 10))
-        optimizer = build_optimizer(1e-3, "float32")
+        config = parse_config([], {})
+        task = task_of(config)
+        model = task.build_model(Source(None, None, image_spec((28, 28, 1)), 10))
+        optimizer = build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
         return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
 

@@ -7,15 +7,17 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.config import Config, build_parser, option, option_fields, parse_config
+from trainer.config import Config
 from trainer.data import datasets
 from trainer.data.datasets import RecordOptions, TfdsOptions
 from trainer.errors import ConfigError
+from trainer.flags import build_parser, parse_config
+from trainer.options import option, option_fields
 from trainer.tasks.image_classification import ImageClassificationOptions
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():
-    groups = [*datasets.OPTION_GROUPS, ("task image_classification", ImageClassificationOptions)]
+    groups = [*datasets.option_groups(), ("task image_classification", ImageClassificationOptions)]
     text = " ".join(build_parser({}, groups).format_help().split())
     for options in (Config, ImageClassificationOptions, datasets.RecordOptions, datasets.TfdsOptions):
         for field in option_fields(options):
@@ -171,7 +173,7 @@ def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_
     assert not hasattr(config, "num_classes") and config.to_dict()["train_files"] == ""
     core = parse_config(["--download"], {}, with_task=False)  # __main__ refuses --download in a group with it
     assert core.group(TfdsOptions).download
-    text = " ".join(build_parser({}, datasets.OPTION_GROUPS).format_help().split())
+    text = " ".join(build_parser({}, datasets.option_groups()).format_help().split())
     assert "dataset tfrecord (your TFRecord files): --train-files" in text
     assert "TFDS datasets (--dataset <a TFDS name>): --data-dir" in text
 

@@ -6,11 +6,11 @@ import pytest
 import tensorflow as tf
 
 from trainer.artifacts.layout import ModelDir
-from trainer.config import parse_config
 from trainer.data import records
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.errors import DataError
+from trainer.flags import parse_config
 from trainer.ps import evaluator
 from trainer.task import task_of
 
@@ -36,6 +36,10 @@ def leave_earlier_run(model_dir, step, epochs):
         json.dump({"state": "succeeded", "global_step": step, "total_steps": step, "epochs": epochs}, handle)
 
 
+def with_task(config):
+    return config, task_of(config)
+
+
 def evaluator_config(model_dir, *extra):
     flags = ["--dataset", "synthetic", "--train-examples", "256", "--test-examples", "64", *extra]
     return parse_config([*flags, "--model-dir", str(model_dir)], environ={})
@@ -45,9 +49,11 @@ def test_an_earlier_runs_final_step_does_not_end_the_evaluator_of_a_longer_run(t
     monkeypatch.delenv("TF_CONFIG", raising=False)
     leave_earlier_run(tmp_path, 8, epochs=2)
     with pytest.raises(StillWaiting):  # --epochs 4 runs past step 8: wait for this run's chief to say where it ends
-        evaluator.follow_checkpoints(evaluator_config(tmp_path, "--epochs", "4"), from_environment())
+        evaluator.follow_checkpoints(*with_task(evaluator_config(tmp_path, "--epochs", "4")), from_environment())
     # The same run setup (a chief resumed after its last step) does end at that step.
-    evaluations = evaluator.follow_checkpoints(evaluator_config(tmp_path, "--epochs", "2"), from_environment())
+    evaluations = evaluator.follow_checkpoints(
+        *with_task(evaluator_config(tmp_path, "--epochs", "2")), from_environment()
+    )
     assert [e["global_step"] for e in evaluations] == [8]
 
 
@@ -64,4 +70,4 @@ def test_an_empty_test_split_is_refused_naming_it(tmp_path, no_sleep, monkeypatc
         environ={},
     )
     with pytest.raises(DataError, match=r"test split .* has no examples"):
-        evaluator.follow_checkpoints(config, from_environment())
+        evaluator.follow_checkpoints(config, task_of(config), from_environment())

@@ -11,9 +11,11 @@ import tensorflow as tf
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
 from trainer.artifacts.status import StatusReporter
-from trainer.config import parse_config
 from trainer.distribution.cluster import SINGLE_PROCESS
+from trainer.distribution.sync_runner import SyncRunner
+from trainer.flags import parse_config
 from trainer.loop import train_and_evaluate
+from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS
 
 TINY = [
@@ -44,7 +46,9 @@ def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
     status = StatusReporter(config.model_dir, enabled=True)
     try:
-        return train_and_evaluate(config, SINGLE_PROCESS, two_replicas(), Startup(time.time()), status=status)
+        return train_and_evaluate(
+            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), status=status
+        )
     finally:
         status.close()
 

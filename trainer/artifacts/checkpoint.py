@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from trainer import private_api
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
 from trainer.errors import ConfigError, ModelDirError, first_line
@@ -130,22 +131,10 @@ class Checkpointer:
             shutil.rmtree(self._write_directory, ignore_errors=True)
 
     def _variable_shapes(self) -> dict[str, list[int]] | None:
-        """The variables and shapes a checkpoint of this model has: the checkpoint keys TensorFlow would save,
-        from the object graph of the live objects, with each variable's own shape (nothing is written or read)."""
-        # No public API names the keys a save would write; save_util is what tf.train.Checkpoint.write calls.
-        from tensorflow.python.checkpoint import graph_view, save_util
-
-        serialized = save_util.serialize_graph_view(graph_view.ObjectGraphView(self.checkpoint))[0]
-        shapes = {}
-        for trackable, tensors in serialized.items():
-            if not tensors:
-                continue  # a layer or other container: its variables are trackables of their own
-            # Mirrored variables come wrapped in a SaveableCompatibilityConverter: its _obj is the variable.
-            shape = getattr(getattr(trackable, "_obj", trackable), "shape", None)
-            if shape is None:
-                return None  # not a plain variable: leave the check to the restore's own matching
-            shapes.update({key: list(shape) for key in tensors if key not in _BOOKKEEPING})
-        return shapes
+        """The variables and shapes a checkpoint of this model has (None: leave the check to the restore's own
+        matching)."""
+        shapes = private_api.checkpoint_variable_shapes(self.checkpoint)
+        return None if shapes is None else {key: shape for key, shape in shapes.items() if key not in _BOOKKEEPING}
 
 
 def recorded_run_setup(model_dir: str) -> dict[str, Any] | None:

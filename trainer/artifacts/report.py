@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import platform
 import time
-from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -18,6 +17,7 @@ from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import Progress, Throughput, figures
 from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
+from trainer.step import Totals, keyed
 
 
 def metrics_record(
@@ -67,13 +67,9 @@ class Report:
             metric_names=list(self.metric_names),
         )
 
-    def training(
-        self, optimizer: keras.optimizers.Optimizer, step: int, train_metrics: Callable[[], dict[str, float]]
-    ) -> None:
-        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
-        (read after the interval closes, so a metric read counts in the next interval, as a checkpoint does)."""
+    def training(self, optimizer: keras.optimizers.Optimizer, step: int, metrics: dict[str, float]) -> None:
+        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began."""
         speed = self.throughput.end_interval()
-        metrics = self._named(train_metrics(), "train_")
         self.progress.step(step, metrics, speed)
         learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
         write_scalars(self.train_log, step, **metrics, examples_per_second=speed, learning_rate=learning_rate)
@@ -86,32 +82,46 @@ class Report:
             eta_seconds=(total_steps - step) * batch / speed if speed else None,
         )
 
-    def epoch(self, step: int, train_metrics: dict[str, float], test_metrics: dict[str, float]) -> None:
-        """The line that closes an epoch, with its test scalars and status; with no test metrics (--no-eval-in-loop:
+    def epoch(self, step: int, train: dict[str, float], test: Totals | None) -> None:
+        """The line that closes an epoch, with its test scalars and status; with no test pass (--no-eval-in-loop:
         an evaluator task follows the checkpoints), the training figures alone."""
         epoch = self.progress.epoch_of(step)
-        train = self._named(train_metrics, "train_")
-        if not test_metrics:
+        if test is None:
             self.progress.line(
                 f"epoch {epoch}/{self.progress.epochs} done: train {figures(train)} (test pass left to the evaluator)"
             )
             return
-        write_scalars(self.test_log, step, **self._named(test_metrics, "test_"))
-        self.status.update(**test_metrics)
-        self.progress.epoch_done(epoch, train, self._named(test_metrics, "test_"))
+        write_scalars(self.test_log, step, **test.means())
+        self.status.update(**test_record(test))
+        self.progress.epoch_done(epoch, train, test.means())
 
-    def finished(self, task_name: str, step: int, test_metrics: dict[str, float], record: dict[str, Any]) -> None:
-        """metrics.json (the chief's), the final status, and the one line every training task prints at the end."""
+    def finished(
+        self,
+        task_name: str,
+        config: Config,
+        model: keras.Model,
+        step: int,
+        train: Totals,
+        test: Totals,
+        run: dict[str, Any],
+    ) -> dict[str, Any]:
+        """metrics.json (the chief's), the final status, and the one line every training task prints at the end;
+        returns the record."""
+        trained = keyed("train", train.means()) if train.examples else {}  # none when resumed after the last step
+        record = metrics_record(config, model, self.throughput, {**trained, **test_record(test)}, **run)
         if self.is_chief:
             write_json(ModelDir(self.model_dir).metrics, record)
-        self.status.update(state="succeeded", global_step=step, **test_metrics)
+        self.status.update(state="succeeded", global_step=step, **test_record(test))
         # Every worker prints this one line, so a reader can compare the replicas' weights.
-        test = self._named(test_metrics, "test_")
-        print(f"{task_name} finished: test {figures(test)}, weights sha256 {record['weights_sha256']}", flush=True)
+        print(
+            f"{task_name} finished: test {figures(test.means())}, weights sha256 {record['weights_sha256']}", flush=True
+        )
+        return record
 
-    def _named(self, metrics: dict[str, float], prefix: str) -> dict[str, float]:
-        """{name: value} of the task's metrics, in their order, from {prefix + name: value}."""
-        return {name: metrics[prefix + name] for name in self.metric_names if prefix + name in metrics}
+
+def test_record(test: Totals) -> dict[str, Any]:
+    """test_<name> of every metric and test_examples_evaluated: the status fields and metrics.json keys."""
+    return keyed("test", {**test.means(), "examples_evaluated": test.examples})
 
 
 def summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:

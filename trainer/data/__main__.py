@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer.config import Config, parse_config
+from trainer.config import Config
 from trainer.data import datasets
 from trainer.errors import UserError, first_line
+from trainer.flags import parse_config
 
 
 def prepare(dataset: str, data_dir: str) -> str:

@@ -26,15 +26,16 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainer.config import Config, Registry, option
+from trainer.config import Config
 from trainer.errors import ConfigError, DataError
+from trainer.options import Registry, option
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
     from trainer.data.record_counts import RecordCounts
 
-    Example = tuple[tf.Tensor, tf.Tensor]  # (uint8 image HxWxC, int64 label)
+    Example = tuple[Any, Any]  # one decoded example: (features, targets), each a nest of tensors
 
 log = logging.getLogger(__name__)
 
@@ -101,20 +102,49 @@ def share(total: int, index: int, count: int) -> int:
 
 SourceBuilder = Callable[..., Source]
 DATASETS: Registry[SourceBuilder] = Registry()
-register = DATASETS.register
+DATASET_OPTIONS: dict[str, type] = {}  # a registered dataset's option group, where it declares one
+
+
+def register(name: str, options: type | None = None) -> Callable[[SourceBuilder], SourceBuilder]:
+    """A decorator: @register("name") makes a function (config) -> Source --dataset name. options: its option
+    group, a frozen dataclass of trainer.options.option(...) fields: flags and TRAINER_* variables under
+    "dataset <name>" in --help, read in the function as config.group(options)."""
+
+    def add(builder: SourceBuilder) -> SourceBuilder:
+        if options is not None:
+            DATASET_OPTIONS[name] = options
+        return DATASETS.register(name)(builder)
+
+    return add
+
+
+def option_groups() -> list[tuple[str, type]]:
+    """Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them
+    all): (heading in --help, option group), the built-in kinds' first, then those of --dataset-module."""
+    return [
+        ("dataset tfrecord (your TFRecord files)", RecordOptions),
+        ("TFDS datasets (--dataset <a TFDS name>)", TfdsOptions),
+        *((f"dataset {name}", options) for name, options in DATASET_OPTIONS.items() if name != "tfrecord"),
+    ]
+
+
+def import_dataset_module(module: str) -> None:
+    """Imports --dataset-module, which registers its datasets (and their option groups)."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise DataError(
+            f"--dataset-module {module}: cannot import it ({error}); put its directory on PYTHONPATH or install "
+            f"it in the trainer's environment"
+        ) from None
 
 
 def check_dataset(config: Config) -> None:
     """Validates --dataset (and the flags it needs) without touching data or TensorFlow's runtime: call it
     before the group forms, so a typo never costs a start-up. Raises DataError."""
-    if config.dataset_module:
-        try:
-            importlib.import_module(config.dataset_module)
-        except ImportError as error:
-            raise DataError(
-                f"--dataset-module {config.dataset_module}: cannot import it ({error}); put its "
-                f"directory on PYTHONPATH or install it in the trainer's environment"
-            ) from None
+    import_dataset_module(config.dataset_module)
     if config.dataset in DATASETS:
         if config.dataset == "tfrecord":
             _check_record_flags(config)
@@ -368,7 +398,7 @@ def _check_record_flags(config: Config) -> None:
     parse_image_shape(options.image_shape)
 
 
-@register("tfrecord")
+@register("tfrecord", options=RecordOptions)
 def tfrecord(config: Config) -> Source:
     """Your own TFRecord files: --train-files/--test-files globs, --image-shape, --num-classes, and the
     feature names --image-feature (default image) and --label-feature (default label)."""
@@ -463,11 +493,3 @@ def tfds_source(config: Config) -> Source:
         element_spec=image_spec(shape),
         num_classes=features["label"].num_classes,
     )
-
-
-# Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them all):
-# (heading in --help, option group).
-OPTION_GROUPS: tuple[tuple[str, type], ...] = (
-    ("dataset tfrecord (your TFRecord files)", RecordOptions),
-    ("TFDS datasets (--dataset <a TFDS name>)", TfdsOptions),
-)

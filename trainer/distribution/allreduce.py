@@ -1,4 +1,5 @@
-"""The gradient all-reduce: in buckets, last layers first, and optionally 16 bits on the wire.
+"""The gradient all-reduce: in buckets, last layers first, optionally 16 bits on the wire, and the clip by global norm
+of the sum.
 
 Keras 3's TensorFlow optimizer sums the gradients across replicas in its private hook
 `_all_reduce_sum_gradients`, as one batched all-reduce that can start only once the whole backward pass is done.
@@ -17,9 +18,11 @@ Keras 3's TensorFlow optimizer sums the gradients across replicas in its private
   Sparse gradients (IndexedSlices, from embeddings) stay as they are: TensorFlow gathers them, and its gather
   refuses bf16.
 
-In one process (nothing crosses a network) the hook does what Keras's does. The hook runs after clipnorm, weight
-decay and loss-scale unscaling, which Keras applies to each worker's own gradients first. docs/bench.md measures
-both at several link rates and says when they pay.
+- clip_norm: the summed gradients are clipped by their global norm (`--clip-norm`), so every worker clips the same
+  sum; Keras's own clipnorm options would clip each worker's gradients before the sum.
+
+In one process (nothing crosses a network) the hook only clips. The hook runs after weight decay and loss-scale
+unscaling. docs/bench.md measures buckets and compression at several link rates and says when they pay.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from trainer import private_api
 from trainer.config import COMPRESSIONS
 
 _WIRE_TYPES = {"bf16": tf.bfloat16, "fp16": tf.float16}
@@ -39,29 +43,26 @@ _FP16_EXPONENTS = (-24.0, 64.0)
 _FP16_FIRST_EXPONENT = 10.0
 
 
-def install(optimizer: Any, compression: str = "none", bucket_bytes: int = 0) -> Any:
+def install(optimizer: Any, compression: str = "none", bucket_bytes: int = 0, clip_norm: float = 0.0) -> Any:
     """Makes `optimizer` (a Keras 3 optimizer, TensorFlow backend) all-reduce its gradients in buckets of
-    `bucket_bytes` (0 = one batch) and in `compression`'s type; returns the optimizer. Call it before
-    `optimizer.build(...)`, in the strategy's scope, where the optimizer is made."""
+    `bucket_bytes` (0 = one batch) and in `compression`'s type, then clip the sum to `clip_norm` (0 = no clip);
+    returns the optimizer. Call it before `optimizer.build(...)`, in the strategy's scope, where the optimizer is
+    made."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"gradient compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
     if bucket_bytes < 0:
         raise ValueError(f"gradient bucket bytes must be 0 (one batch) or positive, got {bucket_bytes}")
-    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
-        raise TypeError(
-            f"{type(optimizer).__name__} has no _all_reduce_sum_gradients hook: the bucketed all-reduce needs a "
-            f"Keras 3 optimizer on the TensorFlow backend"
-        )
-    reducer = GradientReducer(compression, bucket_bytes)
+    if clip_norm < 0:
+        raise ValueError(f"clip norm must be 0 (off) or positive, got {clip_norm}")
+    reducer = GradientReducer(compression, bucket_bytes, clip_norm)
+    private_api.replace_gradient_all_reduce(optimizer, reducer)
     build = optimizer.build
 
     def build_with_scales(variables: Any) -> None:
         build(variables)
         reducer.build(variables)
 
-    # Set on the instance, past Keras's attribute tracking: neither is state to checkpoint.
-    object.__setattr__(optimizer, "_all_reduce_sum_gradients", reducer)
-    object.__setattr__(optimizer, "build", build_with_scales)
+    object.__setattr__(optimizer, "build", build_with_scales)  # past Keras's tracking, as the reducer is
     return optimizer
 
 
@@ -69,8 +70,8 @@ class GradientReducer:
     """The replacement for Keras's `_all_reduce_sum_gradients(grads_and_vars)`: called in replica context,
     returns the (summed gradient, variable) pairs, None gradients kept in place."""
 
-    def __init__(self, compression: str, bucket_bytes: int) -> None:
-        self.compression, self.bucket_bytes = compression, bucket_bytes
+    def __init__(self, compression: str, bucket_bytes: int, clip_norm: float = 0.0) -> None:
+        self.compression, self.bucket_bytes, self.clip_norm = compression, bucket_bytes, clip_norm
         # fp16 only: one scale exponent per variable, kept per replica (ON_READ: set locally, never synchronised,
         # since every worker computes the same value from the same summed gradients).
         self.exponents: dict[int, tf.Variable] = {}
@@ -90,8 +91,11 @@ class GradientReducer:
     def __call__(self, grads_and_vars: Any) -> list[tuple[Any, Any]]:
         pairs = list(grads_and_vars)
         context = tf.distribute.get_replica_context()
-        if context is None or context.num_replicas_in_sync == 1:
-            return pairs
+        if context is not None and context.num_replicas_in_sync > 1:
+            pairs = self._summed(context, pairs)
+        return self._clipped(pairs) if self.clip_norm else pairs
+
+    def _summed(self, context: Any, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         present = [(index, grad, var) for index, (grad, var) in enumerate(pairs) if grad is not None]
         if not present:
             return pairs
@@ -101,6 +105,14 @@ class GradientReducer:
         result = list(pairs)
         for (index, grad, var), total in zip(present, summed, strict=True):
             result[index] = (self._from_wire(total, grad, var), var)
+        return result
+
+    def _clipped(self, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        present = [index for index, (grad, _) in enumerate(pairs) if grad is not None]
+        clipped, _ = tf.clip_by_global_norm([pairs[index][0] for index in present], self.clip_norm)
+        result = list(pairs)
+        for index, grad in zip(present, clipped, strict=True):
+            result[index] = (grad, pairs[index][1])
         return result
 
     def _compressed(self, grad: Any) -> bool:
@@ -137,7 +149,4 @@ class GradientReducer:
 def _key(variable: Any) -> int:
     """One identity for a model variable, whether seen as the Keras variable, its tf.Variable, or a replica's."""
     variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
-    container = getattr(variable, "_distributed_container", None)
-    if container is not None:
-        variable = container()
-    return id(variable)
+    return id(private_api.distributed_container(variable))

@@ -22,6 +22,7 @@ import time
 
 import tensorflow as tf
 
+from trainer import private_api
 from trainer.distribution.cluster import TRAINING_TYPES, Cluster
 from trainer.errors import ExitCode, first_line
 
@@ -129,12 +130,10 @@ def leave_group(cluster: Cluster, strategy: tf.distribute.Strategy, timeout_s: f
     shutdown barrier would do this: TF 2.21 calls it only when the C++ eager context is destroyed, and Python never
     destroys it. So: every worker waits at a barrier, then the others return (and exit), and the leader returns
     once their servers stop accepting connections, at most PEERS_GONE_WAIT_S later."""
-    from tensorflow.python.eager import context  # wait_at_barrier has no public name in TF 2.21
-
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return  # the barrier is for MWMS's coordinated tasks; other strategies' tasks never reach it
     try:
-        context.context().wait_at_barrier("trainer_finished", int(timeout_s * 1000))
+        private_api.wait_at_barrier("trainer_finished", int(timeout_s * 1000))
     except tf.errors.OpError as error:
         log.warning(
             "%s: the group did not reach the end together (%s); exiting anyway", cluster.name, first_line(error)

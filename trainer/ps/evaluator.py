@@ -20,13 +20,14 @@ import tensorflow as tf
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
+from trainer.artifacts.progress import figures
 from trainer.artifacts.status import read_status
 from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.errors import DataError, first_line
-from trainer.loop import example_count, means, sums_and_counts, test_step_values
-from trainer.task import Task, task_of
+from trainer.step import Totals, keyed, metric_names, test_totals
+from trainer.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,11 @@ POLL_SECONDS = 2.0
 TEST_BATCH_SIZE = 256
 
 
-def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = POLL_SECONDS) -> list[dict[str, Any]]:
+def follow_checkpoints(
+    config: Config, task: Task, cluster: Cluster, poll_seconds: float = POLL_SECONDS
+) -> list[dict[str, Any]]:
     """Evaluates every checkpoint the chief writes until the final one; returns the evaluations."""
     layout = ModelDir(config.model_dir)
-    task = task_of(config)
     keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
     source = datasets.load(config)
@@ -50,8 +52,9 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
         )
     model = task.build_model(source)
     checkpoint = tf.train.Checkpoint(model=model)
-    evaluate = evaluation_function(task, model, pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size))
-    names = ("loss", *task.metric_names)
+    test_batches = pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size)
+    evaluate = tf.function(lambda: test_totals(task, model, test_batches))
+    names = metric_names(task)
     writer = tf.summary.create_file_writer(layout.logs("eval"))
     log.info(
         "%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
@@ -74,16 +77,17 @@ def follow_checkpoints(config: Config, cluster: Cluster, poll_seconds: float = P
             except (tf.errors.OpError, ValueError) as error:
                 log.info("checkpoint %s is not readable yet (%s); trying again", prefix, first_line(error)[:200])
                 break
-            result = {"global_step": step, **evaluate()}
+            totals = Totals(names, evaluate().numpy())
+            means = totals.means()
+            result = {"global_step": step, **keyed("test", {**means, "examples_evaluated": totals.examples})}
             done.add(step)
             evaluations.append(result)
             with writer.as_default(step=step):
-                for name in names:
-                    tf.summary.scalar(name, result[f"test_{name}"])
+                for name, value in means.items():
+                    tf.summary.scalar(name, value)
             writer.flush()
             write_json(layout.evaluations, {"evaluations": evaluations}, sort_keys=False)
-            figures = " ".join(f"{name} {result[f'test_{name}']:.4f}" for name in names)
-            print(f"{cluster.name} evaluated checkpoint at step {step}: test {figures}", flush=True)
+            print(f"{cluster.name} evaluated checkpoint at step {step}: test {figures(means)}", flush=True)
         if final_step is not None and final_step in done:
             print(f"{cluster.name} evaluated the final checkpoint (step {final_step}); exiting", flush=True)
             return evaluations
@@ -99,22 +103,3 @@ def _final_step(layout: ModelDir, epochs: int) -> int | None:
         return None
     total = status.get("total_steps")
     return total if isinstance(total, int) and status.get("epochs") == epochs else None
-
-
-def evaluation_function(task: Task, model: keras.Model, test_batches: tf.data.Dataset) -> Any:
-    """`evaluate()`: test_<name> of the loss and of every task metric over every batch, and the examples
-    evaluated, in this process (variables local or on the ps tasks)."""
-    names = ("loss", *task.metric_names)
-
-    @tf.function
-    def totals() -> tf.Tensor:
-        result = tf.zeros(2 * len(names))
-        for batch in test_batches:
-            result += sums_and_counts(test_step_values(task, model, batch))
-        return result
-
-    def evaluate() -> dict[str, float]:
-        summed = totals().numpy()
-        return {**means(names, summed, "test_"), "test_examples_evaluated": example_count(summed)}
-
-    return evaluate

@@ -1,11 +1,12 @@
-"""How a call of steps runs asynchronously: the chief coordinates ParameterServerStrategy.
+"""How calls of training steps run asynchronously: the chief coordinates ParameterServerStrategy.
 
 The variables live on the ps tasks; the chief schedules calls of `steps_per_loop` steps onto whichever worker is
 free (ClusterCoordinator), each worker reading the training split in its own order. A step is one worker's batch
 applied to the variables, so an epoch is train_size // per_worker_batch_size steps, whatever the number of
-workers. At most two calls per worker are in flight; each call returns its metrics' sums, added up on the chief.
-Before a checkpoint, an evaluation or the end, the loop settles the calls in flight, so checkpoint N holds exactly
-N steps' updates. Only the chief writes: the checkpoints, TensorBoard, the status, metrics.json and the model.
+workers. At most two calls per worker are in flight; each call returns its metrics' sums, which reach the loop once
+it has finished. Before a checkpoint, an evaluation, a stop or the end, the loop asks the calls in flight to
+settle, so checkpoint N holds exactly N steps' updates. Only the chief writes: the checkpoints, TensorBoard, the
+status, metrics.json and the model.
 
 A lost worker costs nothing but its share: the coordinator runs its calls elsewhere and gives it work again once it
 is back. A lost ps task (or the chief itself) loses the variables: the chief exits with the group-failure code,
@@ -25,8 +26,7 @@ import tensorflow as tf
 from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.loop import Calls, means, sums_and_counts, train_step_values
-from trainer.ps.evaluator import evaluation_function
+from trainer.step import StepRunner, metric_names, test_totals, train_step
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 CALLS_IN_FLIGHT_PER_WORKER = 2  # one running, one queued: a worker never waits for the chief
 
 
-class AsyncCalls(Calls):
+class AsyncRunner(StepRunner):
     """The chief schedules each call onto a free worker and collects the calls' metric sums as they finish."""
 
     def __init__(
@@ -43,8 +43,6 @@ class AsyncCalls(Calls):
         self.config, self.cluster, self.strategy, self.task = config, cluster, strategy, task
         self.coordinator = coordinator
         self.global_batch_size = config.per_worker_batch_size
-        self.writes_checkpoints = True  # the chief is the only task that runs the loop
-        self.names = ("loss", *task.metric_names)
         self.source = datasets.load(config)
         # The whole split for every worker: under ParameterServerStrategy the dataset function is traced once for
         # all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own
@@ -52,80 +50,60 @@ class AsyncCalls(Calls):
         self.train_shard, self.test_shard = self.source.train.shard(0, 1), self.source.test.shard(0, 1)
         self.train_size = min(self.train_shard.size, config.train_examples or self.train_shard.size)
         self.test_size = min(self.test_shard.size, config.test_examples or self.test_shard.size)
+        self.steps_per_epoch = pipeline.steps_per_epoch([self.train_size], config.per_worker_batch_size)
+        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
+        self.sizes = {"train_examples": self.train_size, "test_examples": self.test_size, "cache": self.cache}
         self.in_flight: collections.deque = collections.deque()
-        self.sums = np.zeros(2 * len(self.names))  # since the epoch began
 
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
         log.info("variables on the ps tasks: %s", _placement(model.weights + optimizer.variables))
-        config = self.config
-        self.steps_per_epoch = pipeline.steps_per_epoch([self.train_size], config.per_worker_batch_size)
-        cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
-        self.sizes = {"train_examples": self.train_size, "test_examples": self.test_size, "cache": cache}
+        config, task, strategy = self.config, self.task, self.strategy
         self.worker_batches = iter(
             self.coordinator.create_per_worker_dataset(
-                lambda: self.strategy.distribute_datasets_from_function(
+                lambda: strategy.distribute_datasets_from_function(
                     lambda context: _worker_batches(
-                        config, self.train_shard, self.train_size, self.steps_per_epoch, cache
+                        config, self.train_shard, self.train_size, self.steps_per_epoch, self.cache
                     )
                 )
             )
         )
-        task, global_batch_size, strategy = self.task, self.global_batch_size, self.strategy
+        global_batch_size, names = self.global_batch_size, metric_names(task)
 
         @tf.function
         def train_steps(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
-            totals = tf.zeros(2 * len(self.names))
+            totals = tf.zeros(2 * len(names))
             for _ in tf.range(steps):
                 totals += strategy.run(
-                    lambda batch: sums_and_counts(train_step_values(task, model, optimizer, batch, global_batch_size)),
-                    args=(next(iterator),),
+                    lambda batch: train_step(task, model, optimizer, batch, global_batch_size), args=(next(iterator),)
                 )
             return totals
 
         self.train_steps = train_steps
-        self.evaluation = evaluation_function(
-            task, model, pipeline.test_batches(self.test_shard, config.per_worker_batch_size, self.test_size)
-        )
+        test_batches = pipeline.test_batches(self.test_shard, config.per_worker_batch_size, self.test_size)
+        self.evaluation = tf.function(lambda: test_totals(task, model, test_batches))
 
-    def run(self, steps: int, stop_requested: bool) -> tuple[int, bool]:
+    def run(self, steps: int, stop_requested: bool, settle: bool) -> tuple[Any, bool]:
         # Only the chief's SIGTERM counts (the workers and ps tasks hold no state of the run); this call still runs,
         # as a sync call does, and the loop then settles and checkpoints.
         scheduled = self.coordinator.schedule(self.train_steps, args=(self.worker_batches, tf.constant(steps)))
-        self.in_flight.append((steps, scheduled))
-        finished = 0
-        while len(self.in_flight) > CALLS_IN_FLIGHT_PER_WORKER * self.cluster.num_workers:
-            finished += self._collect_oldest()
+        self.in_flight.append(scheduled)
+        if settle:
+            self.coordinator.join()
+        finished = np.zeros(2 * len(metric_names(self.task)))
+        while self.in_flight and (
+            settle or len(self.in_flight) > CALLS_IN_FLIGHT_PER_WORKER * self.cluster.num_workers
+        ):
+            finished += np.asarray(self.in_flight.popleft().fetch())
         return finished, stop_requested
 
-    def settle(self) -> int:
-        self.coordinator.join()
-        finished = 0
-        while self.in_flight:
-            finished += self._collect_oldest()
-        return finished
+    def evaluate(self) -> Any:
+        return self.evaluation().numpy()
 
-    def _collect_oldest(self) -> int:
-        steps, scheduled = self.in_flight.popleft()
-        self.sums += np.asarray(scheduled.fetch())
-        return steps
-
-    def train_metrics(self) -> dict[str, float]:
-        return means(self.names, self.sums, "train_")
-
-    def reset_train_metrics(self) -> None:
-        self.sums[:] = 0
-
-    def evaluate(self) -> dict[str, float]:
-        return self.evaluation()
-
-    def describe(self, config: Config, workers: int) -> str:
+    def describe(self) -> str:
         return (
-            f"asynchronously, {workers} worker(s) x batch {config.per_worker_batch_size}, "
+            f"asynchronously, {self.cluster.num_workers} worker(s) x batch {self.config.per_worker_batch_size}, "
             f"{self.cluster.num_ps} ps task(s)"
         )
-
-    def shape(self) -> dict[str, Any]:
-        return {"strategy": "async", "ps_tasks": self.cluster.num_ps}
 
 
 def _worker_batches(

@@ -1,8 +1,9 @@
-"""How a call of steps runs with all-reduce workers (MultiWorkerMirroredStrategy, or one process).
+"""How calls of training steps run on all-reduce workers (MultiWorkerMirroredStrategy, or one process).
 
-`strategy.run` of the task's step inside a `tf.function` that runs several steps per call, the loss averaged over
-the global batch, metrics kept per replica and reduced across workers only when they are read (log intervals,
-epoch ends). Every worker runs exactly the same sequence of calls.
+`strategy.run` of the training step inside a `tf.function` that runs several steps per call, the loss averaged over
+the global batch. Each replica adds its steps' metric sums into a variable of its own; at the end of the call one
+small all-reduce adds up every replica's sums and every worker's stop request, so each worker holds the group's
+figures and all stop at the same step. Every worker runs exactly the same sequence of calls.
 """
 
 from __future__ import annotations
@@ -20,93 +21,83 @@ from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.errors import ModelDirError
-from trainer.loop import Calls, test_step_values, train_step_values
+from trainer.step import StepRunner, metric_names, test_step, train_step
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
 
 
-class SyncCalls(Calls):
+class SyncRunner(StepRunner):
     """Every worker runs each call; the optimizer all-reduces the gradients of every step."""
 
     def __init__(self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, task: Task) -> None:
         self.config, self.cluster, self.strategy, self.task = config, cluster, strategy, task
         self.global_batch_size = config.per_worker_batch_size * cluster.num_workers
-        self.writes_checkpoints = cluster.is_chief
         self.inputs = Inputs(config, cluster, strategy, self.global_batch_size)
-        self.source = self.inputs.source
-        self.names = ("loss", *task.metric_names)
-
-    def build(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
-        # Keras metrics with per-replica state: reading one all-reduces it, so every worker reads at the same steps.
-        self.train_means = {name: keras.metrics.Mean() for name in self.names}
-        self.test_means = {name: keras.metrics.Mean() for name in self.names}
+        self.source, self.steps_per_epoch = self.inputs.source, self.inputs.steps_per_epoch
+        self.sizes = {**self.inputs.sizes, "cache": self.inputs.cache}
 
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
-        self.inputs.agree(start_step)
-        self.steps_per_epoch = self.inputs.steps_per_epoch
-        self.sizes = {**self.inputs.sizes, "cache": self.inputs.cache}
-        total_steps = self.steps_per_epoch * self.config.epochs
-        self.iterator = self.inputs.train_iterator(min(start_step, total_steps))
+        self.inputs.check_restored(start_step)
+        self.iterator = self.inputs.train_iterator(min(start_step, self.steps_per_epoch * self.config.epochs))
         self.train_steps, self.run_evaluation = self._step_functions(model, optimizer, self.inputs.test())
 
-    def run(self, steps: int, stop_requested: bool) -> tuple[int, bool]:
-        stopping = int(self.train_steps(self.iterator, tf.constant(steps), tf.constant(int(stop_requested)))) > 0
-        return steps, stopping
+    def run(self, steps: int, stop_requested: bool, settle: bool) -> tuple[Any, bool]:
+        reduced = self.train_steps(self.iterator, tf.constant(steps), tf.constant(float(stop_requested))).numpy()
+        return reduced[1:], bool(reduced[0] > 0)
 
-    def train_metrics(self) -> dict[str, float]:
-        return {f"train_{name}": float(mean.result()) for name, mean in self.train_means.items()}
+    def evaluate(self) -> Any:
+        return self.run_evaluation().numpy()
 
-    def reset_train_metrics(self) -> None:
-        for mean in self.train_means.values():
-            mean.reset_state()
-
-    def evaluate(self) -> dict[str, float]:
-        """Evaluates the test split; reading the metrics all-reduces them across workers."""
-        for mean in self.test_means.values():
-            mean.reset_state()
-        self.run_evaluation()
-        # Each worker evaluates its own shard, the last batch partial: the summed count shows each example once.
-        examples = int(tf.convert_to_tensor(self.test_means["loss"].count.value))
-        return {
-            **{f"test_{name}": float(mean.result()) for name, mean in self.test_means.items()},
-            "test_examples_evaluated": examples,
-        }
-
-    def describe(self, config: Config, workers: int) -> str:
-        return f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {self.global_batch_size}"
+    def describe(self) -> str:
+        workers = self.cluster.num_workers
+        return f"{workers} worker(s) x {self.config.per_worker_batch_size} = global batch {self.global_batch_size}"
 
     def _step_functions(
         self, model: keras.Model, optimizer: keras.optimizers.Optimizer, test_batches: Any
-    ) -> tuple[Callable[..., tf.Tensor], Callable[[], None]]:
+    ) -> tuple[Callable[..., tf.Tensor], Callable[[], tf.Tensor]]:
         """`train_steps(iterator, steps, stop_requested)` runs `steps` training steps on every replica and returns
-        how many workers asked to stop; `run_evaluation()` runs the test split into the test metrics."""
-        strategy, task = self.strategy, self.task
+        [the workers' stop requests, the metrics' sums and counts], summed over the group; `run_evaluation()`
+        returns the test split's sums and counts, summed over the group."""
+        strategy, task, global_batch_size = self.strategy, self.task, self.global_batch_size
+        with strategy.scope():
+            # Per replica (ON_READ): each adds its own steps, never synchronised until the call's one all-reduce.
+            sums = tf.Variable(
+                tf.zeros(2 * len(metric_names(task))),
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+            )
 
-        def train_step(batch: Any) -> None:
-            values = train_step_values(task, model, optimizer, batch, self.global_batch_size)
-            for name, value in values.items():
-                self.train_means[name].update_state(value)
+        def summed_over_the_group(stop_requested: tf.Tensor) -> tf.Tensor:
+            def take(stop: tf.Tensor) -> tf.Tensor:
+                taken = tf.concat([tf.reshape(stop, [1]), sums.read_value()], 0)
+                with tf.control_dependencies([taken]):
+                    reset = sums.assign(tf.zeros(sums.shape))
+                with tf.control_dependencies([reset]):
+                    return tf.identity(taken)
 
-        # A plain while_loop, not autograph's conversion of a Python loop: the same graph, traced 0.3 s sooner.
+            return strategy.reduce("SUM", strategy.run(take, args=(stop_requested,)), axis=None)
+
+        # A plain while_loop, not autograph's conversion of a Python loop: the same graph, traced sooner.
         @functools.partial(tf.function, autograph=False)
         def train_steps(iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor) -> tf.Tensor:
             def one_step(step: tf.Tensor) -> tuple[tf.Tensor]:
-                strategy.run(train_step, args=(next(iterator),))
+                strategy.run(
+                    lambda batch: sums.assign_add(train_step(task, model, optimizer, batch, global_batch_size)),
+                    args=(next(iterator),),
+                )
                 return (step + 1,)
 
             tf.while_loop(lambda step: step < steps, one_step, (tf.constant(0),))
-            # One small all-reduce per call: if any worker got SIGTERM, every worker stops at this step.
-            return sum_over_workers(strategy, stop_requested)
-
-        def eval_step(batch: Any) -> None:
-            for name, value in test_step_values(task, model, batch).items():
-                self.test_means[name].update_state(value)
+            # One small all-reduce per call: the metrics, and if any worker got SIGTERM, every worker stops here.
+            return summed_over_the_group(stop_requested)
 
         @tf.function
-        def run_evaluation() -> None:
+        def run_evaluation() -> tf.Tensor:
             for batch in test_batches:
-                strategy.run(eval_step, args=(batch,))
+                strategy.run(lambda batch: sums.assign_add(test_step(task, model, batch)), args=(batch,))
+            return summed_over_the_group(tf.constant(0.0))[1:]
 
         return train_steps, run_evaluation
 
@@ -128,19 +119,21 @@ class Inputs:
         reads = self.train_shard.reads
         (log.warning if self.train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, reads)
         self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
-
-    def agree(self, start_step: int) -> None:
-        """One collective: every worker's shard sizes (the smallest train shard sets the steps per epoch) and the
-        step it restored, which must be the same everywhere (else the workers would silently diverge)."""
-        rank, workers = self.cluster.rank, self.cluster.num_workers
-        rows = _gather_over_workers(self.strategy, rank, workers, [self.train_size, self.test_size, start_step])
-        if any(row[2] != start_step for row in rows):
-            raise ModelDirError(
-                f"the workers restored different checkpoints (steps by rank: {[row[2] for row in rows]}). Every "
-                f"worker must see the chief's --model-dir: mount the same shared volume on all of them"
-            )
+        # One collective: every worker's shard sizes; the smallest train shard sets the steps per epoch.
+        rows = _gather_over_workers(strategy, cluster.rank, workers, [self.train_size, self.test_size])
         self.sizes = {"train_examples": sum(row[0] for row in rows), "test_examples": sum(row[1] for row in rows)}
-        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], self.config.per_worker_batch_size)
+        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], config.per_worker_batch_size)
+
+    def check_restored(self, start_step: int) -> None:
+        """One collective: the step every worker restored, which must be the same everywhere (else the workers
+        would silently diverge)."""
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        steps = [row[0] for row in _gather_over_workers(self.strategy, rank, workers, [start_step])]
+        if any(step != start_step for step in steps):
+            raise ModelDirError(
+                f"the workers restored different checkpoints (steps by rank: {steps}). Every worker must see the "
+                f"chief's --model-dir: mount the same shared volume on all of them"
+            )
 
     def train_batches(self, start_step: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
         """The dataset function of this worker's batches for every step from start_step on."""

@@ -1,0 +1,125 @@
+"""The option mechanism: a frozen dataclass of `option(...)` fields becomes flags and TRAINER_* variables.
+
+Each field is a command-line flag (`--per-worker-batch-size`) and an environment variable
+(`TRAINER_PER_WORKER_BATCH_SIZE`), so a pod spec can set it without editing args. Precedence: flag, then
+environment, then the default. A field's type is its real annotation: bool, int, float or str; any other type is
+refused when the parser is built, so a list or optional field can never silently arrive as a string.
+
+The core's knobs (trainer/config.py), each dataset kind's and each task's options are such dataclasses; the
+entry point's parser (trainer/flags.py) gathers them. `Registry` is the name -> builder table behind --task,
+--dataset and --model. This module imports nothing of the trainer but its errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from trainer.errors import ConfigError
+
+ENV_PREFIX = "TRAINER_"
+OPTION_TYPES = (bool, int, float, str)
+
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+class Registry(dict[str, Builder], Generic[Builder]):
+    def register(self, name: str) -> Callable[[Builder], Builder]:
+        """A decorator: @register("name") puts the builder under that name and returns it unchanged."""
+
+        def add(builder: Builder) -> Builder:
+            self[name] = builder
+            return builder
+
+        return add
+
+
+def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
+    """A field of an option dataclass: its default, its --help text and, for a str, its choices."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+def option_fields(options_class: type) -> list[dataclasses.Field]:
+    """The fields of an option dataclass that are options (flags and variables)."""
+    return [field for field in dataclasses.fields(options_class) if field.metadata.get("help")]
+
+
+def option_type(options_class: type, field: dataclasses.Field) -> type:
+    """The field's real type (annotations are strings under `from __future__ import annotations`); TypeError for
+    a type the flags and variables cannot carry, raised when the parser is built, never at a user's run."""
+    kind = typing.get_type_hints(options_class)[field.name]
+    if kind not in OPTION_TYPES:
+        raise TypeError(
+            f"option {options_class.__qualname__}.{field.name} has type {kind}; options are "
+            f"{', '.join(t.__name__ for t in OPTION_TYPES)} (a list can be a comma-separated str)"
+        )
+    return kind
+
+
+def flag(name: str) -> str:
+    """The flag of a field, without its dashes: per_worker_batch_size -> per-worker-batch-size."""
+    return name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def check_choices(options: Any) -> None:
+    """Refuses a value outside its option's choices (a variable's value never went through argparse's check)."""
+    for field in option_fields(type(options)):
+        choices = field.metadata["choices"]
+        if choices and getattr(options, field.name) not in choices:
+            raise ConfigError(
+                f"--{flag(field.name)}: unknown value {getattr(options, field.name)!r}; "
+                f"choose one of {', '.join(choices)}"
+            )
+
+
+def add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, options_class: type, environ: dict[str, str]
+) -> None:
+    """One flag per option of options_class, its default read from environ's TRAINER_* variable if set."""
+    for field in option_fields(options_class):
+        kind = option_type(options_class, field)
+        default = _from_env(field, kind, environ)
+        help_text = f"{field.metadata['help']} [env {env_name(field.name)}]"
+        if kind is bool:
+            parser.add_argument(
+                f"--{flag(field.name)}", action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
+        else:
+            parser.add_argument(
+                f"--{flag(field.name)}", type=kind, default=default, choices=field.metadata["choices"], help=help_text
+            )
+
+
+def take_options(args: dict[str, Any], options_class: type) -> Any:
+    """An instance of options_class from parsed flags, its values popped from args."""
+    return options_class(**{field.name: args.pop(field.name) for field in option_fields(options_class)})
+
+
+def _parse_bool(text: str, source: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{source}: expected true/false (or 1/0), got {text!r}")
+
+
+def _from_env(field: dataclasses.Field, kind: type, environ: dict[str, str]) -> Any:
+    env = env_name(field.name)
+    # Empty is unset: k8s/base/settings.env leaves the optional data settings empty, and the manifests carry them.
+    if not environ.get(env):
+        return field.default
+    text = environ[env]
+    if kind is bool:
+        return _parse_bool(text, env)
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{env}: expected {kind.__name__}, got {text!r}") from None
