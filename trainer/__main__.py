@@ -173,7 +173,8 @@ def _parameter_server_room(cluster: Cluster) -> Any:
     if spec is None or spec.origin is None or pathlib.Path(spec.origin).parent.parent != pathlib.Path(__file__).parent:
         raise ClusterConfigError(
             f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode or the evaluator, but "
-            f"this trainer has no trainer/ps room; restore trainer/ps or run all-reduce workers only"
+            f"this trainer has no trainer/ps package (the optional parameter-server mode was deleted); restore "
+            f"trainer/ps or run all-reduce workers only"
         )
     import trainer.ps.async_runner
     import trainer.ps.evaluator

@@ -1,7 +1,8 @@
-"""The exit codes, and the errors the user can fix, in one family: each one exits 2 (permanent: a restart cannot help).
+"""The exit codes, and the errors the user can fix, in one family: a UserError exits 2 (permanent: a restart cannot
+help); a full volume, VolumeFullError, exits 3.
 
-`python -m trainer` maps UserError to exit code 2 in one place (`trainer/__main__.py`). Every message
-names the problem and the fix; raise the subclass that says where the problem is.
+`python -m trainer` maps each to its exit code in one place (`trainer/__main__.py`). Every message names the
+problem and the fix; raise the subclass that says where the problem is.
 """
 
 from __future__ import annotations

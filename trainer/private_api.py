@@ -29,7 +29,14 @@ def replace_gradient_all_reduce(optimizer: Any, reducer: Any) -> None:
 
 def distributed_container(variable: Any) -> Any:
     """The distributed variable that a replica's component variable belongs to (itself when it belongs to none)."""
-    container = getattr(variable, "_distributed_container", None)
+    container = getattr(variable, "_distributed_container", None)  # a distributed variable answers itself
+    if container is None:
+        # TensorFlow keeps the reference on a resource variable's handle; a distributed variable's handle is not
+        # available outside replica context (ValueError), and such a variable answered above.
+        try:
+            container = getattr(variable.handle, "_distributed_container", None)
+        except (AttributeError, ValueError):
+            container = None
     return container() if container is not None else variable
 
 

@@ -88,7 +88,7 @@ def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearl
         **run,
     )
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "has no trainer/ps room" in refused.stderr and "restore trainer/ps" in refused.stderr
+    assert "has no trainer/ps package" in refused.stderr and "restore trainer/ps" in refused.stderr
 
 
 def test_every_room_is_a_package_that_git_keeps_and_the_wheel_finds():

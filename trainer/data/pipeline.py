@@ -25,7 +25,6 @@ import tensorflow as tf
 from trainer.data.datasets import Shard
 from trainer.errors import DataError
 
-CACHES = ("auto", "memory", "disk", "none")
 # --cache auto keeps a worker's decoded shard in memory below this size: small data stays fast.
 AUTO_CACHE_BYTES = 256 * 1024 * 1024
 
@@ -141,9 +140,9 @@ def _stored(decoded: tf.data.Dataset, cache: str) -> tf.data.Dataset:
 def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
     options.deterministic = True
-    # tf.data's autotuner runs a thread beside the step, and destroying its iterator at the end of a run blocked for
-    # 9-10 s in about half the two-worker runs (TF 2.21, measured: docs/bench.md); AUTOTUNE values then mean the
-    # number of cores for parallel maps and a fixed buffer for prefetch.
+    # tf.data's autotuner runs a thread beside the step, and destroying its iterator at the end of a run could block
+    # for seconds (docs/bench.md, "Start-up and exit"); AUTOTUNE values then mean the number of cores for parallel
+    # maps and a fixed buffer for prefetch.
     options.autotune.enabled = False
     # Each worker's dataset is already its own shard: tf.distribute must not shard it again.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -47,8 +47,8 @@ _COLLECTIVES = {
 
 # The leader (rank 0) hosts TF 2.21's coordination service, which calls a peer dead once its heartbeats have stopped
 # for heartbeat_timeout_in_ms (10 s by default, a heartbeat every 5 s), while a peer's agent fails at once when the
-# leader's process is gone. So the leader exits after the others (whose exit took 0.7-3.6 s on a busy 2-core
-# machine), waiting for them at most this long.
+# leader's process is gone. So the leader exits after the others (docs/bench.md, "Start-up and exit": how long
+# theirs takes), waiting for them at most this long.
 PEERS_GONE_WAIT_S = 20.0
 
 # Runs in its own interpreter: waits for the parent to close stdin (group formed, or parent gone).
