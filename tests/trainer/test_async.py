@@ -104,12 +104,15 @@ def test_the_evaluator_follows_the_async_chief_and_the_chief_skips_its_epoch_tes
 
 def test_two_ps_tasks_each_hold_part_of_the_variables_and_the_loop_is_the_sync_modes(tmp_path):
     flags = [*RUN, "--epochs", "1", "--train-examples", "1024", "--scale-learning-rate"]
+    flags += ["--warmup-steps", "8", "--learning-rate-schedule", "cosine", "--clip-norm", "1"]
     _, results, _ = run_async(tmp_path / "model", flags, ps=2)
     chief = results["chief"]
     assert chief.returncode == 0, chief.output[-4000:]
+    assert "learning rate 0.002 (warmup 8 steps, cosine decay)" in chief.output
     placement = next(line for line in chief.output.splitlines() if "variables on the ps tasks:" in line)
     assert "ps-0 " in placement and "ps-1 " in placement, placement
-    # The drift one loop skeleton ends: the async loop ignored --scale-learning-rate and counted no test examples.
+    # The drift one loop skeleton ends: the async loop ignored --scale-learning-rate and counted no test examples;
+    # the schedule and the clip are the core's, in both modes.
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
     assert metrics["learning_rate"] == pytest.approx(2 * 1e-3)
     assert metrics["test_examples_evaluated"] == metrics["test_examples"] == 1024

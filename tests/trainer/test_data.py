@@ -70,6 +70,34 @@ def ids_split(size):
     return datasets.Generated(lambda i: (tf.zeros((1, 1, 1), tf.uint8), i), size)
 
 
+def ids_arrays(size):
+    return datasets.Arrays(np.zeros((size, 1, 1, 1), np.uint8), np.arange(size, dtype=np.int64))
+
+
+def labels_of(shard):
+    return sorted(int(y) for _, y in shard.records(tf.constant(5, tf.int64)).map(shard.decode))
+
+
+@pytest.mark.parametrize("size, workers", [(10, 3), (96, 2), (7, 7)])
+def test_array_shards_are_disjoint_cover_the_rows_and_hold_only_their_own(size, workers):
+    split = ids_arrays(size)
+    seen = [labels_of(split.shard(k, workers)) for k in range(workers)]
+    assert sorted(sum(seen, [])) == list(range(size))
+    assert [len(s) for s in seen] == [datasets.share(size, k, workers) for k in range(workers)]
+    assert all(s == list(range(s[0], s[0] + len(s))) for s in seen if s)  # a contiguous range of rows each
+
+
+def test_arrays_take_nests_and_refuse_columns_of_different_lengths():
+    features = {"a": np.arange(6, dtype=np.float32), "b": np.ones((6, 2), np.float32)}
+    split = datasets.Arrays(features, np.arange(6))
+    assert datasets.arrays_spec(features, np.arange(6))[0]["b"] == tf.TensorSpec((2,), tf.float32)
+    first, _ = next(iter(split.shard(1, 2).records(tf.constant(0, tf.int64)).map(split.shard(1, 2).decode)))
+    assert set(first) == {"a", "b"} and first["b"].shape == (2,)
+    assert split.fingerprint() != datasets.Arrays(features, np.arange(1, 7)).fingerprint()
+    with pytest.raises(DataError, match="different lengths"):
+        datasets.Arrays(np.zeros(5), np.zeros(6)).shard(0, 1)
+
+
 @pytest.fixture(scope="module")
 def record_split(tmp_path_factory):
     out = tmp_path_factory.mktemp("records")
@@ -85,9 +113,18 @@ def batches(shard, batch=16, epochs=2, start_step=0, seed=2, cache="none", buffe
     return [labels.numpy().tolist() for _, labels in dataset]
 
 
-@pytest.mark.parametrize("kind", ["generated", "generated cached", "files", "files cached"])
+def shard_of(kind, record_split):
+    if kind.startswith("arrays"):
+        return ids_arrays(80).shard(0, 1)
+    return ids_split(80).shard(0, 1) if kind.startswith("generated") else record_split.shard(0, 1)
+
+
+KINDS = ["generated", "generated cached", "arrays", "files", "files cached"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_each_epoch_is_a_new_order_of_full_batches_fixed_by_the_seed(kind, record_split):
-    shard = ids_split(80).shard(0, 1) if kind.startswith("generated") else record_split.shard(0, 1)
+    shard = shard_of(kind, record_split)
     cache = "memory" if kind.endswith("cached") else "none"
     got = batches(shard, cache=cache)
     assert len(got) == 10 and all(len(b) == 16 for b in got)
@@ -96,10 +133,10 @@ def test_each_epoch_is_a_new_order_of_full_batches_fixed_by_the_seed(kind, recor
     assert got == batches(shard, cache=cache) and got != batches(shard, cache=cache, seed=3)
 
 
-@pytest.mark.parametrize("kind", ["generated", "generated cached", "files", "files cached"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("start_step", [1, 4, 5, 7])
 def test_resuming_at_any_step_sees_what_an_uninterrupted_run_sees(kind, start_step, record_split):
-    shard = ids_split(80).shard(0, 1) if kind.startswith("generated") else record_split.shard(0, 1)
+    shard = shard_of(kind, record_split)
     cache = "memory" if kind.endswith("cached") else "none"
     assert batches(shard, start_step=start_step, cache=cache) == batches(shard, cache=cache)[start_step:]
 

@@ -8,6 +8,7 @@ import keras
 import pytest
 import tensorflow as tf
 
+from replicas import two_replicas
 from trainer import private_api
 
 
@@ -25,7 +26,7 @@ def test_the_pins_are_the_versions_it_was_written_for():
 
 
 def test_the_optimizer_sums_its_gradients_through_the_replaced_method():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas()
     seen = []
     with strategy.scope():
         variable = tf.Variable([1.0, 2.0])
@@ -57,7 +58,7 @@ def test_the_optimizer_sums_its_gradients_through_the_replaced_method():
 
 
 def test_a_replica_variable_knows_its_distributed_container():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas()
     with strategy.scope():
         mirrored = tf.Variable(1.0)
     component = mirrored.values[1]

@@ -1,6 +1,5 @@
 """train_and_evaluate in-process on tiny synthetic data, on two replicas: artifacts, metrics.json, resuming."""
 
-import functools
 import json
 import os
 import time
@@ -8,6 +7,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from replicas import two_replicas
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
 from trainer.artifacts.status import StatusReporter
@@ -34,12 +34,6 @@ TINY = [
     "--checkpoint-every",
     "0",
 ]
-
-
-@functools.cache
-def two_replicas():
-    """One strategy for every run: strategies in one process would reuse each other's collective keys."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
 def train(model_dir, *flags):

@@ -8,10 +8,12 @@ To add a dataset: write a function (config) -> Source and decorate it with @regi
 this file or in your own module passed as `--dataset-module my_pkg.my_data` (imported before the group
 forms). A Source holds two Splits; a Split says how worker `index` of `count` reads its part:
 `RecordFiles` (sharded by file, or by element when there are fewer files than workers),
-`Generated` (an indexed function, sharded by index range), or `TfdsSplit` (per-worker TFDS subsplits).
+`Generated` (an indexed function, sharded by index range), `Arrays` (numpy arrays in memory, e.g. a CSV's
+columns, sharded by row range), or `TfdsSplit` (per-worker TFDS subsplits). A dataset of your own may declare
+its options: `@register("name", options=YourOptions)`.
 
-A dataset kind's own options are an option group declared beside it (`RecordOptions`, `TfdsOptions`, listed in
-OPTION_GROUPS): flags and TRAINER_* variables like the core ones, under the kind's heading in --help, read with
+A dataset kind's own options are an option group declared beside it (`RecordOptions`, `TfdsOptions`, yours):
+flags and TRAINER_* variables like the core ones, under the kind's heading in --help, read with
 `config.group(RecordOptions)`. TensorFlow is imported where it is used, so the flags are read without it.
 """
 
@@ -239,6 +241,73 @@ class Generated:
         return Shard(
             records, self.example, size, shuffled=True, reads=f"generated examples {start}..{start + size - 1}"
         )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # arrays compare element-wise: identity is equality here
+class Arrays:
+    """Examples held in memory as arrays: `features` and `targets`, each a numpy array (or a dict or tuple of them)
+    whose first dimension counts the examples, e.g. columns read from a CSV with numpy.
+
+    Worker k of n takes a contiguous range of rows and keeps only those, as constants of its input graph (so a
+    split must stay under TensorFlow's 2 GiB graph limit per worker); each epoch visits the range in a seeded
+    permutation, as Generated does, so a resume at any step is exact.
+    """
+
+    features: Any
+    targets: Any
+
+    @property
+    def size(self) -> int:
+        import tensorflow as tf
+
+        return len(tf.nest.flatten(self.features)[0])
+
+    def fingerprint(self) -> str:
+        import numpy as np
+        import tensorflow as tf
+
+        digest = hashlib.sha256()
+        for array in tf.nest.flatten((self.features, self.targets)):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype}{array.shape}".encode())
+            digest.update(array.tobytes())
+        return f"{self.size} rows in memory, sha256 {digest.hexdigest()[:16]}"
+
+    def shard(self, index: int, count: int) -> Shard:
+        import tensorflow as tf
+
+        sizes = {len(array) for array in tf.nest.flatten((self.features, self.targets))}
+        if len(sizes) != 1:
+            raise DataError(
+                f"arrays of different lengths {sorted(sizes)}: every feature and target array needs one row per example"
+            )
+        start = index * (self.size // count) + min(index, self.size % count)
+        size = share(self.size, index, count)
+        rows = tf.nest.map_structure(
+            lambda array: tf.constant(array[start : start + size]), (self.features, self.targets)
+        )
+
+        def records(seed: tf.Tensor) -> tf.data.Dataset:
+            key = tf.stack([tf.cast(seed, tf.int64), tf.constant(index, tf.int64)])
+            return tf.data.Dataset.range(size).map(
+                lambda i: tf.random.experimental.index_shuffle(i, key, max(size - 1, 0))
+            )
+
+        def decode(row: tf.Tensor) -> Example:
+            features, targets = tf.nest.map_structure(lambda column: tf.gather(column, row), rows)
+            return features, targets
+
+        return Shard(records, decode, size, shuffled=True, reads=f"rows {start}..{start + size - 1} held in memory")
+
+
+def arrays_spec(features: Any, targets: Any) -> tuple[Any, Any]:
+    """The element_spec of one example of these arrays: each array's shape without its first dimension."""
+    import numpy as np
+    import tensorflow as tf
+
+    return tf.nest.map_structure(
+        lambda array: tf.TensorSpec(np.shape(array)[1:], tf.as_dtype(np.asarray(array).dtype)), (features, targets)
+    )
 
 
 @register("synthetic")
