@@ -176,40 +176,7 @@ def _is_tfds_name(name: str) -> bool:
     return True
 
 
-# --- synthetic: a task with a known best accuracy --------------------------------------------------------
-
-SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
-SYNTHETIC_CLASSES = 10
-SYNTHETIC_TRAIN_SIZE = 60_000
-SYNTHETIC_TEST_SIZE = 10_000
-# Each label is replaced by a different, uniformly drawn class with this probability. The image shows its
-# true class clearly, so the best any model can score on the (equally noisy) test split is 1 - this.
-SYNTHETIC_LABEL_NOISE = 0.1
-SYNTHETIC_BEST_ACCURACY = 1 - SYNTHETIC_LABEL_NOISE
-TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none is a training example
-
-
-def synthetic_example_fn(seed: int) -> Callable[[tf.Tensor], Example]:
-    """Example i as a pure function of (seed, i): a fixed blocky pattern per class plus noise, and a label
-    that is the true class with probability 1 - SYNTHETIC_LABEL_NOISE."""
-    import numpy as np
-    import tensorflow as tf
-
-    rng = np.random.default_rng(seed)
-    # 7x7 class patterns blown up to 28x28: structure a small CNN can pick out of the noise.
-    patterns = tf.constant(np.kron(rng.random((SYNTHETIC_CLASSES, 7, 7)), np.ones((4, 4))), tf.float32)
-
-    def example(index: tf.Tensor) -> Example:
-        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
-        true_class = tf.random.stateless_uniform((), key, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
-        noise = tf.random.stateless_uniform((28, 28), key + [0, 1 << 60])
-        image = tf.cast((0.45 * tf.gather(patterns, true_class) + 0.55 * noise) * 255, tf.uint8)[..., tf.newaxis]
-        flip = tf.random.stateless_uniform((), key + [0, 2 << 60]) < SYNTHETIC_LABEL_NOISE
-        other = tf.random.stateless_uniform((), key + [0, 3 << 60], minval=1, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
-        label = tf.where(flip, (true_class + other) % SYNTHETIC_CLASSES, true_class)
-        return image, label
-
-    return example
+# --- in memory or generated: split by index range ---------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +275,42 @@ def arrays_spec(features: Any, targets: Any) -> tuple[Any, Any]:
     return tf.nest.map_structure(
         lambda array: tf.TensorSpec(np.shape(array)[1:], tf.as_dtype(np.asarray(array).dtype)), (features, targets)
     )
+
+
+# --- synthetic: a task with a known best accuracy --------------------------------------------------------
+
+SYNTHETIC_SHAPE = (28, 28, 1)  # the same as fashion_mnist
+SYNTHETIC_CLASSES = 10
+SYNTHETIC_TRAIN_SIZE = 60_000
+SYNTHETIC_TEST_SIZE = 10_000
+# Each label is replaced by a different, uniformly drawn class with this probability. The image shows its
+# true class clearly, so the best any model can score on the (equally noisy) test split is 1 - this.
+SYNTHETIC_LABEL_NOISE = 0.1
+SYNTHETIC_BEST_ACCURACY = 1 - SYNTHETIC_LABEL_NOISE
+TEST_INDEX_OFFSET = 1 << 40  # test examples come from another index range: none is a training example
+
+
+def synthetic_example_fn(seed: int) -> Callable[[tf.Tensor], Example]:
+    """Example i as a pure function of (seed, i): a fixed blocky pattern per class plus noise, and a label
+    that is the true class with probability 1 - SYNTHETIC_LABEL_NOISE."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    # 7x7 class patterns blown up to 28x28: structure a small CNN can pick out of the noise.
+    patterns = tf.constant(np.kron(rng.random((SYNTHETIC_CLASSES, 7, 7)), np.ones((4, 4))), tf.float32)
+
+    def example(index: tf.Tensor) -> Example:
+        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
+        true_class = tf.random.stateless_uniform((), key, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
+        noise = tf.random.stateless_uniform((28, 28), key + [0, 1 << 60])
+        image = tf.cast((0.45 * tf.gather(patterns, true_class) + 0.55 * noise) * 255, tf.uint8)[..., tf.newaxis]
+        flip = tf.random.stateless_uniform((), key + [0, 2 << 60]) < SYNTHETIC_LABEL_NOISE
+        other = tf.random.stateless_uniform((), key + [0, 3 << 60], minval=1, maxval=SYNTHETIC_CLASSES, dtype=tf.int64)
+        label = tf.where(flip, (true_class + other) % SYNTHETIC_CLASSES, true_class)
+        return image, label
+
+    return example
 
 
 @register("synthetic")
