@@ -57,6 +57,13 @@ def read_csv(path: str, target: str) -> tuple[np.ndarray, np.ndarray, list[str]]
         raise DataError(f"{path} has no column {target!r} (columns: {', '.join(header)}); set --csv-target")
     if rows.shape[1] != len(header):
         raise DataError(f"{path}: the header names {len(header)} columns, the rows have {rows.shape[1]}")
+    bad = np.argwhere(~np.isfinite(rows))
+    if len(bad):
+        cells = ", ".join(f"row {row + 1} column {header[column]!r}" for row, column in bad[:5])
+        raise DataError(
+            f"{path}: {len(bad)} cell(s) are not finite numbers (an empty cell or NaN reads as NaN): {cells}; "
+            f"fill or drop them before training"
+        )
     column = header.index(target)
     classes = rows[:, column]
     if not np.array_equal(classes, np.round(classes)) or classes.min() < 0:

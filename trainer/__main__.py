@@ -30,6 +30,7 @@ from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
 from trainer.errors import (  # noqa: E402
     ClusterConfigError,
     ConfigError,
+    Diverged,
     ExitCode,
     UserError,
     volume_full,
@@ -149,6 +150,10 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
             ExitCode.PREEMPTED,
         )
         return ExitCode.PREEMPTED
+    except Diverged as diverged:
+        status.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
+        print(f"error: {diverged}", file=sys.stderr)
+        return ExitCode.DIVERGED
     except BaseException as error:
         if not is_group_failure(error):
             full = volume_full(error, core.model_dir)

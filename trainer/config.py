@@ -18,6 +18,7 @@ COMPRESSIONS = ("none", "bf16", "fp16")  # trainer/distribution/allreduce.py
 STRATEGIES = ("auto", "sync", "async")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 SCHEDULES = ("constant", "cosine")
+NONFINITE_ACTIONS = ("stop", "skip", "ignore")
 
 OptionGroup = TypeVar("OptionGroup")
 
@@ -84,6 +85,14 @@ class Config:
         0.0, "clip the gradients to this global norm, after the all-reduce so every worker clips the same sum (0 = off)"
     )
     seed: int = option(42, "seed for weights, synthetic data and shuffling; same seed, same run")
+    on_nonfinite: str = option(
+        "stop",
+        "a step whose loss or gradients are not finite (NaN, Inf), or weights that became so: stop (exit 4, no "
+        "checkpoint or export of them), skip the step's update (every worker agrees; one small all-reduce per "
+        "step), or ignore",
+        NONFINITE_ACTIONS,
+    )
+    max_skipped_steps: int = option(10, "--on-nonfinite skip: stop as above after this many skipped steps in a row")
     # Loop
     steps_per_loop: int = option(16, "training steps per tf.function call (fewer Python round trips)")
     log_every: int = option(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
@@ -168,6 +177,8 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
+        if self.max_skipped_steps < 1:
+            raise ConfigError(f"--max-skipped-steps must be at least 1, got {self.max_skipped_steps}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.status_port > 65535:

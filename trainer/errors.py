@@ -1,5 +1,5 @@
 """The exit codes, and the errors the user can fix, in one family: a UserError exits 2 (permanent: a restart cannot
-help); a full volume, VolumeFullError, exits 3.
+help); a full volume, VolumeFullError, exits 3; a run whose training went non-finite, Diverged, exits 4.
 
 `python -m trainer` maps each to its exit code in one place (`trainer/__main__.py`). Every message names the
 problem and the fix; raise the subclass that says where the problem is.
@@ -23,6 +23,7 @@ class ExitCode(enum.IntEnum):
     GROUP_FAILED = 144  # a peer was lost or never joined; restart every worker and resume
     STARTUP_TIMEOUT = 137  # the start-up watchdog killed the process (128 + SIGKILL)
     VOLUME_FULL = 3  # the model dir's volume is full: a restart cannot free it (permanent); free space, then resubmit
+    DIVERGED = 4  # a loss, gradient or weight went non-finite: the same data would do it again (permanent)
 
 
 class UserError(Exception):
@@ -52,6 +53,11 @@ class StatusPortError(UserError):
 def first_line(error: BaseException) -> str:
     """An exception's first line, for one-line messages: TensorFlow's errors span many lines."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+class Diverged(Exception):
+    """Training went non-finite (exit 4): the message names the step, the epoch, what went non-finite and the likely
+    causes. No checkpoint or export holds the non-finite weights."""
 
 
 class VolumeFullError(Exception):

@@ -28,7 +28,7 @@ from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
 from trainer.optimizer import build_optimizer, learning_rate_words
-from trainer.step import StepRunner, Totals, metric_names
+from trainer.step import StepRunner, Totals, check_finite, metric_names
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,7 @@ def train_and_evaluate(
         log.warning("%s", note)
 
     progress = Progress(total_steps, steps_per_epoch, config.epochs, enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(
-        f"training {task.describe()} on {config.dataset}: {runner.sizes['train_examples']} examples, "
-        f"{runner.describe()}, {steps_per_epoch} steps/epoch x {config.epochs} epochs, "
-        f"{learning_rate_words(config, learning_rate)}"
-        + (f", {config.precision}" if config.precision != "float32" else "")
-        + (f", resuming at step {start_step}" if start_step else "")
-    )
+    progress.line(first_line(task, config, runner, learning_rate, start_step))
     if start_step >= total_steps:
         progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     throughput = Throughput(runner.global_batch_size, startup)
@@ -100,6 +94,7 @@ def train_and_evaluate(
 
     step = last_checkpoint = start_step
     train, test, epoch_train = Totals(metric_names(task)), Totals(metric_names(task)), Totals(metric_names(task))
+    skipped_steps = 0
     try:
         while step < total_steps:
             epoch_end, next_checkpoint, steps = next_call(config, step, steps_per_epoch, throughput.ran_a_step)
@@ -107,16 +102,19 @@ def train_and_evaluate(
             # A checkpoint, an evaluation and a stop hold exactly the steps before them; the first call is timed.
             boundary = step in (epoch_end, next_checkpoint)
             settle = boundary or stop.requested or not throughput.ran_a_step
-            sums, stopping = runner.run(steps, stop.requested, settle)
-            finished = Totals(train.names, sums)
+            call = runner.run(steps, stop.requested, settle)
+            finished = Totals(train.names, call.sums)
+            # Before anything is saved: non-finite weights never reach a checkpoint or an export.
+            check_finite(finished.health, call.skipped_in_a_row, config, (step - steps + 1, step), steps_per_epoch)
             train.add(finished)
+            skipped_steps += int(finished.health["skipped"])
             throughput.ran(finished.examples // runner.global_batch_size)
-            if stopping:
+            if call.stopping:
                 checkpointer.save(step)
                 status.update(state="preempted", global_step=step)
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
             if step % config.effective_log_every == 0 or step == epoch_end:
-                report.training(optimizer, step, train.means())
+                report.training(optimizer, step, train.means(), skipped_steps)
             if step == epoch_end:
                 epoch_train, train = train, Totals(train.names)
                 # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
@@ -142,7 +140,19 @@ def train_and_evaluate(
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
     run = {"workers": workers, **shape, "global_batch_size": runner.global_batch_size, "learning_rate": learning_rate}
     run.update(steps=step, resumed_from_step=start_step, restarts=status.restarts, steps_per_epoch=steps_per_epoch)
+    run.update(skipped_steps=skipped_steps)
     return report.finished(cluster.name, config, model, step, epoch_train, test, {**run, **runner.sizes})
+
+
+def first_line(task: Task, config: Config, runner: StepRunner, learning_rate: float, start_step: int) -> str:
+    """The run's first line: what trains on what, how the work is split, the epochs and the learning rate."""
+    return (
+        f"training {task.describe()} on {config.dataset}: {runner.sizes['train_examples']} examples, "
+        f"{runner.describe()}, {runner.steps_per_epoch} steps/epoch x {config.epochs} epochs, "
+        f"{learning_rate_words(config, learning_rate)}"
+        + (f", {config.precision}" if config.precision != "float32" else "")
+        + (f", resuming at step {start_step}" if start_step else "")
+    )
 
 
 def resumed_batch_and_rate(config: Config, cluster: Cluster) -> tuple[Config, float]:

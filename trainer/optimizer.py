@@ -30,7 +30,20 @@ def build_optimizer(task: Task, config: Config, learning_rate: float, total_step
     optimizer = task.optimizer(rate)
     if config.gradient_compression != "none" or config.gradient_bucket_bytes or config.clip_norm:
         allreduce.install(optimizer, config.gradient_compression, config.gradient_bucket_bytes, config.clip_norm)
-    return keras.optimizers.LossScaleOptimizer(optimizer) if config.precision == "mixed_float16" else optimizer
+    return GroupLossScaleOptimizer(optimizer) if config.precision == "mixed_float16" else optimizer
+
+
+class GroupLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Dynamic loss scaling whose overflow check the whole group agrees on. Keras's checks each replica's own
+    gradients before they are summed, so a worker whose batch overflowed would skip the step, and the all-reduce in
+    it, while the others wait in that all-reduce; one small all-reduce of the check keeps them together."""
+
+    def check_finite(self, grads: Any) -> Any:
+        finite = super().check_finite(grads)
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return finite
+        return context.all_reduce("SUM", tf.cast(tf.logical_not(finite), tf.float32)) == 0
 
 
 def learning_rate_words(config: Config, learning_rate: float) -> str:

@@ -10,22 +10,32 @@ both modes. `keyed` names them for metrics.json and the status (`train_loss`, `t
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
+from trainer.errors import Diverged, ExitCode
+
 if TYPE_CHECKING:
     import keras
 
+    from trainer.config import Config
     from trainer.data.datasets import Source
     from trainer.task import Task
 
 
 def train_step(
-    task: Task, model: keras.Model, optimizer: keras.optimizers.Optimizer, batch: Any, global_batch_size: int
+    task: Task,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    batch: Any,
+    global_batch_size: int,
+    guard: NonFiniteGuard,
 ) -> tf.Tensor:
-    """One replica's training step on its batch: the update applied; returns its metrics' sums and counts."""
+    """One replica's training step on its batch: the update applied (unless the guard skips it); returns its
+    metrics' sums and counts, then its HEALTH counts."""
     features, targets = task.features_and_targets(batch)
     with tf.GradientTape() as tape:
         outputs = model(features, training=True)
@@ -36,20 +46,46 @@ def train_step(
             loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         scaled_loss = optimizer.scale_loss(loss)  # the loss itself unless mixed_float16's loss scaling
     gradients = tape.gradient(scaled_loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-    return sums_and_counts(task, targets, outputs, per_example_loss)
+    health = guard.health(loss, gradients)
+    skipped = tf.constant(0.0)
+    if guard.skips:
+        skip = guard.agreed_skip(health)
+        # Each replica's share of the skipped step, so the group's sum counts it once.
+        skipped = tf.cast(skip, tf.float32) / tf.distribute.get_replica_context().num_replicas_in_sync
+        # The choice is made across the replicas (as Keras's loss scaling makes its own): the update all-reduces.
+        tf.distribute.get_replica_context().merge_call(_update_unless, args=(skip, optimizer, model, gradients))
+    else:
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+    sums = sums_and_counts(task, targets, outputs, per_example_loss)
+    sums = tf.where(skipped > 0, tf.zeros_like(sums), sums)  # a skipped step counts in no metric
+    return tf.concat([sums, health, tf.stack([skipped, 0.0])], 0)
+
+
+def _update_unless(
+    distribution: tf.distribute.Strategy, skip: Any, optimizer: Any, model: keras.Model, gradients: Any
+) -> None:
+    """In cross-replica context: every replica applies its gradients, or none does (the replicas agreed on skip)."""
+
+    def update(gradients: Any) -> None:
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+
+    def update_every_replica() -> None:
+        distribution.extended.call_for_each_replica(update, args=(gradients,))
+
+    tf.cond(distribution.experimental_local_results(skip)[0], lambda: None, update_every_replica)
 
 
 def test_step(task: Task, model: keras.Model, batch: Any) -> tf.Tensor:
-    """The metrics' sums and counts on one test batch."""
+    """The metrics' sums and counts on one test batch (its HEALTH counts zero)."""
     features, targets = task.features_and_targets(batch)
     outputs = model(features, training=False)
-    return sums_and_counts(task, targets, outputs, tf.cast(task.loss(targets, outputs), tf.float32))
+    sums = sums_and_counts(task, targets, outputs, tf.cast(task.loss(targets, outputs), tf.float32))
+    return tf.concat([sums, tf.zeros(len(HEALTH))], 0)
 
 
 def test_totals(task: Task, model: keras.Model, batches: tf.data.Dataset) -> tf.Tensor:
     """The metrics' sums and counts over every batch of a (local) dataset; call it inside a tf.function."""
-    totals = tf.zeros(2 * len(metric_names(task)))
+    totals = tf.zeros(slots(task))
     for batch in batches:
         totals += test_step(task, model, batch)
     return totals
@@ -58,6 +94,11 @@ def test_totals(task: Task, model: keras.Model, batches: tf.data.Dataset) -> tf.
 def metric_names(task: Task) -> tuple[str, ...]:
     """The metrics a step reports, in the order of its sums and counts."""
     return ("loss", *task.metric_names)
+
+
+def slots(task: Task) -> int:
+    """The length of a step's vector: [sum, count] per metric, then HEALTH."""
+    return 2 * len(metric_names(task)) + len(HEALTH)
 
 
 def sums_and_counts(task: Task, targets: Any, outputs: Any, per_example_loss: tf.Tensor) -> tf.Tensor:
@@ -70,12 +111,55 @@ def sums_and_counts(task: Task, targets: Any, outputs: Any, per_example_loss: tf
     return tf.stack([part for value in parts for part in (tf.reduce_sum(value), tf.cast(tf.size(value), tf.float32))])
 
 
+# What the steps' vectors count beside the metrics, added up over steps and workers: steps whose (unscaled) loss
+# or gradients were not finite, steps whose update was skipped, and calls that ended with non-finite weights.
+HEALTH = ("nonfinite_loss", "nonfinite_gradients", "skipped", "nonfinite_weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class NonFiniteGuard:
+    """What a step does about a loss or gradients that are not finite (--on-nonfinite). It watches this replica's
+    values; the workers agree through sums: the call's one all-reduce (stop), or one small all-reduce per step
+    before the update (skip), so every worker takes the same decision at the same step."""
+
+    action: str  # stop, skip or ignore
+    loss_scaled: bool  # mixed_float16: a non-finite gradient under a finite loss is an overflow the scale skips
+
+    @property
+    def skips(self) -> bool:
+        return self.action == "skip"
+
+    def health(self, loss: tf.Tensor, gradients: list[Any]) -> tf.Tensor:
+        """[loss not finite, gradients not finite] on this replica, 0 or 1 each."""
+        if self.action == "ignore":
+            return tf.zeros(2)
+        loss_bad = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
+        present = [getattr(g, "values", g) for g in gradients if g is not None]
+        gradients_bad = tf.logical_not(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present]))
+        if self.loss_scaled:
+            gradients_bad = tf.logical_and(gradients_bad, loss_bad)
+        return tf.cast(tf.stack([loss_bad, gradients_bad]), tf.float32)
+
+    def agreed_skip(self, health: tf.Tensor) -> tf.Tensor:
+        """Whether any replica of the group saw a non-finite value in this step (a collective: every replica)."""
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce("SUM", tf.reduce_sum(health)) if context is not None else tf.reduce_sum(health)
+        return total > 0
+
+    def weights_health(self, variables: list[Any]) -> tf.Tensor:
+        """1 where a weight is not finite, else 0 (0 when ignoring)."""
+        if self.action == "ignore":
+            return tf.constant(0.0)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+        return tf.cast(tf.logical_not(finite), tf.float32)
+
+
 class Totals:
-    """Sums and counts added up on the host, in float64: the metrics of an epoch or of a test pass."""
+    """Sums and counts added up on the host, in float64: the metrics of an epoch or of a test pass, and HEALTH."""
 
     def __init__(self, names: tuple[str, ...], values: Any = None) -> None:
         self.names = names
-        self.values = np.zeros(2 * len(names)) if values is None else np.asarray(values, np.float64)
+        self.values = np.zeros(2 * len(names) + len(HEALTH)) if values is None else np.asarray(values, np.float64)
 
     def add(self, other: Totals) -> None:
         self.values = self.values + other.values
@@ -92,10 +176,60 @@ class Totals:
             for i, name in enumerate(self.names)
         }
 
+    @property
+    def health(self) -> dict[str, float]:
+        """HEALTH by name."""
+        return dict(zip(HEALTH, self.values[2 * len(self.names) :].tolist(), strict=True))
+
+
+def check_finite(
+    health: dict[str, float], skipped_in_a_row: int, config: Config, steps: tuple[int, int], steps_per_epoch: int
+) -> None:
+    """Raises Diverged where a call's HEALTH says training went non-finite (--on-nonfinite stop), or skipped more
+    than --max-skipped-steps steps in a row (skip). steps: the call's first and last global step."""
+    what = [
+        words
+        for key, words in (
+            ("nonfinite_loss", "the loss"),
+            ("nonfinite_gradients", "the gradients"),
+            ("nonfinite_weights", "the weights"),
+        )
+        if health[key] > 0
+    ]
+    if config.on_nonfinite == "ignore" or not (
+        (config.on_nonfinite == "stop" and what) or skipped_in_a_row >= config.max_skipped_steps
+    ):
+        return
+    first, last = steps
+    epoch = (first - 1) // steps_per_epoch + 1
+    where = f"at step {first}" if first == last else f"in steps {first}-{last}"
+    seen = (
+        f"{' and '.join(what)} went non-finite (NaN or Inf)"
+        if config.on_nonfinite == "stop"
+        else f"{skipped_in_a_row} steps in a row were skipped for a non-finite loss or gradients"
+    )
+    raise Diverged(
+        f"training diverged {where} (epoch {epoch}): {seen}. Likely causes: a NaN or Inf in the data (check the "
+        f"examples those steps read: a missing value in a CSV reads as NaN), or a learning rate too high (lower "
+        f"--learning-rate, add --warmup-steps or --clip-norm). No checkpoint holds these weights and nothing was "
+        f"exported"
+        + ("; `--on-nonfinite skip` skips such steps instead" if config.on_nonfinite == "stop" else "")
+        + f" (exit code {ExitCode.DIVERGED})"
+    )
+
 
 def keyed(split: str, metrics: dict[str, float]) -> dict[str, Any]:
     """{split_name: value}: the names metrics.json, the status and evaluations.json use (train_loss, test_loss)."""
     return {f"{split}_{name}": value for name, value in metrics.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class CallResult:
+    """What a call of steps reports to the loop."""
+
+    sums: Any  # the metrics' sums and counts, then HEALTH, of the steps applied meanwhile, over the whole group
+    skipped_in_a_row: int  # the longest run of consecutive skipped steps so far that reaches into this call
+    stopping: bool  # a worker asked to stop (SIGTERM): the group stops here
 
 
 class StepRunner(abc.ABC):
@@ -114,9 +248,8 @@ class StepRunner(abc.ABC):
         """Prepares the calls to run from start_step on."""
 
     @abc.abstractmethod
-    def run(self, steps: int, stop_requested: bool, settle: bool) -> tuple[Any, bool]:
-        """Runs a call of `steps` steps; returns (the metrics' sums and counts of the steps applied meanwhile,
-        whether the group stops here). settle: every step started so far is applied when it returns."""
+    def run(self, steps: int, stop_requested: bool, settle: bool) -> CallResult:
+        """Runs a call of `steps` steps. settle: every step started so far is applied when it returns."""
 
     @abc.abstractmethod
     def evaluate(self) -> Any:

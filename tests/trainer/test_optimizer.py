@@ -40,7 +40,7 @@ def test_the_defaults_keep_a_plain_adam_and_the_task_chooses_its_optimizer():
 
     mixed = parse_config(["--precision", "mixed_float16", "--warmup-steps", "10"], {})
     wrapped = build_optimizer(Momentum(None), mixed, 0.5, 100)
-    assert isinstance(wrapped, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(wrapped, keras.optimizers.LossScaleOptimizer)  # the group-agreeing subclass
     assert isinstance(wrapped.inner_optimizer, keras.optimizers.SGD) and wrapped.inner_optimizer.momentum == 0.9
     assert isinstance(wrapped.inner_optimizer._learning_rate, WarmupThenDecay)
 

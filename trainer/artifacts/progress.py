@@ -26,9 +26,11 @@ class Progress:
         self.live = self.stream.isatty()
         self._bar_open = False
 
-    def step(self, step: int, metrics: dict[str, float], examples_per_second: float | None) -> None:
+    def step(
+        self, step: int, metrics: dict[str, float], examples_per_second: float | None, skipped_steps: int = 0
+    ) -> None:
         """Reports training progress at global step `step` (1-based count of finished steps), with the task's
-        training metrics by name."""
+        training metrics by name, and the steps skipped for non-finite values so far (where there are any)."""
         if not self.enabled:
             return
         epoch = self.epoch_of(step)
@@ -37,6 +39,7 @@ class Progress:
         text = (
             f"epoch {epoch}/{self.epochs} step {in_epoch}/{self.steps_per_epoch} "
             f"(global {step}/{self.total_steps}) {figures(metrics)} {speed}"
+            + (f", {skipped_steps} steps skipped (non-finite)" if skipped_steps else "")
         )
         if self.live:
             filled = int(30 * in_epoch / self.steps_per_epoch)

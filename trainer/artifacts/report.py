@@ -4,6 +4,7 @@ metrics.json with the fingerprint of the final weights."""
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import time
 from typing import Any
@@ -56,7 +57,10 @@ class Report:
         self.train_log, self.test_log = summary_writers(model_dir, is_chief)
 
     def running(self, workers: int, start_step: int) -> None:
-        """The status as the loop starts, from a fresh run or a checkpoint."""
+        """The status as the loop starts, from a fresh run or a checkpoint. A metrics.json left by an earlier run
+        goes: until this run writes its own, none in the model dir may pass for this run's."""
+        if self.is_chief and os.path.exists(ModelDir(self.model_dir).metrics):
+            os.remove(ModelDir(self.model_dir).metrics)
         self.status.update(
             state="running",
             workers=workers,
@@ -67,10 +71,13 @@ class Report:
             metric_names=list(self.metric_names),
         )
 
-    def training(self, optimizer: keras.optimizers.Optimizer, step: int, metrics: dict[str, float]) -> None:
-        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began."""
+    def training(
+        self, optimizer: keras.optimizers.Optimizer, step: int, metrics: dict[str, float], skipped_steps: int = 0
+    ) -> None:
+        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
+        (and the steps skipped for non-finite values so far, where there are any)."""
         speed = self.throughput.end_interval()
-        self.progress.step(step, metrics, speed)
+        self.progress.step(step, metrics, speed, skipped_steps)
         learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
         write_scalars(self.train_log, step, **metrics, examples_per_second=speed, learning_rate=learning_rate)
         total_steps, batch = self.progress.total_steps, self.throughput.global_batch_size
@@ -80,6 +87,7 @@ class Report:
             **metrics,
             examples_per_second=speed,
             eta_seconds=(total_steps - step) * batch / speed if speed else None,
+            skipped_steps=skipped_steps,
         )
 
     def epoch(self, step: int, train: dict[str, float], test: Totals | None) -> None:

@@ -25,7 +25,7 @@ from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import STATUS, ModelDir
 from trainer.errors import StatusPortError
 
-STATES = ("starting", "running", "preempted", "succeeded", "failed")
+STATES = ("starting", "running", "preempted", "succeeded", "failed", "diverged")
 
 
 def _restarts_so_far(path: str) -> int:
@@ -36,7 +36,9 @@ def _restarts_so_far(path: str) -> int:
     except (OSError, ValueError):
         return 0
     state, exit_code = previous.get("state"), previous.get("exit_code")
-    if state == "succeeded" or (state == "failed" and not (isinstance(exit_code, int) and exit_code >= 128)):
+    if state in ("succeeded", "diverged") or (
+        state == "failed" and not (isinstance(exit_code, int) and exit_code >= 128)
+    ):
         return 0
     return int(previous.get("restarts") or 0) + 1
 
@@ -119,11 +121,11 @@ class StatusReporter:
         self._state.state(status["state"])
         write_json(self.path, status)
 
-    def failed(self, error: str, exit_code: int) -> None:
+    def failed(self, error: str, exit_code: int, state: str = "failed") -> None:
         """The run stops with this error and exit code; the next start reads the code to tell a restart (>= 128:
         the operator recreates the pod) from a new run after a permanent failure."""
         try:
-            self.update(state="failed", error=error, exit_code=int(exit_code))
+            self.update(state=state, error=error, exit_code=int(exit_code))
         except OSError as write_error:  # e.g. the full volume that ended the run: the exit code still says it
             print(f"warning: cannot record the failure in {self.path}: {write_error}", file=sys.stderr)
 

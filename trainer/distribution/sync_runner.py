@@ -21,7 +21,7 @@ from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.errors import ModelDirError
-from trainer.step import StepRunner, metric_names, test_step, train_step
+from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_step, train_step
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
@@ -36,15 +36,20 @@ class SyncRunner(StepRunner):
         self.inputs = Inputs(config, cluster, strategy, self.global_batch_size)
         self.source, self.steps_per_epoch = self.inputs.source, self.inputs.steps_per_epoch
         self.sizes = {**self.inputs.sizes, "cache": self.inputs.cache}
+        self.guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=config.precision == "mixed_float16")
+        self.skipped_in_a_row = 0  # carried from one call into the next
 
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
         self.inputs.check_restored(start_step)
         self.iterator = self.inputs.train_iterator(min(start_step, self.steps_per_epoch * self.config.epochs))
         self.train_steps, self.run_evaluation = self._step_functions(model, optimizer, self.inputs.test())
 
-    def run(self, steps: int, stop_requested: bool, settle: bool) -> tuple[Any, bool]:
-        reduced = self.train_steps(self.iterator, tf.constant(steps), tf.constant(float(stop_requested))).numpy()
-        return reduced[1:], bool(reduced[0] > 0)
+    def run(self, steps: int, stop_requested: bool, settle: bool) -> CallResult:
+        carried = tf.constant(float(self.skipped_in_a_row))
+        reduced = self.train_steps(self.iterator, tf.constant(steps), tf.constant(float(stop_requested)), carried)
+        reduced = reduced.numpy()
+        self.skipped_in_a_row = int(reduced[-2])
+        return CallResult(reduced[1:-2], skipped_in_a_row=int(reduced[-1]), stopping=bool(reduced[0] > 0))
 
     def evaluate(self) -> Any:
         return self.run_evaluation().numpy()
@@ -56,14 +61,16 @@ class SyncRunner(StepRunner):
     def _step_functions(
         self, model: keras.Model, optimizer: keras.optimizers.Optimizer, test_batches: Any
     ) -> tuple[Callable[..., tf.Tensor], Callable[[], tf.Tensor]]:
-        """`train_steps(iterator, steps, stop_requested)` runs `steps` training steps on every replica and returns
-        [the workers' stop requests, the metrics' sums and counts], summed over the group; `run_evaluation()`
-        returns the test split's sums and counts, summed over the group."""
-        strategy, task, global_batch_size = self.strategy, self.task, self.global_batch_size
+        """`train_steps(iterator, steps, stop_requested, skipped_in_a_row)` runs `steps` training steps on every
+        replica and returns [the workers' stop requests, the steps' sums and counts and HEALTH], summed over the
+        group, then [skipped steps in a row at the end, the longest such run]; `run_evaluation()` returns the test
+        split's sums and counts, summed over the group."""
+        strategy, task, global_batch_size, guard = self.strategy, self.task, self.global_batch_size, self.guard
+        skipped_slot = slots(task) - 2  # HEALTH's "skipped"; "nonfinite_weights" is last
         with strategy.scope():
             # Per replica (ON_READ): each adds its own steps, never synchronised until the call's one all-reduce.
             sums = tf.Variable(
-                tf.zeros(2 * len(metric_names(task))),
+                tf.zeros(slots(task)),
                 trainable=False,
                 synchronization=tf.VariableSynchronization.ON_READ,
                 aggregation=tf.VariableAggregation.SUM,
@@ -71,7 +78,11 @@ class SyncRunner(StepRunner):
 
         def summed_over_the_group(stop_requested: tf.Tensor) -> tf.Tensor:
             def take(stop: tf.Tensor) -> tf.Tensor:
-                taken = tf.concat([tf.reshape(stop, [1]), sums.read_value()], 0)
+                # Each replica's weights, once per call; a replica's share of 1, so the group's sum is 1 if all.
+                replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+                weights = guard.weights_health(model.trainable_variables) / replicas
+                health = tf.one_hot(slots(task) - 1, slots(task)) * weights
+                taken = tf.concat([tf.reshape(stop, [1]), sums.read_value() + health], 0)
                 with tf.control_dependencies([taken]):
                     reset = sums.assign(tf.zeros(sums.shape))
                 with tf.control_dependencies([reset]):
@@ -81,17 +92,26 @@ class SyncRunner(StepRunner):
 
         # A plain while_loop, not autograph's conversion of a Python loop: the same graph, traced sooner.
         @functools.partial(tf.function, autograph=False)
-        def train_steps(iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor) -> tf.Tensor:
-            def one_step(step: tf.Tensor) -> tuple[tf.Tensor]:
-                strategy.run(
-                    lambda batch: sums.assign_add(train_step(task, model, optimizer, batch, global_batch_size)),
-                    args=(next(iterator),),
-                )
-                return (step + 1,)
+        def train_steps(
+            iterator: Any, steps: tf.Tensor, stop_requested: tf.Tensor, skipped_in_a_row: tf.Tensor
+        ) -> tf.Tensor:
+            def one_step(step: tf.Tensor, in_a_row: tf.Tensor, longest: tf.Tensor) -> tuple[tf.Tensor, ...]:
+                def replica(batch: Any) -> tf.Tensor:
+                    values = train_step(task, model, optimizer, batch, global_batch_size, guard)
+                    sums.assign_add(values)
+                    return values[skipped_slot]
 
-            tf.while_loop(lambda step: step < steps, one_step, (tf.constant(0),))
-            # One small all-reduce per call: the metrics, and if any worker got SIGTERM, every worker stops here.
-            return summed_over_the_group(stop_requested)
+                # Skipping is agreed across the group, so any replica's flag (its share of 1) is every replica's.
+                share = strategy.experimental_local_results(strategy.run(replica, args=(next(iterator),)))[0]
+                skipped = tf.cast(share > 0, tf.float32)
+                in_a_row = (in_a_row + 1.0) * skipped
+                return step + 1, in_a_row, tf.maximum(longest, in_a_row)
+
+            start = (tf.constant(0), skipped_in_a_row, skipped_in_a_row)
+            _, in_a_row, longest = tf.while_loop(lambda step, *_: step < steps, one_step, start)
+            # One small all-reduce per call: the metrics and HEALTH, and if any worker got SIGTERM, every worker
+            # stops here.
+            return tf.concat([summed_over_the_group(stop_requested), tf.stack([in_a_row, longest])], 0)
 
         @tf.function
         def run_evaluation() -> tf.Tensor:

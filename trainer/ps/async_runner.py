@@ -26,7 +26,7 @@ import tensorflow as tf
 from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.step import StepRunner, metric_names, test_totals, train_step
+from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_totals, train_step
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,9 @@ class AsyncRunner(StepRunner):
         self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
         self.sizes = {"train_examples": self.train_size, "test_examples": self.test_size, "cache": self.cache}
         self.in_flight: collections.deque = collections.deque()
+        # No collective under parameter servers: each worker decides about its own step.
+        self.guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=config.precision == "mixed_float16")
+        self.skipped_in_a_row = 0  # over the calls as they finish
 
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
         log.info("variables on the ps tasks: %s", _placement(model.weights + optimizer.variables))
@@ -67,34 +70,58 @@ class AsyncRunner(StepRunner):
                 )
             )
         )
-        global_batch_size, names = self.global_batch_size, metric_names(task)
+        global_batch_size, guard, skipped_slot = self.global_batch_size, self.guard, slots(task) - 2
 
         @tf.function
         def train_steps(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
-            totals = tf.zeros(2 * len(names))
-            for _ in tf.range(steps):
-                totals += strategy.run(
-                    lambda batch: train_step(task, model, optimizer, batch, global_batch_size), args=(next(iterator),)
+            """The steps' sums and HEALTH, then [skipped steps before the first applied one, at the end, the
+            longest run]."""
+            totals, leading, in_a_row, longest = (
+                tf.zeros(slots(task)),
+                tf.constant(0.0),
+                tf.constant(0.0),
+                tf.constant(0.0),
+            )
+            for index in tf.range(steps):
+                values = strategy.run(
+                    lambda batch: train_step(task, model, optimizer, batch, global_batch_size, guard),
+                    args=(next(iterator),),
                 )
-            return totals
+                totals += values
+                skipped = values[skipped_slot]
+                leading += skipped * tf.cast(tf.equal(leading, tf.cast(index, tf.float32)), tf.float32)
+                in_a_row = (in_a_row + 1.0) * skipped
+                longest = tf.maximum(longest, in_a_row)
+            weights = tf.one_hot(slots(task) - 1, slots(task)) * guard.weights_health(model.trainable_variables)
+            return tf.concat([totals + weights, tf.stack([leading, in_a_row, longest])], 0)
 
         self.train_steps = train_steps
         test_batches = pipeline.test_batches(self.test_shard, config.per_worker_batch_size, self.test_size)
         self.evaluation = tf.function(lambda: test_totals(task, model, test_batches))
 
-    def run(self, steps: int, stop_requested: bool, settle: bool) -> tuple[Any, bool]:
+    def run(self, steps: int, stop_requested: bool, settle: bool) -> CallResult:
         # Only the chief's SIGTERM counts (the workers and ps tasks hold no state of the run); this call still runs,
         # as a sync call does, and the loop then settles and checkpoints.
         scheduled = self.coordinator.schedule(self.train_steps, args=(self.worker_batches, tf.constant(steps)))
-        self.in_flight.append(scheduled)
+        self.in_flight.append((steps, scheduled))
         if settle:
             self.coordinator.join()
-        finished = np.zeros(2 * len(metric_names(self.task)))
+        finished, longest = np.zeros(slots(self.task)), 0
         while self.in_flight and (
             settle or len(self.in_flight) > CALLS_IN_FLIGHT_PER_WORKER * self.cluster.num_workers
         ):
-            finished += np.asarray(self.in_flight.popleft().fetch())
-        return finished, stop_requested
+            called, scheduled = self.in_flight.popleft()
+            values = np.asarray(scheduled.fetch())
+            finished += values[:-3]
+            leading, at_end, within = (int(v) for v in values[-3:])
+            # In the order the calls finish: a call skipped whole extends the run, any other ends it.
+            if leading == called:
+                self.skipped_in_a_row += called
+            else:
+                longest = max(longest, self.skipped_in_a_row + leading)
+                self.skipped_in_a_row = at_end
+            longest = max(longest, within, self.skipped_in_a_row)
+        return CallResult(finished, skipped_in_a_row=longest, stopping=stop_requested)
 
     def evaluate(self) -> Any:
         return self.evaluation().numpy()
