@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_async import run_async
 
 from multiworker import run_group, trainer_flags
-from test_async import run_async
 from trainer.artifacts import layout
 from trainer.artifacts.checkpoint import checkpoint_prefixes
 from trainer.errors import ExitCode
