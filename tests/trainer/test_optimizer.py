@@ -3,14 +3,16 @@ global norm after the all-reduce, in one process on two replicas (tests/trainer/
 
 from __future__ import annotations
 
+import json
+import pathlib
 import shutil
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_train import train
 
+from multiworker import run_group
 from replicas import two_replicas
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
@@ -81,25 +83,26 @@ def test_the_clip_applies_to_the_summed_gradient_so_every_replica_steps_by_the_c
 
 
 def test_a_resume_continues_the_schedule_exactly(tmp_path):
-    flags = ["--epochs", "2", "--learning-rate-schedule", "cosine", "--warmup-steps", "5", "--clip-norm", "1"]
+    flags = ["--dataset", "synthetic", "--train-examples", "512", "--test-examples", "128", "--epochs", "2"]
+    flags += ["--per-worker-batch-size", "64", "--steps-per-loop", "2", "--log-every", "2"]
+    flags += ["--learning-rate-schedule", "cosine", "--warmup-steps", "5", "--clip-norm", "1"]
     flags += ["--checkpoint-every", "4", "--keep-checkpoints", "10"]
-    uninterrupted = train(tmp_path / "whole", *flags)
+
+    def train(model_dir):
+        (result,) = run_group(1, [*flags, "--model-dir", str(model_dir)]).values()
+        assert result.returncode == 0, result.output[-3000:]
+        return json.loads((model_dir / "metrics.json").read_text())
+
+    uninterrupted = train(tmp_path / "whole")
     # The same run stopped after step 8: its model dir as the checkpoint at step 8 left it.
     stopped = tmp_path / "stopped"
     shutil.copytree(tmp_path / "whole", stopped)
     layout = ModelDir(str(stopped))
     for prefix in checkpoint_prefixes(layout.checkpoints):
         if checkpoint_step(prefix) > 8:
-            for path in layout_files(prefix):
+            for path in pathlib.Path(prefix).parent.glob(pathlib.Path(prefix).name + ".*"):
                 path.unlink()
     shutil.rmtree(layout.serving)
-    resumed = train(stopped, *flags)
+    resumed = train(stopped)
     assert resumed["resumed_from_step"] == 8 and resumed["steps"] == 16
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
-
-
-def layout_files(prefix):
-    import pathlib
-
-    path = pathlib.Path(prefix)
-    return list(path.parent.glob(path.name + ".*"))
