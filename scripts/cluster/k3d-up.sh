@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
+check_settings  # every value in its safe character set, before any of them reaches a command
 
 engine=${ENGINE:-tfjob}
 case "$engine" in
@@ -56,16 +57,18 @@ if k3d cluster get "$CLUSTER_NAME" >/dev/null 2>&1; then
   else
     echo "cluster $CLUSTER_NAME is already running"
   fi
-  k3d kubeconfig merge "$CLUSTER_NAME" --kubeconfig-merge-default --kubeconfig-switch-context >/dev/null
+  k3d kubeconfig merge "$CLUSTER_NAME" --kubeconfig-merge-default --kubeconfig-switch-context=false >/dev/null
 else
+  # The cluster's context joins the kubeconfig, but the current context stays the user's: every command here and in
+  # make submit, status, delete, logs and fetch-model names its context (KUBE_CONTEXT, default k3d-CLUSTER_NAME).
   create=(k3d cluster create "$CLUSTER_NAME" --image "$K3S_IMAGE" --wait --kubeconfig-update-default
-    --kubeconfig-switch-context)
+    --kubeconfig-switch-context=false)
   # K3D_GPUS (e.g. all) hands the host's GPUs to the node containers (docker run --gpus).
   [[ -z ${K3D_GPUS:-} ]] || create+=(--gpus "$K3D_GPUS")
   echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE${K3D_GPUS:+ and GPUs $K3D_GPUS}"
   "${create[@]}"
 fi
-echo "kubectl context: $(kubectl config current-context)"
+echo "kubectl context: $context (the current context is left as it was)"
 
 kube() { kubectl --context "$context" "$@"; }
 

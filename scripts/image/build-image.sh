@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
 # The image name and the container tool are derived here only: `--print-image` prints the name:tag
-# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask).
+# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask);
+# `--print-source` prints the source URL the image's label will carry.
 # Env (make passes on what is set on its command line or in the environment; IMAGE it sets itself):
 #   IMAGE              name:tag to build (default IMAGE_NAME from k8s/base/settings.env : IMAGE_TAG,
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
@@ -20,6 +21,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
 source "$root/scripts/common/settings.sh"
 load_settings "$root/k8s/base/settings.env"  # the environment wins over the file
+check_settings  # every value in its safe character set, before any of them reaches a command
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
 
@@ -34,6 +36,23 @@ container_tool() {
 
 if [[ ${1:-} == --print-tool ]]; then
   container_tool
+  exit 0
+fi
+
+# The origin's URL without what can hold a secret: the user and password (a token in a clone URL), the query and
+# the fragment; scp-like user@host:path keeps host:path. Anyone who can pull the image can read its labels.
+public_url() {
+  local url=${1%%[?#]*}
+  if [[ $url =~ ^([A-Za-z][A-Za-z0-9+.-]*://)([^/@]*@)?(.*)$ ]]; then
+    url=${BASH_REMATCH[1]}${BASH_REMATCH[3]}
+  elif [[ $url =~ ^[^/@:]+@([^/:]+:.*)$ ]]; then
+    url=${BASH_REMATCH[1]}
+  fi
+  printf '%s\n' "$url"
+}
+source_url=$(public_url "$(git -C "$root" remote get-url origin 2>/dev/null || echo unknown)")
+if [[ ${1:-} == --print-source ]]; then
+  echo "$source_url"
   exit 0
 fi
 
@@ -75,7 +94,6 @@ if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]
 fi
 
 version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$root/pyproject.toml")
-source_url=$(git -C "$root" remote get-url origin 2>/dev/null || echo unknown)
 
 # The labels go in twice: as build args for a plain `docker build`, and as --label because
 # buildah 1.28 reuses a cached LABEL step whose build args changed.

@@ -32,6 +32,9 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     bin_dir.mkdir()
     for tool in BASICS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
+    # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.
+    (bin_dir / "python3").write_text(f'#!{shutil.which("bash")}\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
     for name, body in stubs.items():
         stub = bin_dir / name
         stub.write_text(f"#!{shutil.which('bash')}\n{body}\n")

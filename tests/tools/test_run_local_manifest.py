@@ -159,9 +159,9 @@ UNSUPPORTED = [
         ),
     ),
     (
-        "env[P].valueFrom.fieldRef",
+        "env[P].valueFrom.fieldRef.fieldPath=spec.nodeName",
         lambda c, pod: c.setdefault("env", []).append(
-            {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
         ),
     ),
     ("envFrom[0].secretRef", lambda c, pod: c.setdefault("envFrom", []).append({"secretRef": {"name": "s"}})),
@@ -171,7 +171,7 @@ UNSUPPORTED = [
             {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}}
         ),
     ),
-    ("volumes[scratch].emptyDir", lambda c, pod: pod["volumes"].append({"name": "scratch", "emptyDir": {}})),
+    ("volumes[host].hostPath", lambda c, pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}})),
     ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append({"name": "conf", "configMap": {"name": "cm"}})),
     ("volumeMounts[data].subPath", lambda c, pod: c["volumeMounts"][0].update(subPath="model")),
 ]
@@ -189,12 +189,12 @@ def test_what_run_local_does_not_emulate_is_refused_naming_the_field(tmp_path, f
 
 def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_path, capsys):
     job = tfjob()
-    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"].append({"name": "tmp", "emptyDir": {}})
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"].append({"name": "tmp", "hostPath": {"path": "/"}})
     manifest = tmp_path / "job.yaml"
     manifest.write_text(yaml.safe_dump(job))
     assert run_local.main(["--manifest", str(manifest), "--job-dir", str(tmp_path / "job")]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert "run-local: error: not supported locally: volumes[tmp].emptyDir (in TFJob demo Worker 0)" in lines
+    assert "run-local: error: not supported locally: volumes[tmp].hostPath (in TFJob demo Worker 0)" in lines
     assert not (tmp_path / "job" / "run-local" / "logs").exists()
 
 
