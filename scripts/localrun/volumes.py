@@ -39,7 +39,6 @@ def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathli
 EMPTY_DIRS = pathlib.Path("run-local") / "pods"  # inside the job directory
 
 
-
 def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
     return [
         v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or [] if "persistentVolumeClaim" in v
