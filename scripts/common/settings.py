@@ -47,6 +47,8 @@ RULES: dict[str, tuple[str, str]] = {
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
+_COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")
+_SHA256_RULE = (r"([0-9a-f]{64})?", "a sha256 (64 lower-case hexadecimal digits) or empty")
 _TESTED_RULE = (r"v[0-9.]+(,v[0-9.]+)*", "versions separated by commas, such as v1.34.3,v1.35.0")
 _GENERAL_RULE = (GENERAL, "letters, digits and . _ , : / = + @ * ? [ ] -")
 
@@ -63,6 +65,10 @@ def rule_of(key: str) -> tuple[str, str]:
         return _TESTED_RULE
     if key.endswith("_VERSION"):
         return _VERSION_RULE
+    if key.endswith("_COMMIT"):
+        return _COMMIT_RULE
+    if key.endswith("_SHA256"):
+        return _SHA256_RULE
     return _GENERAL_RULE
 
 
