@@ -77,10 +77,22 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[$(TF_FLAVOUR),dev]"
 	touch $@
 
-install: $(VENV)/.installed ## create .venv with the trainer, its tests and tools
+# checkov (the quick suite's third-party policy check) in a venv of its own: its pins (packaging<24, termcolor<2.4)
+# conflict with the trainer's.
+CHECKOV_VENV := $(VENV)/checkov
+$(CHECKOV_VENV)/.installed: checkov-constraints.txt
+	$(PYTHON_FOR_VENV) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade "pip==25.3"
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -c checkov-constraints.txt "checkov==3.3.30"
+	touch $@
 
-lock: ## re-pin every transitive version into constraints.txt
+install: $(VENV)/.installed $(CHECKOV_VENV)/.installed ## create .venv with the trainer, its tests and tools
+
+# Re-runnable: after a dependency changes in pyproject.toml, `make install` then `make lock` rewrites all three.
+lock: install ## re-pin every transitive version into constraints.txt, then the image's hashed locks and checkov's pins
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every transitive version, pinned; regenerate with make lock. Used as pip -c.' > constraints.txt
+	$(PY) -m scripts.image.lock_image
+	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned (its own venv, .venv/checkov: it pins packaging<24 and\n# termcolor<2.4, which constraints.txt does not). Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)

@@ -49,6 +49,7 @@ RULES: dict[str, tuple[str, str]] = {
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")
 _SHA256_RULE = (r"([0-9a-f]{64})?", "a sha256 (64 lower-case hexadecimal digits) or empty")
+_DIGEST_RULE = (r"(sha256:[0-9a-f]{64})?", "an image digest, sha256: and 64 lower-case hexadecimal digits, or empty")
 _TESTED_RULE = (r"v[0-9.]+(,v[0-9.]+)*", "versions separated by commas, such as v1.34.3,v1.35.0")
 _GENERAL_RULE = (GENERAL, "letters, digits and . _ , : / = + @ * ? [ ] -")
 
@@ -69,6 +70,8 @@ def rule_of(key: str) -> tuple[str, str]:
         return _COMMIT_RULE
     if key.endswith("_SHA256"):
         return _SHA256_RULE
+    if key.endswith("_DIGEST"):
+        return _DIGEST_RULE
     return _GENERAL_RULE
 
 

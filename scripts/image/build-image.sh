@@ -10,8 +10,9 @@
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
 #   IMAGE_TF_FLAVOUR   cpu (tensorflow-cpu, Linux x86-64; the default there), tf (tensorflow; the default on
 #                      arm64 hosts, where tensorflow-cpu has no wheel) or gpu; tags end in -tf / -gpu
-#   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
-#                      where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh)
+#   BASE_IMAGE         the base to build FROM (default: the Dockerfile's official image at the settings'
+#                      BASE_IMAGE_DIGEST); where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh).
+#                      A registry base must be pinned (name@sha256:...); ALLOW_UNPINNED_BASE=1 builds from a tag anyway
 #   EXTRA_BUILD_FLAGS  more words for the build command, e.g. "-v /etc/ssl/certs:/etc/ssl/certs:ro"
 #                      where the package index sits behind a proxy whose CA only the host trusts
 # buildah and podman read BUILDAH_ISOLATION; set it to chroot where runc cannot run.
@@ -82,6 +83,16 @@ if [[ ${1:-} == --print-image ]]; then
 fi
 latest=${image%:*}:latest$suffix
 
+# The base by digest: a tag on a registry can be moved to other contents. A local base (localhost/, made by
+# make-base-image.sh on this machine) has no registry to move it.
+base=${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$root/Dockerfile")}
+if [[ -z ${BASE_IMAGE:-} && -n ${BASE_IMAGE_DIGEST:-} ]]; then
+  base="$base@$BASE_IMAGE_DIGEST"
+fi
+if [[ $base != *@sha256:* && $base != localhost/* && ${ALLOW_UNPINNED_BASE:-} != 1 ]]; then
+  die "the base image $base is not pinned by digest. Record its digest as BASE_IMAGE_DIGEST=sha256:... in k8s/base/settings.env (docs/security.md says how to learn it: docker buildx imagetools inspect $base, or skopeo inspect docker://$base), give BASE_IMAGE=name@sha256:..., or build from the tag anyway with ALLOW_UNPINNED_BASE=1"
+fi
+
 tool=$(container_tool)
 case "$tool" in
   docker | podman | buildah) ;;
@@ -108,7 +119,7 @@ args=(
   --tag "$image"
   --tag "$latest"
 )
-[[ -z ${BASE_IMAGE:-} ]] || args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+args+=(--build-arg "BASE_IMAGE=$base")
 read -r -a extra <<<"${EXTRA_BUILD_FLAGS:-}"
 args+=("${extra[@]}")
 

@@ -90,6 +90,7 @@ def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = F
     tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "kubectl.log"
     seen = tmp_path / "applied"
+    seen.mkdir()
     jobset_there = 0 if standalone_jobset else 1
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(FAKE_MANIFEST)
@@ -99,7 +100,7 @@ def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = F
         "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
         "kubectl": (
             f'echo "$*" >> {log}; '
-            f'for a in "$@"; do if [ -d "$a" ]; then mkdir -p {seen}; {shutil.which("cp")} -R "$a"/. {seen}/; fi; done; '
+            f'for a in "$@"; do [ -d "$a" ] && {shutil.which("cp")} -R "$a"/. {seen}/; done; '
             f'case "$*" in *"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
             '*"get deployment jobset-controller-manager"*) exit 1;; esac; exit 0'
         ),
@@ -249,7 +250,12 @@ def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"},
+        env={
+            **os.environ,
+            "PATH": f"{stubs}:{os.environ['PATH']}",
+            "CONTAINER_TOOL": "docker",
+            "BASE_IMAGE_DIGEST": "sha256:" + "0" * 64,
+        },
     )
     assert result.returncode == 0, result.stderr
     assert "size 1.7GB (uncompressed)" in result.stdout

@@ -231,6 +231,7 @@ def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flav
         "IMAGE_TAG": "t1",
         "IMAGE_TF_FLAVOUR": flavour,
         "CONTAINER_TOOL": "docker",
+        "BASE_IMAGE_DIGEST": "sha256:" + "0" * 64,  # a pinned base (test_image_lock.py checks the refusal)
     }
     script = str(ROOT / "scripts" / "image" / "build-image.sh")
     printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
