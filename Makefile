@@ -78,7 +78,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # checkov (the quick suite's third-party policy check) in a venv of its own: its pins (packaging<24, termcolor<2.4)
-# conflict with the trainer's.
+# conflict with the trainer's. Made by the targets that run the quick suite, and by make lock.
 CHECKOV_VENV := $(VENV)/checkov
 $(CHECKOV_VENV)/.installed: checkov-constraints.txt
 	$(PYTHON_FOR_VENV) -m venv $(CHECKOV_VENV)
@@ -86,13 +86,13 @@ $(CHECKOV_VENV)/.installed: checkov-constraints.txt
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet -c checkov-constraints.txt "checkov==3.3.30"
 	touch $@
 
-install: $(VENV)/.installed $(CHECKOV_VENV)/.installed ## create .venv with the trainer, its tests and tools
+install: $(VENV)/.installed ## create .venv with the trainer, its tests and tools
 
 # Re-runnable: after a dependency changes in pyproject.toml, `make install` then `make lock` rewrites all three.
-lock: install ## re-pin every transitive version into constraints.txt, then the image's hashed locks and checkov's pins
+lock: install $(CHECKOV_VENV)/.installed ## re-pin every transitive version into constraints.txt, then the image's hashed locks and checkov's pins
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every transitive version, pinned; regenerate with make lock. Used as pip -c.' > constraints.txt
 	$(PY) -m scripts.image.lock_image
-	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned (its own venv, .venv/checkov: it pins packaging<24 and\n# termcolor<2.4, which constraints.txt does not). Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
+	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned; its own venv (make test and make lock make it: .venv/checkov), because it pins\n# packaging<24 and termcolor<2.4, which constraints.txt does not. Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
@@ -101,7 +101,7 @@ run-local: install ## run the overlay's pods as local processes under the engine
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
-test: install ## the quick suite (under 10 minutes on 2 cores)
+test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
 
 test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these)

@@ -17,7 +17,7 @@ import yaml
 from scripts.common import manifest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# make install puts checkov in a venv of its own inside .venv (the Makefile says why); CHECKOV= names another.
+# make test puts checkov in a venv of its own inside .venv (the Makefile says why); CHECKOV= names another.
 CHECKOV = pathlib.Path(
     os.environ.get("CHECKOV") or pathlib.Path(sys.executable).parents[1] / "checkov" / "bin" / "checkov"
 )
@@ -53,7 +53,9 @@ def as_pods(objects: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def checkov_results(rendered_overlays, tmp_path_factory) -> list[dict]:
     if not CHECKOV.exists():
-        pytest.fail(f"{CHECKOV} is missing: run `make install` (it makes checkov's venv), or set CHECKOV=")
+        pytest.fail(
+            f"{CHECKOV} is missing: run `make test` once (it makes checkov's venv, .venv/checkov), or set CHECKOV="
+        )
     directory = tmp_path_factory.mktemp("rendered")
     for (engine, strategy), objects in rendered_overlays.items():
         sent = manifest.customize(objects, image="tf-multiworker-trainer:0123456789ab")
