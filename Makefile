@@ -23,7 +23,7 @@ unsafe_part  = $(call without_safe,$(subst $(newline),',$(subst $(space),',$(sub
 space := $() $()
 tab   := $()	$()
 # The scripts' stricter check, per key (one line each, exit 2), first in every recipe that hands the settings on.
-CHECK_SETTINGS = $(SETTINGS_ENV) python3 -m scripts.common.settings --check
+CHECK_SETTINGS = $(SETTINGS_ENV) python3 -B -m scripts.common.settings --check
 $(foreach key,$(SETTINGS_KEYS),$(if $(call unsafe_part,$(key)),$(error setting $(key)='$(value $(key))' holds characters that cannot be passed on safely ($(call unsafe_part,$(key))): use letters, digits and . _ $(,) : / = + @ * ? [ ] - only (k8s/base/settings.env, the environment or make's command line))))
 
 PYTHON_FOR_VENV ?= python3.11

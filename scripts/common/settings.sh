@@ -25,7 +25,7 @@ check_settings() {
   fi
   (
     for pair in "${pairs[@]}"; do export "${pair?}"; done
-    cd "$root" && python3 -m scripts.common.settings --check
+    cd "$root" && python3 -B -m scripts.common.settings --check  # -B: no __pycache__ left in the checkout
   ) || exit 2
 }
 
