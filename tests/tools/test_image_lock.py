@@ -131,3 +131,16 @@ def test_the_source_label_carries_no_userinfo_of_the_clone_url(tmp_path, origin,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == label
+
+
+def test_every_file_the_dockerfile_copies_is_in_the_build_context():
+    # .dockerignore is an allow-list: a COPY of a path it leaves out fails the build (the locks once were).
+    allowed = [
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    ]
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] != ["COPY"] or any(word.startswith("--from") for word in words):
+            continue
+        for source in words[1:-1]:
+            assert any(source.rstrip("/") == a or source.startswith(a + "/") for a in allowed), source
