@@ -1,27 +1,30 @@
 # The trainer's image: `python -m trainer` under tini, as the non-root user 1000:1000.
 # Build it with `make image` (scripts/image/build-image.sh), or `docker build .` for the defaults.
 #   BASE_IMAGE  any Debian image with python3 = 3.11 and python3 -m venv (the official slim image
-#               by default; scripts/image/make-base-image.sh makes one where no registry is reachable)
+#               by default; scripts/image/make-base-image.sh makes one where no registry is reachable).
+#               Pin it by digest, name@sha256:...: a tag can be moved to other contents. make image passes
+#               the settings' BASE_IMAGE_DIGEST and refuses a registry base without one (docs/security.md);
+#               a plain `docker build .` builds FROM the tag, unpinned.
 #   TF_FLAVOUR  cpu (default, tensorflow-cpu), gpu (tensorflow[and-cuda]) or tf: an extra of pyproject.toml
 #   VERSION, REVISION, SOURCE  the OCI labels
 ARG BASE_IMAGE=docker.io/library/python:3.11.14-slim-bookworm
 
-# Dependencies only: this stage is rebuilt when pyproject.toml, constraints.txt or the flavour change,
-# never for a change to trainer/.
+# Dependencies only: this stage is rebuilt when the lock or the flavour changes, never for a change to trainer/.
 FROM ${BASE_IMAGE} AS deps
 ARG TF_FLAVOUR=cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install --quiet pip==25.3
 WORKDIR /build
-COPY pyproject.toml constraints.txt ./
-COPY scripts/image/image_requirements.py scripts/image/
+# The flavour's hashed lock (make lock): every package pinned with the sha256 of its files, so a file that changed
+# on the index fails the build instead of entering the image.
+COPY scripts/image/locks/ locks/
 # tensorflow/include holds C++ headers for compiling custom ops (about 290 MB); nothing here compiles.
-RUN python3 scripts/image/image_requirements.py "$TF_FLAVOUR" > requirements.txt \
- && /opt/venv/bin/pip install --quiet -c constraints.txt -r requirements.txt \
+RUN /opt/venv/bin/pip install --quiet --require-hashes --no-deps -r "locks/$TF_FLAVOUR.txt" \
  && rm -rf /opt/venv/lib/python3*/site-packages/tensorflow/include
 
 # The trainer as a wheel, built here so the runtime stage needs no build tools.
 FROM deps AS wheel
+COPY pyproject.toml ./
 COPY trainer/ trainer/
 RUN /opt/venv/bin/pip wheel --quiet --no-deps --wheel-dir /wheels .
 

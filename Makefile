@@ -2,12 +2,29 @@
 # Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
+, := ,
 SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/base/settings.env)
 setting_key    = $(firstword $(subst =, ,$(1)))
 setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
 SETTINGS_KEYS  = $(foreach line,$(SETTINGS_LINES),$(call setting_key,$(line)))
 $(foreach line,$(SETTINGS_LINES),$(eval $(call setting_key,$(line)) ?= $(call setting_value,$(line))))
 SETTINGS_ENV   = $(foreach key,$(SETTINGS_KEYS),$(key)='$($(key))')
+# Every setting's value holds only the characters of GENERAL in scripts/common/settings.py (which also holds the
+# stricter rule of each key, checked by the scripts), checked before any command runs: the recipes paste values
+# into commands as KEY='VALUE'. $(value KEY) is the text as given, unexpanded, so a $(...) in it never runs.
+SAFE_CHARACTERS := a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V \
+  W X Y Z 0 1 2 3 4 5 6 7 8 9 . _ : / = + @ * ? [ ] - $(,)
+define newline
+
+
+endef
+without_safe = $(if $(2),$(call without_safe,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+unsafe_part  = $(call without_safe,$(subst $(newline),',$(subst $(space),',$(subst $(tab),',$(value $(1))))),$(SAFE_CHARACTERS))
+space := $() $()
+tab   := $()	$()
+# The scripts' stricter check, per key (one line each, exit 2), first in every recipe that hands the settings on.
+CHECK_SETTINGS = $(SETTINGS_ENV) python3 -B -m scripts.common.settings --check
+$(foreach key,$(SETTINGS_KEYS),$(if $(call unsafe_part,$(key)),$(error setting $(key)='$(value $(key))' holds characters that cannot be passed on safely ($(call unsafe_part,$(key))): use letters, digits and . _ $(,) : / = + @ * ? [ ] - only (k8s/base/settings.env, the environment or make's command line))))
 
 PYTHON_FOR_VENV ?= python3.11
 VENV   ?= .venv
@@ -60,18 +77,31 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[$(TF_FLAVOUR),dev]"
 	touch $@
 
+# checkov (the quick suite's third-party policy check) in a venv of its own: its pins (packaging<24, termcolor<2.4)
+# conflict with the trainer's. Made by the targets that run the quick suite, and by make lock.
+CHECKOV_VENV := $(VENV)/checkov
+$(CHECKOV_VENV)/.installed: checkov-constraints.txt
+	$(PYTHON_FOR_VENV) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade "pip==25.3"
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -c checkov-constraints.txt "checkov==3.3.30"
+	touch $@
+
 install: $(VENV)/.installed ## create .venv with the trainer, its tests and tools
 
-lock: ## re-pin every transitive version into constraints.txt
+# Re-runnable: after a dependency changes in pyproject.toml, `make install` then `make lock` rewrites all three.
+lock: install $(CHECKOV_VENV)/.installed ## re-pin every transitive version into constraints.txt, then the image's hashed locks and checkov's pins
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every transitive version, pinned; regenerate with make lock. Used as pip -c.' > constraints.txt
+	$(PY) -m scripts.image.lock_image
+	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned; its own venv (make test and make lock make it: .venv/checkov), because it pins\n# packaging<24 and termcolor<2.4, which constraints.txt does not. Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
 train: install ## train in one process (no TF_CONFIG)
 	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
 run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
-test: install ## the quick suite (under 10 minutes on 2 cores)
+test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -m "not slow and not image"
 
 test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these)
@@ -89,33 +119,40 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 	exit $$failed
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/image/build-image.sh
 
 k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob)
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=) and follow it
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status (ENGINE=, STRATEGY=: which job to look for)
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status --kustomize $(KUSTOMIZATION)
 
 # The chief's pod: the TFJob's job-role=master; under JobSet and TrainJob, pod 0 of the chief's (async) or the
 # workers' (sync) Job, as the status Service selects it.
 CHIEF_JOB = $(if $(filter async,$(STRATEGY)),chief,$(if $(filter trainjob,$(ENGINE)),node,worker))
 CHIEF_SELECTOR = $(if $(filter tfjob,$(ENGINE)),training.kubeflow.org/job-name=$(JOB_NAME)$(,)training.kubeflow.org/job-role=master,jobset.sigs.k8s.io/jobset-name=$(JOB_NAME)$(,)jobset.sigs.k8s.io/replicatedjob-name=$(CHIEF_JOB)$(,)batch.kubernetes.io/job-completion-index=0)
-, := ,
 
 logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
-	kubectl logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
+	@$(CHECK_SETTINGS)
+	kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME)) logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
 
 delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the volume and its model stay)
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete --kustomize $(KUSTOMIZATION)
 
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
+	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)

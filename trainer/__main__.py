@@ -89,11 +89,12 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
             "data-preparation Job), then start the workers without --download"
         )
 
-    from trainer.artifacts import saving
+    from trainer.artifacts import ownership, saving
     from trainer.artifacts.status import StatusReporter
 
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
+        ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
     outcome.status = status = StatusReporter(core.model_dir, enabled=cluster.is_chief)
     status.update(state="starting", workers=cluster.num_workers)
     # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.

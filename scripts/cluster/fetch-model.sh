@@ -8,8 +8,12 @@ cd "$(dirname "$0")/../.."
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
 
+check_settings  # every value in its safe character set, before any of them reaches a command
 destination=${1:-artifacts}
 helper="${JOB_NAME}-fetch-model"
+context=$(kube_context)
+model_dir="${MODEL_ROOT}/${JOB_NAME}"  # the trainer's TRAINER_MODEL_DIR (k8s/base/trainer-pod.yaml)
+kube() { kubectl --context "$context" "$@"; }
 
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "error: kubectl is not installed: https://kubernetes.io/docs/tasks/tools/" >&2
@@ -17,7 +21,7 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 
 # kubectl cp needs tar in the pod: the trainer image has it and is already on the cluster's node.
-image=$(kubectl get tfjob "$JOB_NAME" -n "$NAMESPACE" --ignore-not-found \
+image=$(kube get tfjob "$JOB_NAME" -n "$NAMESPACE" --ignore-not-found \
   -o jsonpath='{.spec.tfReplicaSpecs.Worker.template.spec.containers[0].image}')
 image=${image:-${IMAGE:-}}
 if [ -z "$image" ]; then
@@ -26,12 +30,13 @@ if [ -z "$image" ]; then
 fi
 
 cleanup() {
-  kubectl delete pod "$helper" -n "$NAMESPACE" --ignore-not-found --wait=false >/dev/null
+  kube delete pod "$helper" -n "$NAMESPACE" --ignore-not-found --wait=false >/dev/null
 }
 trap cleanup EXIT
 
-kubectl delete pod "$helper" -n "$NAMESPACE" --ignore-not-found --wait=true >/dev/null
-kubectl apply -n "$NAMESPACE" -f - <<EOF
+kube delete pod "$helper" -n "$NAMESPACE" --ignore-not-found --wait=true >/dev/null
+# Pod Security Standard restricted, like every pod of the job (k8s/base/trainer-pod.yaml): it only reads the volume.
+kube apply -n "$NAMESPACE" -f - <<EOF
 apiVersion: v1
 kind: Pod
 metadata:
@@ -40,11 +45,24 @@ metadata:
     app.kubernetes.io/part-of: tf-multiworker-trainer
 spec:
   restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 1000
+    runAsGroup: 1000
+    seccompProfile: {type: RuntimeDefault}
   containers:
     - name: fetch
       image: $image
       imagePullPolicy: IfNotPresent
       command: [sleep, "600"]
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      resources:
+        requests: {cpu: 50m, memory: 64Mi, ephemeral-storage: 16Mi}
+        limits: {cpu: 500m, memory: 256Mi, ephemeral-storage: 64Mi}
       volumeMounts:
         - name: training-volume
           mountPath: $MOUNT_PATH
@@ -54,17 +72,17 @@ spec:
       persistentVolumeClaim:
         claimName: $VOLUME_CLAIM
 EOF
-kubectl wait -n "$NAMESPACE" --for=condition=Ready "pod/$helper" --timeout=180s
+kube wait -n "$NAMESPACE" --for=condition=Ready "pod/$helper" --timeout=180s
 
-if ! kubectl exec -n "$NAMESPACE" "$helper" -- test -f "$TRAINER_MODEL_DIR/metrics.json"; then
-  echo "error: no $TRAINER_MODEL_DIR/metrics.json on volume $VOLUME_CLAIM yet: has the job succeeded? (make status)" >&2
+if ! kube exec -n "$NAMESPACE" "$helper" -- test -f "$model_dir/metrics.json"; then
+  echo "error: no $model_dir/metrics.json on volume $VOLUME_CLAIM yet: has the job succeeded? (make status)" >&2
   exit 1
 fi
 mkdir -p "$destination"
 # A fresh copy: kubectl cp into an existing directory would nest it.
 rm -rf "$destination/model"
-kubectl cp -n "$NAMESPACE" "$helper:$TRAINER_MODEL_DIR" "$destination/model"
-echo "copied $TRAINER_MODEL_DIR from volume $VOLUME_CLAIM to $destination/model:"
+kube cp -n "$NAMESPACE" "$helper:$model_dir" "$destination/model"
+echo "copied $model_dir from volume $VOLUME_CLAIM to $destination/model:"
 ls -l "$destination/model"
 cat "$destination/model/metrics.json"
 echo

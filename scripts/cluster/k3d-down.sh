@@ -6,6 +6,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
+check_settings  # every value in its safe character set, before any of them reaches a command
 
 if ! command -v k3d >/dev/null 2>&1; then
   echo "error: k3d is not installed, so there is no k3d cluster to delete (install: https://k3d.io/stable/#installation)" >&2

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Creates the project's k3d cluster and installs the engine that runs the job (make k3d-up ENGINE=...):
-#   tfjob     the Kubeflow training operator TRAINING_OPERATOR_VERSION (TFJob)
-#   jobset    JobSet JOBSET_VERSION (its release manifest, into jobset-system)
-#   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (manager and runtimes overlays, into kubeflow-system); its
-#             manager overlay brings the JobSet release it pins (manifests/third-party/jobset at that tag)
-# The versions and the Kubernetes minors their CI tests are pinned in the settings file.
+#   tfjob     the Kubeflow training operator TRAINING_OPERATOR_VERSION (TFJob), its standalone overlay at the
+#             commit TRAINING_OPERATOR_COMMIT
+#   jobset    JobSet JOBSET_VERSION (its release manifest, into jobset-system), checked against JOBSET_MANIFEST_SHA256
+#   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (k8s/engines/trainer: its manager overlay's pieces at the
+#             commit KUBEFLOW_TRAINER_COMMIT, with the checked JobSet release; then its runtimes at that commit)
+# The versions, commits, checksums and the Kubernetes minors their CI tests are pinned in the settings file: nothing
+# is installed from a moving tag or an unchecked download (docs/security.md).
 # Idempotent: a second run finds the cluster and the engine in place, changes nothing and succeeds.
 set -euo pipefail
 
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
+check_settings  # every value in its safe character set, before any of them reaches a command
 
 engine=${ENGINE:-tfjob}
 case "$engine" in
@@ -21,9 +24,13 @@ case "$engine" in
     exit 2
     ;;
 esac
-operator_source="github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_VERSION}"
+operator_source="github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_COMMIT}"
 jobset_release="https://github.com/kubernetes-sigs/jobset/releases/download/${JOBSET_VERSION}/manifests.yaml"
-trainer_overlays="github.com/kubeflow/trainer.git/manifests/overlays"
+trainer_runtimes="github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${KUBEFLOW_TRAINER_COMMIT}"
+# The JobSet release manifest, downloaded and kept only when its sha256 is the recorded one.
+checked_jobset() {
+  scripts/cluster/checked-download.sh "$jobset_release" "${JOBSET_MANIFEST_SHA256:-}" "$1"
+}
 context="k3d-${CLUSTER_NAME}"
 
 missing=0
@@ -56,16 +63,18 @@ if k3d cluster get "$CLUSTER_NAME" >/dev/null 2>&1; then
   else
     echo "cluster $CLUSTER_NAME is already running"
   fi
-  k3d kubeconfig merge "$CLUSTER_NAME" --kubeconfig-merge-default --kubeconfig-switch-context >/dev/null
+  k3d kubeconfig merge "$CLUSTER_NAME" --kubeconfig-merge-default --kubeconfig-switch-context=false >/dev/null
 else
+  # The cluster's context joins the kubeconfig, but the current context stays the user's: every command here and in
+  # make submit, status, delete, logs and fetch-model names its context (KUBE_CONTEXT, default k3d-CLUSTER_NAME).
   create=(k3d cluster create "$CLUSTER_NAME" --image "$K3S_IMAGE" --wait --kubeconfig-update-default
-    --kubeconfig-switch-context)
+    --kubeconfig-switch-context=false)
   # K3D_GPUS (e.g. all) hands the host's GPUs to the node containers (docker run --gpus).
   [[ -z ${K3D_GPUS:-} ]] || create+=(--gpus "$K3D_GPUS")
   echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE${K3D_GPUS:+ and GPUs $K3D_GPUS}"
   "${create[@]}"
 fi
-echo "kubectl context: $(kubectl config current-context)"
+echo "kubectl context: $context (the current context is left as it was)"
 
 kube() { kubectl --context "$context" "$@"; }
 
@@ -85,7 +94,8 @@ install_jobset() {
     return
   fi
   echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
-  kube apply --server-side -f "$jobset_release"
+  checked_jobset "$scratch/jobset-manifests.yaml"
+  kube apply --server-side -f "$scratch/jobset-manifests.yaml"
   kube wait --for condition=established --timeout=120s crd/jobsets.jobset.x-k8s.io
   echo "waiting for the JobSet controller to become available"
   kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
@@ -94,19 +104,24 @@ install_jobset() {
 
 install_trainer() {
   if kube -n jobset-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: kubectl delete -f $jobset_release (or make k3d-down and start again)" >&2
+    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: kubectl --context $context delete -f $jobset_release (or make k3d-down and start again)" >&2
     exit 1
   fi
   echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
-  kube apply --server-side -k "${trainer_overlays}/manager?ref=${KUBEFLOW_TRAINER_VERSION}"
+  cp -R k8s/engines/trainer "$scratch/trainer"
+  sed -i.orig "s/KUBEFLOW_TRAINER_COMMIT/${KUBEFLOW_TRAINER_COMMIT}/" "$scratch/trainer/kustomization.yaml"
+  checked_jobset "$scratch/trainer/jobset-manifests.yaml"
+  kube apply --server-side -k "$scratch/trainer"
   kube wait --for condition=established --timeout=120s crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
   echo "waiting for the Trainer and JobSet controllers to become available"
   kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
   # The runtimes go through Trainer's webhook, which answers once the manager is available.
-  kube apply --server-side -k "${trainer_overlays}/runtimes?ref=${KUBEFLOW_TRAINER_VERSION}"
+  kube apply --server-side -k "$trainer_runtimes"
   kube -n kubeflow-system get deployments
 }
 
+scratch=$(mktemp -d)  # the checked downloads and the kustomization that reads them
+trap 'rm -rf "$scratch"' EXIT
 case "$engine" in
   tfjob) install_operator ;;
   jobset) install_jobset ;;

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from scripts.common import settings as project_settings
+
 Manifest = dict[str, Any]
 
 
@@ -38,11 +40,26 @@ def run(
     return result
 
 
-def current_context() -> str:
-    result = run(["kubectl", "config", "current-context"], check=False, quiet=True)
-    if result.returncode != 0:
-        raise StepError("kubectl has no current context: run `make k3d-up` (or point kubectl at your cluster)")
-    return result.stdout.strip()
+def context() -> str:
+    """The context every kubectl call here names (KUBE_CONTEXT, else the k3d cluster's), never the current one."""
+    return project_settings.kube_context(project_settings.load())
+
+
+def kubectl(*args: str) -> list[str]:
+    """A kubectl command on the project's context (a global flag, so it may come last)."""
+    return ["kubectl", *args, "--context", context()]
+
+
+def check_context() -> str:
+    """The context, once it is known to be in the kubeconfig; StepError saying how to get it otherwise."""
+    name = context()
+    result = run(["kubectl", "config", "get-contexts", "-o", "name"], check=False, quiet=True)
+    if name not in result.stdout.split():
+        raise StepError(
+            f"your kubeconfig has no context {name}: run `make k3d-up` for the project's cluster, or name the context "
+            f"to use with KUBE_CONTEXT= (kubectl config get-contexts lists them)"
+        )
+    return name
 
 
 def import_image(image: str, cluster: str, container_tool: str) -> None:
@@ -67,7 +84,7 @@ def apply(objects: list[Manifest], namespace: str) -> None:
     """Server-side apply: creates or updates, and re-running changes nothing."""
     if objects:
         run(
-            ["kubectl", "apply", "--server-side", "--field-manager=submit-py", "-n", namespace, "-f", "-"],
+            kubectl("apply", "--server-side", "--field-manager=submit-py", "-n", namespace, "-f", "-"),
             stdin=yaml.safe_dump_all(objects, sort_keys=False),
         )
 
@@ -75,8 +92,8 @@ def apply(objects: list[Manifest], namespace: str) -> None:
 def recreate_job(job: Manifest, namespace: str) -> None:
     """A Job's pod template is immutable, so a new image means delete, then create."""
     name = job["metadata"]["name"]
-    run(["kubectl", "delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true"])
-    run(["kubectl", "create", "-n", namespace, "-f", "-"], stdin=yaml.safe_dump(job, sort_keys=False))
+    run(kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true"))
+    run(kubectl("create", "-n", namespace, "-f", "-"), stdin=yaml.safe_dump(job, sort_keys=False))
 
 
 def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:
@@ -84,8 +101,7 @@ def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = run(
-            [
-                "kubectl",
+            kubectl(
                 "get",
                 "job",
                 name,
@@ -93,7 +109,7 @@ def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.
                 namespace,
                 "-o",
                 'jsonpath={range .status.conditions[?(@.status=="True")]}{.type}{"\\n"}{end}',
-            ],
+            ),
             check=False,
             quiet=True,
         )
@@ -106,5 +122,5 @@ def wait_for_job(name: str, namespace: str, timeout_s: float, poll_s: float = 5.
 
 
 def job_logs(name: str, namespace: str, tail: int = 40) -> str:
-    result = run(["kubectl", "logs", f"job/{name}", "-n", namespace, f"--tail={tail}"], check=False, quiet=True)
+    result = run(kubectl("logs", f"job/{name}", "-n", namespace, f"--tail={tail}"), check=False, quiet=True)
     return result.stdout or result.stderr

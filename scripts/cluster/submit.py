@@ -1,4 +1,6 @@
-"""Submits the project's job (a TFJob, JobSet or TrainJob) to the current kubectl context and follows it (make submit).
+"""Submits the project's job (a TFJob, JobSet or TrainJob) to the k3d cluster and follows it (make submit).
+
+Every call names its kubeconfig context: KUBE_CONTEXT when set, else k3d-CLUSTER_NAME, never the current context.
 
 Steps: render the kustomization with kubectl kustomize; apply the command line; check the job
 against its engine's webhook rules (engines.py, admission.py) and the trainer's own flag parser;
@@ -151,27 +153,27 @@ def plain_environment(container: dict, objects: list[dict]) -> dict[str, str]:
 def training_client(namespace: str):
     from kubeflow.training import TrainingClient
 
-    return TrainingClient(job_kind="TFJob", namespace=namespace)
+    return TrainingClient(job_kind="TFJob", namespace=namespace, context=cluster_steps.context())
 
 
 def trainer_client(namespace: str):
     from kubeflow.common.types import KubernetesBackendConfig
     from kubeflow.trainer import TrainerClient
 
-    return TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace))
+    return TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, context=cluster_steps.context()))
 
 
 def custom_objects_api():
     import kubernetes
 
-    kubernetes.config.load_kube_config()
+    kubernetes.config.load_kube_config(context=cluster_steps.context())
     return kubernetes.client.CustomObjectsApi()
 
 
 def core_api():
     import kubernetes
 
-    kubernetes.config.load_kube_config()
+    kubernetes.config.load_kube_config(context=cluster_steps.context())
     return kubernetes.client.CoreV1Api()
 
 
@@ -284,7 +286,7 @@ def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> 
 
 
 def submit(objects: list[dict], args: argparse.Namespace) -> int:
-    context = cluster_steps.current_context()
+    context = cluster_steps.check_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
     watcher = follower(objects, args.namespace)
     kind, name = watcher.kind, watcher.name
@@ -295,9 +297,11 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         print(
             f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}"
         )
-    # A TrainJob's runtime goes first: Trainer's webhook refuses a TrainJob whose runtime does not exist yet.
+    # A TrainJob's runtime goes first: Trainer's webhook refuses a TrainJob whose runtime does not exist yet. The
+    # NetworkPolicies go before any pod of the job exists, so no pod is ever reachable beyond them.
     cluster_steps.apply(
-        tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
+        tfjob_manifest.of_kind(objects, "NetworkPolicy")
+        + tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
         + [tfjob_manifest.the_one(objects, "Service", component="training")]
         + [obj for obj in objects if obj.get("kind") in engines.RUNTIME_KINDS],
         args.namespace,
@@ -328,7 +332,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     if state == "Succeeded":
         print(
             f"{kind} {name} succeeded; the model is on volume {SETTINGS['VOLUME_CLAIM']} under "
-            f"{SETTINGS['TRAINER_MODEL_DIR']}: `make fetch-model` copies it to ./artifacts/"
+            f"{SETTINGS['MODEL_ROOT']}/{SETTINGS['JOB_NAME']}: `make fetch-model` copies it to ./artifacts/"
         )
         return EXIT_SUCCEEDED
     if state == "Failed":

@@ -9,13 +9,94 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 K8S_ROOT = ROOT / "k8s"
 SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"
+
+
+# Each setting's characters, so that no value can end a quote or start a command where make or a script pastes it
+# (a JOB_NAME taken from a branch name, say). The Makefile holds every value to GENERAL itself, before it runs a
+# command; this table is stricter per key, checked by the scripts (check, --check) before they act.
+_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a DNS label: a Kubernetes object's name
+_PATH = r"/[A-Za-z0-9._/-]*"
+_VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
+_IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
+GENERAL = r"[A-Za-z0-9._,:/=+@*?\[\]-]*"
+RULES: dict[str, tuple[str, str]] = {
+    "JOB_NAME": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
+    "NAMESPACE": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
+    "CLUSTER_NAME": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
+    "VOLUME_CLAIM": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
+    "WORKERS": (r"[0-9]+", "digits"),
+    "TFJOB_PORT": (r"[0-9]+", "digits"),
+    "TRAINER_STATUS_PORT": (r"[0-9]+", "digits"),
+    "VOLUME_SIZE": (r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?", "a quantity such as 2Gi"),
+    "MOUNT_PATH": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "MODEL_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "TRAINER_DATA_DIR": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "IMAGE_NAME": (_IMAGE, "an image name: lower-case letters, digits and . _ - /"),
+    "K3S_IMAGE": (_IMAGE, "an image reference: name:tag"),
+    "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
+    "K3D_GPUS": (r"[A-Za-z0-9,=]*", "letters, digits , and ="),
+    "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
+}
+_VERSION_RULE = (_VERSION, "a version such as v1.2.3")
+_COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")
+_SHA256_RULE = (r"([0-9a-f]{64})?", "a sha256 (64 lower-case hexadecimal digits) or empty")
+_DIGEST_RULE = (r"(sha256:[0-9a-f]{64})?", "an image digest, sha256: and 64 lower-case hexadecimal digits, or empty")
+_TESTED_RULE = (r"v[0-9.]+(,v[0-9.]+)*", "versions separated by commas, such as v1.34.3,v1.35.0")
+_GENERAL_RULE = (GENERAL, "letters, digits and . _ , : / = + @ * ? [ ] -")
+
+
+class SettingsError(ValueError):
+    """A setting's value that make or a script could not pass on safely; the message names the key and the fix."""
+
+
+def rule_of(key: str) -> tuple[str, str]:
+    """(the pattern a value must match whole, what it allows in words) for one setting."""
+    if key in RULES:
+        return RULES[key]
+    if key.endswith("_TESTED_KUBERNETES"):
+        return _TESTED_RULE
+    if key.endswith("_VERSION"):
+        return _VERSION_RULE
+    if key.endswith("_COMMIT"):
+        return _COMMIT_RULE
+    if key.endswith("_SHA256"):
+        return _SHA256_RULE
+    if key.endswith("_DIGEST"):
+        return _DIGEST_RULE
+    return _GENERAL_RULE
+
+
+def problems(settings: Mapping[str, str]) -> list[str]:
+    """One line per setting whose value breaks its key's rule, naming the key, the value and what is allowed."""
+    found = []
+    for key, value in settings.items():
+        pattern, allowed = rule_of(key)
+        if not re.fullmatch(pattern, value) and not (value == "" and key not in _REQUIRED):
+            found.append(
+                f"setting {key}={value!r} is not allowed: use {allowed} (set in k8s/base/settings.env, the "
+                f"environment or make's command line)"
+            )
+    return found
+
+
+# The settings every command needs; the others may be empty (the trainer's or the tool's default then applies).
+_REQUIRED = ("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM", "WORKERS", "TFJOB_PORT", "MOUNT_PATH")
+
+
+def check(settings: Mapping[str, str]) -> None:
+    """Raises SettingsError listing every setting that breaks its rule."""
+    found = problems(settings)
+    if found:
+        raise SettingsError("\n".join(found))
 
 
 def _check(key: str, value: str, where: str) -> None:
@@ -46,7 +127,31 @@ def load(path: pathlib.Path = SETTINGS_FILE, environ: Mapping[str, str] | None =
         if environ.get(key):
             _check(key, environ[key], f"environment variable {key}")
             settings[key] = environ[key]
+    check(settings)
     return settings
+
+
+def kube_context(settings: Mapping[str, str]) -> str:
+    """The kubeconfig context the cluster commands act on: KUBE_CONTEXT when named, else the project's k3d cluster's
+    (k3d names it k3d-<cluster>), never the current one; scripts/common/settings.sh's kube_context is the same rule."""
+    return settings.get("KUBE_CONTEXT") or f"k3d-{settings['CLUSTER_NAME']}"
+
+
+def main(argv: list[str]) -> int:
+    """--check: exit 2 with one line per unsafe setting (the file's values, the environment's over them)."""
+    if argv != ["--check"]:
+        print("usage: python3 -m scripts.common.settings --check", file=sys.stderr)
+        return 2
+    try:
+        load()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
 
 
 def _settings_root(k8s_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path] | None:

@@ -8,3 +8,29 @@ load_settings() {
     [[ -n ${!key:-} ]] || printf -v "$key" '%s' "$value"
   done <"$1"
 }
+
+# check_settings: exits 2 naming each setting whose value breaks its key's rule (scripts/common/settings.py, the one
+# table), before a script pastes any value into a command. Checks the values this shell holds (the environment's, or
+# the file's that load_settings set).
+check_settings() {
+  local key pairs=() root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  while IFS='=' read -r key _; do
+    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    pairs+=("$key=${!key:-}")
+  done <"$root/k8s/base/settings.env"
+  if ! command -v python3 >/dev/null 2>&1; then
+    echo "error: python3 is not installed; the scripts check the settings with it (https://www.python.org/downloads/)" >&2
+    exit 1
+  fi
+  (
+    for pair in "${pairs[@]}"; do export "${pair?}"; done
+    cd "$root" && python3 -B -m scripts.common.settings --check  # -B: no __pycache__ left in the checkout
+  ) || exit 2
+}
+
+# kube_context: the kubeconfig context the cluster commands use: KUBE_CONTEXT when set, else the project's k3d
+# cluster's, never the current context (which another tool may have switched).
+kube_context() {
+  printf '%s\n' "${KUBE_CONTEXT:-k3d-${CLUSTER_NAME}}"
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the trainer image, tags it $IMAGE (name:git revision) and name:latest, and prints its size.
 # The image name and the container tool are derived here only: `--print-image` prints the name:tag
-# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask).
+# it would build and `--print-tool` the tool it would build with, and exit (the Makefile and scripts/cluster/submit.py ask);
+# `--print-source` prints the source URL the image's label will carry.
 # Env (make passes on what is set on its command line or in the environment; IMAGE it sets itself):
 #   IMAGE              name:tag to build (default IMAGE_NAME from k8s/base/settings.env : IMAGE_TAG,
 #                      plus -gpu for the gpu flavour; `make image` passes it so `make submit` runs the same)
@@ -9,8 +10,9 @@
 #   CONTAINER_TOOL     docker, podman or buildah (default: docker if its engine answers, else podman, else buildah)
 #   IMAGE_TF_FLAVOUR   cpu (tensorflow-cpu, Linux x86-64; the default there), tf (tensorflow; the default on
 #                      arm64 hosts, where tensorflow-cpu has no wheel) or gpu; tags end in -tf / -gpu
-#   BASE_IMAGE         the base to build FROM (default: the Dockerfile's pinned official image);
-#                      where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh)
+#   BASE_IMAGE         the base to build FROM (default: the Dockerfile's official image at the settings'
+#                      BASE_IMAGE_DIGEST); where no registry is reachable: BASE_IMAGE=$(scripts/image/make-base-image.sh).
+#                      A registry base must be pinned (name@sha256:...); ALLOW_UNPINNED_BASE=1 builds from a tag anyway
 #   EXTRA_BUILD_FLAGS  more words for the build command, e.g. "-v /etc/ssl/certs:/etc/ssl/certs:ro"
 #                      where the package index sits behind a proxy whose CA only the host trusts
 # buildah and podman read BUILDAH_ISOLATION; set it to chroot where runc cannot run.
@@ -20,6 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
 source "$root/scripts/common/settings.sh"
 load_settings "$root/k8s/base/settings.env"  # the environment wins over the file
+check_settings  # every value in its safe character set, before any of them reaches a command
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }
 
@@ -34,6 +37,23 @@ container_tool() {
 
 if [[ ${1:-} == --print-tool ]]; then
   container_tool
+  exit 0
+fi
+
+# The origin's URL without what can hold a secret: the user and password (a token in a clone URL), the query and
+# the fragment; scp-like user@host:path keeps host:path. Anyone who can pull the image can read its labels.
+public_url() {
+  local url=${1%%[?#]*}
+  if [[ $url =~ ^([A-Za-z][A-Za-z0-9+.-]*://)([^/@]*@)?(.*)$ ]]; then
+    url=${BASH_REMATCH[1]}${BASH_REMATCH[3]}
+  elif [[ $url =~ ^[^/@:]+@([^/:]+:.*)$ ]]; then
+    url=${BASH_REMATCH[1]}
+  fi
+  printf '%s\n' "$url"
+}
+source_url=$(public_url "$(git -C "$root" remote get-url origin 2>/dev/null || echo unknown)")
+if [[ ${1:-} == --print-source ]]; then
+  echo "$source_url"
   exit 0
 fi
 
@@ -63,6 +83,16 @@ if [[ ${1:-} == --print-image ]]; then
 fi
 latest=${image%:*}:latest$suffix
 
+# The base by digest: a tag on a registry can be moved to other contents. A local base (localhost/, made by
+# make-base-image.sh on this machine) has no registry to move it.
+base=${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$root/Dockerfile")}
+if [[ -z ${BASE_IMAGE:-} && -n ${BASE_IMAGE_DIGEST:-} ]]; then
+  base="$base@$BASE_IMAGE_DIGEST"
+fi
+if [[ $base != *@sha256:* && $base != localhost/* && ${ALLOW_UNPINNED_BASE:-} != 1 ]]; then
+  die "the base image $base is not pinned by digest. Record its digest as BASE_IMAGE_DIGEST=sha256:... in k8s/base/settings.env (docs/security.md says how to learn it: docker buildx imagetools inspect $base, or skopeo inspect docker://$base), give BASE_IMAGE=name@sha256:..., or build from the tag anyway with ALLOW_UNPINNED_BASE=1"
+fi
+
 tool=$(container_tool)
 case "$tool" in
   docker | podman | buildah) ;;
@@ -75,7 +105,6 @@ if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]
 fi
 
 version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$root/pyproject.toml")
-source_url=$(git -C "$root" remote get-url origin 2>/dev/null || echo unknown)
 
 # The labels go in twice: as build args for a plain `docker build`, and as --label because
 # buildah 1.28 reuses a cached LABEL step whose build args changed.
@@ -90,7 +119,7 @@ args=(
   --tag "$image"
   --tag "$latest"
 )
-[[ -z ${BASE_IMAGE:-} ]] || args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+args+=(--build-arg "BASE_IMAGE=$base")
 read -r -a extra <<<"${EXTRA_BUILD_FLAGS:-}"
 args+=("${extra[@]}")
 

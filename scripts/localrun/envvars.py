@@ -2,7 +2,7 @@
 
 Supported: envFrom configMapRef (with prefix), env value with $(VAR) expansion, valueFrom configMapKeyRef,
 valueFrom resourceFieldRef (limits/requests of cpu and memory, with divisor) and valueFrom fieldRef (the downward
-API: metadata.name, metadata.namespace, metadata.labels['k'], metadata.annotations['k'], status.podIP and
+API: metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], metadata.annotations['k'], status.podIP and
 status.hostIP, which are 127.0.0.1 here). Anything else is "not supported locally" and stops the run: a pod that
 depends on it would behave differently here.
 """
@@ -14,6 +14,7 @@ import decimal
 import math
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ class PodMeta:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unstable: frozenset[str] = frozenset()
+    uid: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))  # a new pod's, as the API server gives
 
 
 @dataclasses.dataclass
@@ -252,6 +254,8 @@ def downward_field(path: str, pod: PodMeta, field: str, where: str, problems: Pr
         return pod.name
     if path == "metadata.namespace":
         return pod.namespace
+    if path == "metadata.uid":
+        return pod.uid
     if path in LOOPBACK_IP_FIELDS:
         return "127.0.0.1"
     match = _METADATA_MAP_FIELD.match(path)

@@ -42,7 +42,7 @@ from .envvars import EnvResolver, PodMeta, Problems, expand
 from .jobset_rules import JobState, job_backoff_limit
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
-from .volumes import PathMapper, claim_dirs, container_mounts, pod_claims
+from .volumes import EMPTY_DIRS, PathMapper, claim_dirs, container_mounts, pod_claims
 
 TRAINER_MODULE = ("-m", "trainer")
 IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
@@ -92,6 +92,19 @@ def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
         if text.endswith(f"={container_port}") and text.startswith("-"):
             return text[: -len(str(container_port))] + str(local)
     return text
+
+
+def operator_labels(job: str, rtype: str, index: int, is_chief: bool) -> dict[str, str]:
+    """The labels the training operator puts on a TFJob's pod (kubeflow/trainer v1.9.4, pkg/controller.v1/common)."""
+    labels = {
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/replica-type": rtype.lower(),
+        "training.kubeflow.org/replica-index": str(index),
+        "training.kubeflow.org/operator-name": "tfjob-controller",
+    }
+    if is_chief:
+        labels["training.kubeflow.org/job-role"] = "master"
+    return labels
 
 
 def settings_of(plan: ProcessPlan) -> Config:
@@ -154,7 +167,8 @@ class Planner:
         hostname: str | None = None,
     ) -> ProcessPlan:
         """pod: the pod's metadata for the downward API; hostname: the pod's, when not its name (Indexed Jobs)."""
-        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems))
+        pod_dir = self.job_dir / EMPTY_DIRS / pod_name
+        mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems, pod_dir))
         ports = local_ports(container)
         resolved = self.resolver.resolve(container, pod_spec, where, self.problems, pod)
         container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
@@ -197,7 +211,17 @@ class Planner:
             for index in range(counts[rtype]):
                 replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
                 pod_name = f"{job}-{rtype.lower()}-{index}"
-                plan = self.plan_container(replica.name, pod_name, pod_spec, container, f"TFJob {job} {rtype} {index}")
+                pod = PodMeta(
+                    name=pod_name,
+                    namespace=self.manifests.namespace,
+                    labels={
+                        **(spec["template"].get("metadata") or {}).get("labels", {}),
+                        **operator_labels(job, rtype, index, (rtype, index) == chief),
+                    },
+                    annotations=(spec["template"].get("metadata") or {}).get("annotations", {}),
+                )
+                where = f"TFJob {job} {rtype} {index}"
+                plan = self.plan_container(replica.name, pod_name, pod_spec, container, where, pod)
                 if (rtype, index) == chief:
                     self.chief = plan
                 config = tfconfig.tf_config(counts, rtype, index, address)

@@ -3,6 +3,11 @@
 Every PersistentVolumeClaim is one directory of the job (the job directory itself when the job uses
 a single claim), so /mnt/training/model in the manifest becomes runs/<job>/model here and every
 replica, restart and data-preparation run sees the same files, as pods see the same volume.
+
+An emptyDir is the pod's own: one directory per pod and volume under run-local/pods/ in the job directory, emptied
+when the pod is planned (a pod's emptyDir starts empty). The manifests mount their scratch emptyDir at /tmp and
+set TMPDIR and HOME there (the root filesystem is read-only), so a local process writes its temporary files and
+caches into that directory, as the pod would, though nothing stops it writing elsewhere.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +36,9 @@ def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathli
     return {name: job_dir / name for name in names}
 
 
+EMPTY_DIRS = pathlib.Path("run-local") / "pods"  # inside the job directory
+
+
 def pod_claims(pod_spec: Mapping[str, Any]) -> list[str]:
     return [
         v["persistentVolumeClaim"]["claimName"] for v in pod_spec.get("volumes") or [] if "persistentVolumeClaim" in v
@@ -42,11 +51,14 @@ def container_mounts(
     claims: Mapping[str, pathlib.Path],
     where: str,
     problems: Problems,
+    pod_dir: pathlib.Path | None = None,
 ) -> list[Mount]:
-    """Local directories for the container's volumeMounts; only PersistentVolumeClaim volumes are supported."""
+    """Local directories for the container's volumeMounts: PersistentVolumeClaim volumes, and emptyDir volumes when
+    the pod has a directory of its own (pod_dir: emptied here, as a new pod's emptyDir is empty)."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    supported = ("persistentVolumeClaim", "emptyDir") if pod_dir is not None else ("persistentVolumeClaim",)
     for name, volume in volumes.items():
-        if "persistentVolumeClaim" not in volume:
+        if not any(kind in volume for kind in supported):
             problems.unsupported(f"volumes[{name}]." + ".".join(k for k in volume if k != "name"), where)
     mounts: list[Mount] = []
     for mount in container.get("volumeMounts") or []:
@@ -57,6 +69,12 @@ def container_mounts(
                 problems.unsupported(f"volumeMounts[{mount['name']}].{field}", where)
         if volume is None:
             problems.errors.append(f"{label}: the pod has no volume named {mount['name']!r}")
+            continue
+        if "emptyDir" in volume and pod_dir is not None:
+            local = pod_dir / mount["name"]
+            shutil.rmtree(local, ignore_errors=True)
+            local.mkdir(parents=True)
+            mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", local.resolve()))
             continue
         if "persistentVolumeClaim" not in volume:
             continue

@@ -15,6 +15,20 @@ from collections.abc import Sequence
 import psutil
 
 from multiworker import ROOT
+from scripts.common import settings as project_settings
+
+
+def job_model_dir(job_dir: pathlib.Path) -> pathlib.Path:
+    """Where the project's manifests put the job's model in run-local's stand-in for the volume: MODEL_ROOT/JOB_NAME
+    (k8s/base/trainer-pod.yaml) under the mount path."""
+    settings = project_settings.load()
+    model_dir = pathlib.PurePosixPath(settings["MODEL_ROOT"], settings["JOB_NAME"])
+    return job_dir / model_dir.relative_to(settings["MOUNT_PATH"])
+
+
+def pod_scratch_dirs(job_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Each pod's scratch emptyDir (its TMPDIR) as run-local keeps it."""
+    return sorted((job_dir / "run-local" / "pods").glob("*/scratch"))
 
 
 def start_runner(
@@ -23,7 +37,7 @@ def start_runner(
     """Starts run_local on the project manifest with `runner_args`, the trainer's flags after `--`, and TMPDIR in
     `scratch` (created here) so a test can see the scratch directories removed."""
     scratch.mkdir()
-    return subprocess.Popen(
+    runner = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -41,6 +55,8 @@ def start_runner(
         start_new_session=True,
         env={**os.environ, "TMPDIR": str(scratch)},
     )
+    runner.job_dir = job_dir  # type: ignore[attr-defined]  # where finish() finds the pods' scratch dirs
+    return runner
 
 
 def replica(runner: subprocess.Popen, name: str) -> psutil.Process:
@@ -60,7 +76,10 @@ def finish(runner: subprocess.Popen, scratch: pathlib.Path) -> str:
     output, _ = runner.communicate(timeout=300)
     assert runner.returncode == 0, output[-4000:]
     assert "Succeeded" in output
-    assert not [name for name in os.listdir(scratch) if name.startswith("trainer-worker-")]  # scratch removed
+    # The pods' TMPDIR is their scratch emptyDir (the manifests'); the runner's own TMPDIR is the test's scratch.
+    scratch_dirs = [scratch, *pod_scratch_dirs(getattr(runner, "job_dir", scratch))]
+    left = [path / name for path in scratch_dirs for name in os.listdir(path) if name.startswith("trainer-worker-")]
+    assert not left  # every worker's throw-away saves removed
     return output
 
 

@@ -13,6 +13,7 @@ import sys
 import kubernetes_validate
 import pytest
 
+from local_runner import job_model_dir
 from multiworker import python_prints
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
@@ -151,7 +152,7 @@ def test_run_local_of_the_async_shape_succeeds_with_the_model_in_the_job_directo
     status = json.loads((job_dir / "run-local" / "multi-worker.status.json").read_text())
     assert status["state"] == "Succeeded"
     assert status["replicas"]["chief-0"]["exit_codes"] == [0]
-    model_dir = ModelDir(str((job_dir / "model").resolve()))
+    model_dir = ModelDir(str(job_model_dir(job_dir).resolve()))
     assert [str(p) for p in job_dir.resolve().rglob("model.keras")] == [model_dir.keras_model]
     assert json.loads(pathlib.Path(model_dir.metrics).read_text())["strategy"] == "async"
 

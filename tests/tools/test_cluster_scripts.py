@@ -3,9 +3,11 @@ when docker, k3d, kubectl or git is missing or Docker is not running."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,10 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "scripts" / "cluster" / name for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh")]
+SCRIPTS = [
+    ROOT / "scripts" / "cluster" / name
+    for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh", "checked-download.sh")
+]
 # What the scripts need from the system before they look for the cluster tools.
 BASICS = ("bash", "dirname")
 
@@ -32,6 +37,9 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     bin_dir.mkdir()
     for tool in BASICS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
+    # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.
+    (bin_dir / "python3").write_text(f'#!{shutil.which("bash")}\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
     for name, body in stubs.items():
         stub = bin_dir / name
         stub.write_text(f"#!{shutil.which('bash')}\n{body}\n")
@@ -69,30 +77,54 @@ def test_k3d_up_says_when_docker_is_installed_but_not_running(tmp_path):
     assert "not installed" not in result.stderr
 
 
-def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = False):
-    """k3d-up.sh for ENGINE with docker, k3d and kubectl as recording stubs (no cluster): its kubectl calls."""
+# What a JobSet release manifest download returns in these tests, and its sha256 as the settings would record it.
+FAKE_MANIFEST = "apiVersion: v1\nkind: Namespace\nmetadata: {name: jobset-system}\n"
+FAKE_MANIFEST_SHA256 = hashlib.sha256(FAKE_MANIFEST.encode()).hexdigest()
+# The tools the install steps use beyond the basics (the checked download, the kustomization copy).
+INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv")
+
+
+def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = False, **environ: str):
+    """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
+    kubectl apply calls, and what each applied kustomization directory held."""
     tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "kubectl.log"
+    seen = tmp_path / "applied"
+    seen.mkdir()
     jobset_there = 0 if standalone_jobset else 1
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(FAKE_MANIFEST)
     stubs = {
         "docker": "exit 0",
         "git": "exit 0",
         "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
         "kubectl": (
-            f'echo "$*" >> {log}; case "$*" in *"config current-context"*) echo k3d-distml;; '
-            f'*"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
+            f'echo "$*" >> {log}; '
+            f'for a in "$@"; do [ -d "$a" ] && {shutil.which("cp")} -R "$a"/. {seen}/; done; '
+            f'case "$*" in *"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
             '*"get deployment jobset-controller-manager"*) exit 1;; esac; exit 0'
         ),
+        # curl ... --output FILE URL: the release manifest, as if downloaded.
+        "curl": f'while [ "$1" != "--output" ]; do shift; done; {shutil.which("cp")} {manifest} "$2"',
     }
+    path = path_with(tmp_path, stubs)
+    for tool in INSTALL_TOOLS:
+        (pathlib.Path(path) / tool).symlink_to(shutil.which(tool))
     result = subprocess.run(
         [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / "k3d-up.sh")],
         capture_output=True,
         text=True,
-        env={"PATH": path_with(tmp_path, stubs), "HOME": os.environ.get("HOME", "/tmp"), "ENGINE": engine},
+        env={
+            "PATH": path,
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "ENGINE": engine,
+            "JOBSET_MANIFEST_SHA256": FAKE_MANIFEST_SHA256,
+            **environ,
+        },
         timeout=60,
     )
     calls = log.read_text().splitlines() if log.exists() else []
-    return result, [call for call in calls if " apply " in f" {call} "]
+    return result, [call for call in calls if " apply " in f" {call} "], seen
 
 
 def settings_file() -> dict[str, str]:
@@ -101,38 +133,66 @@ def settings_file() -> dict[str, str]:
     return project_settings.load_file()
 
 
+def without_scratch(call: str) -> str:
+    """An apply call with its temporary directory spelt SCRATCH."""
+    return re.sub(r"/\S*/tmp\.\w+", "SCRATCH", call)
+
+
 @pytest.mark.parametrize(
     "engine, installs",
     [
-        ("tfjob", ["-k {OPERATOR}/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"]),
-        ("jobset", ["-f {JOBSET}/releases/download/{JOBSET_VERSION}/manifests.yaml"]),
+        ("tfjob", ["-k github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_COMMIT}"]),
+        ("jobset", ["-f SCRATCH/jobset-manifests.yaml"]),
         (
             "trainjob",
             [
-                "-k {TRAINER}/manifests/overlays/manager?ref={KUBEFLOW_TRAINER_VERSION}",
-                "-k {TRAINER}/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_VERSION}",
+                "-k SCRATCH/trainer",
+                "-k github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_COMMIT}",
             ],
         ),
     ],
 )
-def test_k3d_up_installs_the_pinned_release_of_the_engine_asked_for(tmp_path, engine, installs):
-    result, applies = k3d_up_with(tmp_path, engine)
+def test_k3d_up_installs_the_engine_asked_for_from_a_commit_or_a_checked_manifest(tmp_path, engine, installs):
+    result, applies, applied = k3d_up_with(tmp_path, engine)
     assert result.returncode == 0, result.stderr
-    sources = {
-        "OPERATOR": "github.com/kubeflow/training-operator.git",
-        "JOBSET": "https://github.com/kubernetes-sigs/jobset",
-        "TRAINER": "github.com/kubeflow/trainer.git",
-    }
-    expected = [line.format(**sources, **settings_file()) for line in installs]
-    assert applies == [f"--context k3d-distml apply --server-side {line}" for line in expected]
+    expected = [line.format(**settings_file()) for line in installs]
+    assert [without_scratch(a) for a in applies] == [f"--context k3d-distml apply --server-side {e}" for e in expected]
     assert f"ready: make submit ENGINE={engine}" in result.stdout
+    if engine != "tfjob":
+        assert f"sha256 {FAKE_MANIFEST_SHA256} as recorded" in result.stdout
+    if engine == "trainjob":  # Trainer's pieces at the commit, the JobSet manifest checked beside them
+        kustomization = (applied / "kustomization.yaml").read_text()
+        assert (applied / "jobset-manifests.yaml").read_text() == FAKE_MANIFEST
+        refs = re.findall(r"\?ref=(\S+)", kustomization)
+        assert len(refs) == 4 and set(refs) == {settings_file()["KUBEFLOW_TRAINER_COMMIT"]}
+
+
+@pytest.mark.parametrize(
+    "recorded, complaint",
+    [("", "no sha256 is recorded"), ("0" * 64, f"has sha256 {FAKE_MANIFEST_SHA256}, not the recorded")],
+)
+def test_k3d_up_applies_no_release_manifest_whose_sha256_is_not_the_recorded_one(tmp_path, recorded, complaint):
+    for engine in ("jobset", "trainjob"):
+        result, applies, _ = k3d_up_with(tmp_path / engine, engine, JOBSET_MANIFEST_SHA256=recorded)
+        assert result.returncode == 2 and applies == [], result.stderr
+        assert complaint in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
+
+
+def test_every_engine_pin_is_a_commit_or_a_sha256():
+    settings = settings_file()
+    for key in ("TRAINING_OPERATOR_COMMIT", "KUBEFLOW_TRAINER_COMMIT"):
+        assert re.fullmatch(r"[0-9a-f]{40}", settings[key]), key
+    script = (ROOT / "scripts" / "cluster" / "k3d-up.sh").read_text()
+    assert "?ref=${TRAINING_OPERATOR_VERSION}" not in script and "?ref=${KUBEFLOW_TRAINER_VERSION}" not in script
+    kustomization = (ROOT / "k8s" / "engines" / "trainer" / "kustomization.yaml").read_text()
+    assert "releases/download" not in kustomization  # JobSet comes in checked, as a file beside it
 
 
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):
-    result, applies = k3d_up_with(tmp_path / "a", "trainjob", standalone_jobset=True)
+    result, applies, _ = k3d_up_with(tmp_path / "a", "trainjob", standalone_jobset=True)
     assert result.returncode == 1 and applies == []
-    assert "would install a second JobSet controller" in result.stderr and "kubectl delete -f" in result.stderr
-    result, _ = k3d_up_with(tmp_path / "b", "volcano")
+    assert "would install a second JobSet controller" in result.stderr and "delete -f" in result.stderr
+    result, _, _ = k3d_up_with(tmp_path / "b", "volcano")
     assert result.returncode == 2 and "ENGINE=volcano is not an engine" in result.stderr
 
 
@@ -190,7 +250,12 @@ def test_build_image_reports_the_size_when_the_tool_lists_many_lines(tmp_path):
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CONTAINER_TOOL": "docker"},
+        env={
+            **os.environ,
+            "PATH": f"{stubs}:{os.environ['PATH']}",
+            "CONTAINER_TOOL": "docker",
+            "BASE_IMAGE_DIGEST": "sha256:" + "0" * 64,
+        },
     )
     assert result.returncode == 0, result.stderr
     assert "size 1.7GB (uncompressed)" in result.stdout

@@ -33,7 +33,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
 # Its own repository name, so running the tests never retags the user's `latest`.
 TEST_REPOSITORY = f"localhost/{SETTINGS['IMAGE_NAME']}-image-test"
-MOUNT_PATH, MODEL_DIR = SETTINGS["MOUNT_PATH"], SETTINGS["TRAINER_MODEL_DIR"]
+# The job's model directory as the manifests build it (k8s/base/trainer-pod.yaml): MODEL_ROOT/JOB_NAME.
+MOUNT_PATH, MODEL_DIR = SETTINGS["MOUNT_PATH"], f"{SETTINGS['MODEL_ROOT']}/{SETTINGS['JOB_NAME']}"
 MODEL_DIR_IN_VOLUME = pathlib.PurePosixPath(MODEL_DIR).relative_to(MOUNT_PATH)
 NON_ROOT_UID = 1000
 SIZE_LIMIT_BYTES = 2.5e9
@@ -130,6 +131,8 @@ def build(root: pathlib.Path, image: str, base: str | None) -> str:
     env.pop("IMAGE_TF_FLAVOUR", None)
     if base:
         env["BASE_IMAGE"] = base
+    elif not SETTINGS.get("BASE_IMAGE_DIGEST"):
+        env["ALLOW_UNPINNED_BASE"] = "1"  # the registry's tag, as pulled above: no digest recorded to pin it
     # RUN steps reach the package index through the host's CA bundle (an intercepting proxy may sign it).
     if pathlib.Path("/etc/ssl/certs").is_dir():
         env["EXTRA_BUILD_FLAGS"] = "-v /etc/ssl/certs:/etc/ssl/certs:ro"
@@ -343,7 +346,7 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
     repository = f"{TEST_REPOSITORY}-code-change"
     try:
         output = build(copy, f"{repository}:test", base_image)
-        dependency_step = re.search(r"STEP \d+/\d+: RUN python3 scripts/image/image_requirements\.py.*\n(.*)", output)
+        dependency_step = re.search(r"STEP \d+/\d+: RUN /opt/venv/bin/pip install .*--require-hashes.*\n(.*)", output)
         assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
         assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
         with working_container(f"{repository}:test") as container:

@@ -15,7 +15,7 @@ import pytest
 
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
-from scripts.localrun.envvars import EnvResolver, Problems
+from scripts.localrun.envvars import EnvResolver, PodMeta, Problems, expand
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()
@@ -42,7 +42,8 @@ def pod_env(objects: list[dict], container: dict, pod_spec: dict | None = None) 
     run-local's resolver."""
     config_maps = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "ConfigMap"}
     problems = Problems()
-    env = EnvResolver(config_maps).resolve(container, pod_spec or {"containers": [container]}, "test", problems)
+    pod = PodMeta(name="pod", namespace=SETTINGS["NAMESPACE"])
+    env = EnvResolver(config_maps).resolve(container, pod_spec or {"containers": [container]}, "test", problems, pod)
     assert not problems.errors, problems.errors
     return env
 
@@ -87,7 +88,10 @@ def test_every_pod_runs_as_the_images_user(rendered):
 
 def test_renders_every_object_and_no_settings_configmap(rendered):
     kinds = sorted(obj["kind"] for obj in rendered)
-    assert kinds == ["ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "Service", "Service", "TFJob"]
+    assert kinds == ["ConfigMap", "Deployment", "Job", *["NetworkPolicy"] * 3, "PersistentVolumeClaim", "Service"] + [
+        "Service",
+        "TFJob",
+    ]
     # The one ConfigMap is the pods' environment (every setting); the replacements' source stays out.
     settings = tfjob_manifest.the_one(rendered, "ConfigMap")
     assert settings["metadata"]["name"] == f"{SETTINGS['JOB_NAME']}-settings"
@@ -96,7 +100,7 @@ def test_renders_every_object_and_no_settings_configmap(rendered):
 
 def test_every_core_object_is_valid_against_the_kubernetes_schemas_strictly(rendered):
     core = [obj for obj in rendered if obj["kind"] != "TFJob"]
-    assert len(core) == 6
+    assert len(core) == 9
     for obj in core:
         validate_core_object(obj)
 
@@ -165,21 +169,22 @@ def test_tfjob_takes_its_names_ports_and_counts_from_settings(rendered, tfjob):
     assert "command" not in container, "the image's ENTRYPOINT runs the trainer; see the Dockerfile test"
     trainer_settings = {key: SETTINGS[key] for key in SETTINGS if key.startswith("TRAINER_")}
     assert trainer_settings.items() <= pod_env(rendered, container, worker["template"]["spec"]).items()
-    for claim in worker["template"]["spec"]["volumes"]:
-        assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS["VOLUME_CLAIM"]
+    claims = [v["persistentVolumeClaim"] for v in worker["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert [claim["claimName"] for claim in claims] == [SETTINGS["VOLUME_CLAIM"]]
 
 
 def test_every_pod_mounts_the_claim_where_the_trainer_paths_point(rendered):
     mount = SETTINGS["MOUNT_PATH"].rstrip("/") + "/"
-    assert SETTINGS["TRAINER_DATA_DIR"].startswith(mount) and SETTINGS["TRAINER_MODEL_DIR"].startswith(mount)
+    assert SETTINGS["TRAINER_DATA_DIR"].startswith(mount) and SETTINGS["MODEL_ROOT"].startswith(mount)
     pods = [t for obj in rendered for t in tfjob_manifest.pod_templates(obj)]
     assert len(pods) == 3
     for template in pods:
-        volumes = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"]}
+        volumes = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in template["spec"]["volumes"]}
         for container in template["spec"]["containers"]:
             mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-            assert mounts == {"training-volume": SETTINGS["MOUNT_PATH"]}
-            assert volumes == {"training-volume": SETTINGS["VOLUME_CLAIM"]}
+            # The volume, and the pod's own scratch emptyDir where its read-only root needs a writable /tmp.
+            assert mounts == {"training-volume": SETTINGS["MOUNT_PATH"], "scratch": "/tmp"}
+            assert volumes == {"training-volume": SETTINGS["VOLUME_CLAIM"], "scratch": None}
             for key, value in pod_env(rendered, container, template["spec"]).items():
                 if key.startswith("TRAINER_") and key.endswith("_DIR"):
                     assert value.startswith(mount), (key, value)
@@ -248,13 +253,19 @@ def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):
     assert port["targetPort"] in names
 
 
-def test_tensorboard_reads_the_model_directory_on_the_volume(rendered):
+def test_tensorboard_reads_this_jobs_model_directory_on_the_volume(rendered, tfjob):
     deployment = component(rendered, "Deployment", "tensorboard")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert f"--logdir={SETTINGS['TRAINER_MODEL_DIR']}" in container["args"]
+    env = pod_env(rendered, container, deployment["spec"]["template"]["spec"])
+    trainer = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    model_dir = pod_env(rendered, tfjob_manifest.trainer_container(tfjob), trainer)["TRAINER_MODEL_DIR"]
+    assert model_dir == f"{SETTINGS['MODEL_ROOT']}/{SETTINGS['JOB_NAME']}"
+    assert f"--logdir={model_dir}" in [expand(arg, env) for arg in container["args"]]
     assert container["volumeMounts"][0]["readOnly"] is True
     service = component(rendered, "Service", "tensorboard")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    # Only this job's TensorBoard: another job's in the namespace carries another instance label.
+    assert service["spec"]["selector"]["app.kubernetes.io/instance"] == SETTINGS["JOB_NAME"]
 
 
 def test_run_policy_matches_the_trainer_exit_codes(tfjob):

@@ -30,8 +30,8 @@ SHARED_POD = ("securityContext", "volumes")
 
 
 @pytest.fixture(scope="module")
-def rendered() -> dict[tuple[str, str], list[dict]]:
-    return {(engine, strategy): manifest.render(manifest.overlay(engine, strategy)) for engine, strategy in OVERLAYS}
+def rendered(rendered_overlays) -> dict[tuple[str, str], list[dict]]:
+    return rendered_overlays
 
 
 def test_the_overlays_are_exactly_one_per_engine_and_strategy():
@@ -45,7 +45,7 @@ def test_each_overlay_renders_its_engine_with_the_base(rendered, engine, strateg
     assert manifest.engine_of(objects) == engine
     kinds = sorted(obj["kind"] for obj in objects)
     engine_kinds = {"tfjob": ["TFJob"], "jobset": ["JobSet"], "trainjob": ["TrainJob", "TrainingRuntime"]}[engine]
-    base = ["ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "Service", "Service"]
+    base = ["ConfigMap", "Deployment", "Job", *["NetworkPolicy"] * 3, "PersistentVolumeClaim", "Service", "Service"]
     assert kinds == sorted(base + engine_kinds)
     assert all(obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "tf-multiworker-trainer" for obj in objects)
     # Every pod template, the engine's included, is a valid core PodTemplateSpec (strict schema).

@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from local_runner import runner_status, wait_for_runner
+from local_runner import job_model_dir, runner_status, wait_for_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = ["--train-examples", "1024", "--test-examples", "256", "--threads", "1"]
@@ -34,7 +34,7 @@ def start(job_dir: pathlib.Path, console: pathlib.Path, overlay: str, *trainer_f
 
 
 def metrics(job_dir: pathlib.Path) -> dict:
-    return json.loads((job_dir / "model" / "metrics.json").read_text())
+    return json.loads((job_model_dir(job_dir) / "metrics.json").read_text())
 
 
 @pytest.mark.slow

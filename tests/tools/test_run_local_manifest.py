@@ -3,6 +3,7 @@
 import math
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -159,9 +160,9 @@ UNSUPPORTED = [
         ),
     ),
     (
-        "env[P].valueFrom.fieldRef",
+        "env[P].valueFrom.fieldRef.fieldPath=spec.nodeName",
         lambda c, pod: c.setdefault("env", []).append(
-            {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
         ),
     ),
     ("envFrom[0].secretRef", lambda c, pod: c.setdefault("envFrom", []).append({"secretRef": {"name": "s"}})),
@@ -171,7 +172,7 @@ UNSUPPORTED = [
             {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.ephemeral-storage"}}}
         ),
     ),
-    ("volumes[scratch].emptyDir", lambda c, pod: pod["volumes"].append({"name": "scratch", "emptyDir": {}})),
+    ("volumes[host].hostPath", lambda c, pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}})),
     ("volumes[conf].configMap", lambda c, pod: pod["volumes"].append({"name": "conf", "configMap": {"name": "cm"}})),
     ("volumeMounts[data].subPath", lambda c, pod: c["volumeMounts"][0].update(subPath="model")),
 ]
@@ -189,12 +190,14 @@ def test_what_run_local_does_not_emulate_is_refused_naming_the_field(tmp_path, f
 
 def test_the_runner_stops_with_one_line_and_exit_2_before_starting_anything(tmp_path, capsys):
     job = tfjob()
-    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"].append({"name": "tmp", "emptyDir": {}})
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"].append(
+        {"name": "tmp", "hostPath": {"path": "/"}}
+    )
     manifest = tmp_path / "job.yaml"
     manifest.write_text(yaml.safe_dump(job))
     assert run_local.main(["--manifest", str(manifest), "--job-dir", str(tmp_path / "job")]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert "run-local: error: not supported locally: volumes[tmp].emptyDir (in TFJob demo Worker 0)" in lines
+    assert "run-local: error: not supported locally: volumes[tmp].hostPath (in TFJob demo Worker 0)" in lines
     assert not (tmp_path / "job" / "run-local" / "logs").exists()
 
 
@@ -359,3 +362,47 @@ def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tm
     worker = submitted["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 3
     assert worker["template"]["spec"]["containers"][0]["args"] == ["--epochs", "2", "--seed", "7"]
+
+
+def test_each_pod_gets_its_own_empty_scratch_dir_where_its_temporary_files_and_home_go(tmp_path):
+    # The pods' root filesystem is read-only: TMPDIR and HOME point at the scratch emptyDir mounted at /tmp, and
+    # run-local gives each pod a fresh local directory for it, which a process here then writes into.
+    project = manifests.parse(render(), "k8s")
+    stale = tmp_path / "run-local" / "pods" / f"{project.name}-worker-0" / "scratch" / "left-by-an-earlier-run"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("x")
+    plans = [plan for _, plan in Planner(project, tmp_path, Problems()).replicas()]
+    scratch = [tmp_path.resolve() / "run-local" / "pods" / plan.pod_name / "scratch" for plan in plans]
+    assert [plan.env["TMPDIR"] for plan in plans] == [str(path) for path in scratch]
+    assert [plan.env["HOME"] for plan in plans] == [str(path) for path in scratch]
+    assert len(set(scratch)) == len(plans) and all(path.is_dir() and not any(path.iterdir()) for path in scratch)
+    written = subprocess.run(
+        [sys.executable, "-c", "import os, tempfile; print(tempfile.gettempdir(), os.path.expanduser('~'))"],
+        env=plans[0].env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert written == [str(scratch[0])] * 2
+
+
+def test_tfjob_pods_read_their_name_namespace_uid_and_operator_labels_through_the_downward_api(tmp_path):
+    field = lambda name, path: {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
+    container = {
+        "name": "tensorflow",
+        "image": "img",
+        "env": [
+            field("POD", "metadata.name"),
+            field("NS", "metadata.namespace"),
+            field("UID", "metadata.uid"),
+            field("ROLE", "metadata.labels['training.kubeflow.org/job-role']"),
+        ],
+    }
+    problems = Problems()
+    plans = [plan for _, plan in Planner(parsed(tfjob(container)), tmp_path, problems).replicas()]
+    assert problems.errors == []
+    assert [(plan.env["POD"], plan.env["NS"], plan.env["ROLE"]) for plan in plans] == [
+        ("demo-worker-0", "default", "master"),
+        ("demo-worker-1", "default", ""),
+    ]
+    assert len({plan.env["UID"] for plan in plans}) == 2

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from local_runner import runner_status, wait_for_runner
+from local_runner import job_model_dir, runner_status, wait_for_runner
 from record_files import write_records
 from trainer.artifacts.layout import ModelDir
 
@@ -44,8 +44,8 @@ def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_direct
     assert result["state"] == "Succeeded"
     assert result["condition"]["message"] == "TFJob default/multi-worker successfully completed."
     assert {name: r["exit_codes"] for name, r in result["replicas"].items()} == {"worker-0": [0], "worker-1": [0]}
-    # The manifest's /mnt/training/model is the job directory's model/, and only the chief wrote there.
-    model_dir = ModelDir(str((job_dir / "model").resolve()))
+    # The manifest's MODEL_ROOT/JOB_NAME is under the job directory, and only the chief wrote there.
+    model_dir = ModelDir(str(job_model_dir(job_dir).resolve()))
     assert result["model_dir"] == model_dir.root
     assert [str(p) for p in job_dir.resolve().rglob("model.keras")] == [model_dir.keras_model]
     assert [str(p.parent) for p in job_dir.resolve().rglob("saved_model.pb")] == [model_dir.latest_saved_model()]

@@ -231,6 +231,7 @@ def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flav
         "IMAGE_TAG": "t1",
         "IMAGE_TF_FLAVOUR": flavour,
         "CONTAINER_TOOL": "docker",
+        "BASE_IMAGE_DIGEST": "sha256:" + "0" * 64,  # a pinned base (test_image_lock.py checks the refusal)
     }
     script = str(ROOT / "scripts" / "image" / "build-image.sh")
     printed = subprocess.run([script, "--print-image"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
@@ -239,3 +240,55 @@ def test_the_image_flavour_defaults_to_tf_on_arm64_hosts(tmp_path, machine, flav
     assert built.returncode == 0, built.stderr
     expected = "tf" if suffix == "-tf" else "cpu"
     assert f"--build-arg TF_FLAVOUR={expected} " in (tmp_path / "docker-args").read_text()
+
+
+# Values a branch name or a careless override could carry, each of which a shell would run.
+UNSAFE = ["x';touch PWNED;'", "$(shell touch PWNED)", "x;touch PWNED", "a b", "x`touch PWNED`", "x\ntouch PWNED"]
+
+
+@pytest.mark.parametrize("value", UNSAFE, ids=["quote", "make-shell", "semicolon", "space", "backtick", "newline"])
+@pytest.mark.parametrize("spelling", ["command line", "environment"])
+def test_make_refuses_an_unsafe_value_naming_the_key_before_any_command_runs(value, spelling):
+    # Before: the Makefile pasted JOB_NAME='<value>' into the recipes' shell commands, and a ' ended the quote.
+    assignments, env = ([f"JOB_NAME={value}"], None) if spelling == "command line" else ([], {"JOB_NAME": value})
+    result = subprocess.run(
+        ["make", "-n", "delete", *assignments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "setting JOB_NAME=" in result.stderr and "cannot be passed on safely" in result.stderr, result.stderr
+    assert not (ROOT / "PWNED").exists()
+
+
+@pytest.mark.parametrize(
+    "key, value, allowed",
+    [
+        ("JOB_NAME", "My_Job", "DNS label"),
+        ("NAMESPACE", "team-a.b", "DNS label"),
+        ("WORKERS", "2x", "digits"),
+        ("MODEL_ROOT", "relative/path", "absolute path"),
+        ("TRAINING_OPERATOR_COMMIT", "v1.9.4", "40 hexadecimal digits"),
+        ("JOBSET_MANIFEST_SHA256", "abc", "64 lower-case hexadecimal digits"),
+        ("BASE_IMAGE_DIGEST", "latest", "image digest"),
+        ("TRAINER_TRAIN_FILES", "/data/a|b", "letters, digits"),
+    ],
+)
+def test_the_scripts_hold_each_key_to_its_own_rule_naming_it(key, value, allowed):
+    with pytest.raises(project_settings.SettingsError) as refused:
+        project_settings.load(environ={key: value})
+    assert f"setting {key}={value!r} is not allowed" in str(refused.value) and allowed in str(refused.value)
+
+
+def test_every_default_in_the_settings_file_passes_its_rule():
+    assert project_settings.problems(project_settings.load_file()) == []
+
+
+def test_a_make_target_stops_with_exit_2_naming_the_key_before_its_script_runs():
+    # k3d-down: no install step in front of it; the check is the recipe's first line.
+    result = subprocess.run(["make", "k3d-down", "WORKERS=two"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "setting WORKERS='two' is not allowed: use digits" in result.stderr
+    assert "k3d" not in result.stdout

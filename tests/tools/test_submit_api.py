@@ -143,7 +143,7 @@ def cluster(monkeypatch):
     def run(command, stdin=None, check=True, quiet=False):
         Cluster.commands.append(command)
         stdout = {
-            "kubectl config current-context": f"k3d-{SETTINGS['CLUSTER_NAME']}\n",
+            "kubectl config get-contexts": f"k3d-{SETTINGS['CLUSTER_NAME']}\n",
             "kubectl get job": "Complete\n",
         }  # the data Job's conditions
         return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[:3]), ""), stderr="")

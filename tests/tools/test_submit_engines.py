@@ -225,7 +225,7 @@ def cluster(request, monkeypatch):
             for doc in yaml.safe_load_all(stdin or ""):
                 if doc and doc.get("kind") == "TrainingRuntime":
                     Cluster.api.runtime = doc
-        stdout = {"kubectl config current-context": f"k3d-{SETTINGS['CLUSTER_NAME']}\n"}
+        stdout = {"kubectl config get-contexts": f"k3d-{SETTINGS['CLUSTER_NAME']}\n"}
         return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[:3]), ""), stderr="")
 
     servers = []

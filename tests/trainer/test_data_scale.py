@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from local_runner import digests, finish, replica, start_runner
+from local_runner import digests, finish, job_model_dir, replica, start_runner
 from multiworker import ROOT, run_group, start, tf_config, trainer_flags, wait_all, wait_for_step, worker_cluster
 from record_files import write_records
 from trainer.artifacts import layout
@@ -286,9 +286,9 @@ def test_a_worker_killed_mid_epoch_on_files_resumes_to_the_weights_of_an_uninter
     scratch = out / "scratch"
     runner_args = ["--workers", "2", "--dataset", "tfrecord", "--skip-prepare", "--epochs", "2"]
     runner = start_runner(out / "job", scratch, runner_args, [*RESUME_FLAGS, *files])
-    wait_for_step(out / "job" / "model", 50, runner)
+    wait_for_step(job_model_dir(out / "job"), 50, runner)
     replica(runner, "worker-1").kill()
     output = finish(runner, scratch)
-    metrics = json.loads((out / "job" / "model" / layout.METRICS).read_text())
+    metrics = json.loads((job_model_dir(out / "job") / layout.METRICS).read_text())
     assert metrics["restarts"] == 1 and 0 < metrics["resumed_from_step"] % 100  # resumed mid-epoch
     assert digests(output) == expected

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from local_runner import digests, finish, replica, start_runner
+from local_runner import digests, finish, job_model_dir, replica, start_runner
 from multiworker import ROOT, free_ports, start, wait_all, wait_for_step
 from trainer.artifacts import layout, status
 
@@ -55,7 +55,7 @@ def work_redone(output, resumed_from_step):
 @pytest.mark.parametrize("victim", ["worker-1", "worker-0"])
 def test_a_killed_worker_costs_at_most_one_checkpoint_interval(tmp_path, victim):
     runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
-    model_dir = tmp_path / "job" / "model"
+    model_dir = job_model_dir(tmp_path / "job")
     wait_for_step(model_dir, 60, runner)
     replica(runner, victim).kill()
     output = finish(runner, tmp_path / "scratch")
@@ -84,7 +84,7 @@ def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted
     survivor's next heartbeat or collective then fails with a coordination-service error of any code
     (InvalidArgument "must be registered", FailedPrecondition, ...), which must be retried like a lost peer."""
     runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
-    model_dir = tmp_path / "job" / "model"
+    model_dir = job_model_dir(tmp_path / "job")
     wait_for_step(model_dir, 40, runner)
     victim, waiting = replica(runner, restarted), replica(runner, survivor)
     index = int(restarted.rsplit("-", 1)[1])
@@ -104,7 +104,7 @@ def test_a_survivor_that_meets_a_restarted_peer_restarts_too(tmp_path, restarted
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_group_and_resumes_where_it_stopped(tmp_path):
     runner = start_runner(tmp_path / "job", tmp_path / "scratch", RUNNER_ARGS, trainer_args())
-    model_dir = tmp_path / "job" / "model"
+    model_dir = job_model_dir(tmp_path / "job")
     wait_for_step(model_dir, 40, runner)
     replica(runner, "worker-1").send_signal(signal.SIGTERM)
     output = finish(runner, tmp_path / "scratch")

@@ -162,3 +162,22 @@ def test_tfds_split_sizes_come_from_the_builders_metadata(tmp_path, monkeypatch)
         builder.info.splits[part].num_examples for part in tfds.even_splits("train", 3)
     ]
     assert sum(split.shard(rank, 3).size for rank in range(3)) == builder.info.splits["train"].num_examples == 20
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        [1, 2],
+        {"files": ["train-0.tfrecord"]},
+        {"files": {"train-0.tfrecord": 5}},
+        {"files": {"train-0.tfrecord": {"bytes": "many", "mtime_ns": 1, "records": 5}}},
+        {"files": {"train-0.tfrecord": {"bytes": 1, "mtime_ns": 1, "records": None}}},
+    ],
+    ids=["a list", "files a list", "an entry a number", "bytes a string", "records null"],
+)
+def test_an_index_of_the_wrong_shape_counts_as_absent_and_the_files_are_counted_again(tmp_path, index):
+    files = tuple(write_elsewhere(tmp_path, [5]))
+    (tmp_path / record_counts.INDEX_NAME).write_text(json.dumps(index))
+    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5
+    written = json.loads((tmp_path / record_counts.INDEX_NAME).read_text())
+    assert written["files"]["train-0.tfrecord"]["records"] == 5  # rewritten in the right shape

@@ -9,7 +9,7 @@ import json
 import psutil
 import pytest
 
-from local_runner import replica, start_runner
+from local_runner import job_model_dir, replica, start_runner
 from multiworker import run_group, wait_for_step
 from trainer.artifacts import checkpoint
 from trainer.artifacts.layout import ModelDir
@@ -85,7 +85,7 @@ def test_a_job_of_two_workers_killed_mid_epoch_resumes_on_three(tmp_path):
         assert result.returncode == 0, result.output[-3000:]
     expected = json.loads(open(ModelDir(str(tmp_path / "uninterrupted")).metrics).read())
 
-    job, model_dir = tmp_path / "job", tmp_path / "job" / "model"
+    job, model_dir = tmp_path / "job", job_model_dir(tmp_path / "job")
     runner_args = ["--dataset", "synthetic", "--epochs", "2"]
     first = start_runner(job, tmp_path / "scratch2", ["--workers", "2", *runner_args], RUN)
     wait_for_step(model_dir, 50, first, timeout=400)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import uuid
@@ -24,10 +25,12 @@ def replaced_on_success(path: str) -> Iterator[str]:
     retired = f"{partial}.old"
     try:
         yield partial
+        _fsync_tree(partial)  # the contents are on disk before the name points at them
         if os.path.isdir(path):
             # A directory cannot be replaced in one rename: the old one moves aside, then is deleted.
             os.replace(path, retired)
         os.replace(partial, path)
+        _fsync(directory)  # and the rename itself survives a crash of the node
     finally:
         for leftover in (partial, retired):
             if os.path.isdir(leftover):
@@ -36,9 +39,42 @@ def replaced_on_success(path: str) -> Iterator[str]:
                 os.remove(leftover)
 
 
+def _fsync(path: str) -> None:
+    """Flushes a file or a directory (its entries) to the disk."""
+    descriptor = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _fsync_tree(path: str) -> None:
+    """A written file, or every file and directory of a written tree (a SavedModel), flushed to the disk."""
+    if not os.path.isdir(path):
+        if os.path.exists(path):
+            _fsync(path)
+        return
+    for root, _, files in os.walk(path, topdown=False):
+        for name in files:
+            _fsync(os.path.join(root, name))
+        _fsync(root)
+
+
+def json_safe(value: Any) -> Any:
+    """value with every NaN or infinity (a diverged loss) as None, so it is written as null: JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def write_json(path: str, payload: dict[str, Any], sort_keys: bool = True) -> None:
-    """JSON, indented, replaced in one rename; sort_keys=False keeps the payload's own order."""
+    """JSON, indented, replaced in one rename and flushed to the disk; NaN and infinities are written as null.
+    sort_keys=False keeps the payload's own order."""
     with replaced_on_success(path) as partial:
         with open(partial, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=sort_keys)
+            json.dump(json_safe(payload), handle, indent=2, sort_keys=sort_keys, allow_nan=False)
             handle.write("\n")

@@ -144,12 +144,34 @@ def recorded_run_setup(model_dir: str) -> dict[str, Any] | None:
         return None
     try:
         with open(layout.run_setup) as handle:
-            return dict(json.load(handle))
-    except (OSError, ValueError, TypeError) as error:
+            recorded = json.load(handle)
+    except (OSError, ValueError) as error:
         raise ModelDirError(
             f"{layout.run_setup} is unreadable ({error}); delete it to resume from these checkpoints anyway, or "
             f"give a new --model-dir"
         ) from None
+    wrong = _wrong_shape(recorded)
+    if wrong:
+        raise ModelDirError(
+            f"{layout.run_setup} is not a run setup ({wrong}); delete it to resume from these checkpoints anyway, or "
+            f"give a new --model-dir"
+        )
+    return dict(recorded)
+
+
+# The recorded numbers the resume computes with: each an integer (or null, where a run had none).
+_COUNTS = ("global_batch_size", "workers", "per_worker_batch_size", "steps_per_epoch")
+
+
+def _wrong_shape(recorded: Any) -> str | None:
+    """What makes valid JSON not a run setup, None when it is one."""
+    if not isinstance(recorded, dict):
+        return f"expected an object, found {type(recorded).__name__}"
+    for key in _COUNTS:
+        value = recorded.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"{key} is {value!r}, not a whole number"
+    return None
 
 
 def resumed_per_worker_batch(recorded: dict[str, Any] | None, per_worker_batch_size: int, workers: int) -> int:

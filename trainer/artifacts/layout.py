@@ -7,6 +7,7 @@
                        weights, so a run continued for more steps adds a newer version and the servers load it.
   metrics.json         final metrics, throughput, config and versions
   status.json          the chief's live status
+  owner.json           the job this directory belongs to (trainer/artifacts/ownership.py)
   evaluations.json     the evaluator task's result for each checkpoint it evaluated
   checkpoints/         the last checkpoints and run-setup.json (what a step means)
   logs/train, logs/test, logs/eval   TensorBoard scalars
@@ -20,6 +21,7 @@ KERAS_MODEL = "model.keras"
 SERVING = "serving"
 METRICS = "metrics.json"
 STATUS = "status.json"
+OWNER = "owner.json"
 EVALUATIONS = "evaluations.json"
 CHECKPOINTS = "checkpoints"
 RUN_SETUP = "run-setup.json"  # inside CHECKPOINTS
@@ -37,6 +39,7 @@ class ModelDir:
         self.serving = os.path.join(root, SERVING)
         self.metrics = os.path.join(root, METRICS)
         self.status = os.path.join(root, STATUS)
+        self.owner = os.path.join(root, OWNER)
         self.evaluations = os.path.join(root, EVALUATIONS)
         self.checkpoints = os.path.join(root, CHECKPOINTS)
         self.run_setup = os.path.join(root, CHECKPOINTS, RUN_SETUP)

@@ -14,6 +14,7 @@ import datetime
 import http.server
 import json
 import os
+import socket
 import sys
 import threading
 import urllib.request
@@ -21,7 +22,7 @@ from typing import Any
 
 import prometheus_client
 
-from trainer.artifacts.atomic_file import write_json
+from trainer.artifacts.atomic_file import json_safe, write_json
 from trainer.artifacts.layout import STATUS, ModelDir
 from trainer.errors import StatusPortError
 
@@ -34,13 +35,14 @@ def _restarts_so_far(path: str) -> int:
     try:
         previous = read_status(path)
     except (OSError, ValueError):
-        return 0
+        return 0  # none, or not a status (read_status says which): this start counts as a new run
     state, exit_code = previous.get("state"), previous.get("exit_code")
     if state in ("succeeded", "diverged") or (
         state == "failed" and not (isinstance(exit_code, int) and exit_code >= 128)
     ):
         return 0
-    return int(previous.get("restarts") or 0) + 1
+    restarts = previous.get("restarts")
+    return (restarts if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts >= 0 else 0) + 1
 
 
 def _now() -> str:
@@ -139,6 +141,11 @@ class StatusReporter:
 # others get 503 at once): each connection holds a thread and a file descriptor of the chief while it lasts.
 IDLE_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 16
+# The whole request, from connecting to the last byte of the answer: a client sending a byte at a time, each within
+# IDLE_TIMEOUT_S, is cut off here, so slow clients cannot hold every slot for long.
+REQUEST_DEADLINE_S = 15.0
+# At most this many of the slots for one client address, so one slow host cannot hold them all.
+MAX_PER_CLIENT = 4
 
 
 class _BoundedServer(http.server.ThreadingHTTPServer):
@@ -149,9 +156,27 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler]) -> None:
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._per_client: dict[str, int] = {}
+        self._per_client_lock = threading.Lock()
+
+    def _take(self, client: str) -> bool:
+        with self._per_client_lock:
+            if self._per_client.get(client, 0) >= MAX_PER_CLIENT:
+                return False
+            if not self._slots.acquire(blocking=False):
+                return False
+            self._per_client[client] = self._per_client.get(client, 0) + 1
+            return True
+
+    def _give_back(self, client: str) -> None:
+        with self._per_client_lock:
+            self._per_client[client] -= 1
+            if not self._per_client[client]:
+                del self._per_client[client]
+            self._slots.release()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._take(client_address[0]):
             try:
                 request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
             except OSError:
@@ -164,17 +189,38 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give_back(client_address[0])
 
 
 def _serve(reporter: StatusReporter, host: str, port: int) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         timeout = IDLE_TIMEOUT_S  # a read that waits longer closes the connection
 
+        def setup(self) -> None:
+            super().setup()
+            # The per-read timeout restarts with every byte; this bounds the connection as a whole.
+            self._deadline = threading.Timer(REQUEST_DEADLINE_S, self._cut_off)
+            self._deadline.daemon = True
+            self._deadline.start()
+
+        def _cut_off(self) -> None:
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)  # the blocked read returns and the handler ends
+            except OSError:
+                pass  # already closed
+
+        def finish(self) -> None:
+            self._deadline.cancel()
+            try:
+                super().finish()
+            except OSError:
+                pass  # cut off at the deadline: nothing more to flush
+
         def do_GET(self) -> None:
             route = self.path.split("?")[0]
             if route == "/status":
-                body, kind = json.dumps(reporter.snapshot(), indent=2).encode(), "application/json"
+                status = json_safe(reporter.snapshot())
+                body, kind = json.dumps(status, indent=2, allow_nan=False).encode(), "application/json"
             elif route == "/metrics":
                 body, kind = reporter.metrics_text(), prometheus_client.CONTENT_TYPE_LATEST
             else:
@@ -200,10 +246,16 @@ def read_status(source: str) -> dict[str, Any]:
         url = source.rstrip("/")
         url = url if url.endswith("/status") else url + "/status"
         with urllib.request.urlopen(url, timeout=10) as response:
-            return json.load(response)
+            status = json.load(response)
+        if not isinstance(status, dict):
+            raise ValueError(f"{url} answered {type(status).__name__}, not a status object")
+        return status
     path = ModelDir(source).status if os.path.isdir(source) else source
     with open(path) as handle:
-        return json.load(handle)
+        status = json.load(handle)
+    if not isinstance(status, dict):
+        raise ValueError(f"{path} holds {type(status).__name__}, not a status object")
+    return status
 
 
 def render(status: dict[str, Any]) -> str:

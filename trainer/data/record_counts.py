@@ -99,10 +99,21 @@ class RecordCounts:
                 indexes[directory] = _read(_index_path(directory))
             return indexes[directory]
 
-        beside = index(os.path.dirname(path)).get(os.path.basename(path))
+        beside = _usable(index(os.path.dirname(path)).get(os.path.basename(path)))
         if beside is None and self.fallback_dir:
-            return index(self.fallback_dir).get(path)
+            return _usable(index(self.fallback_dir).get(path))
         return beside
+
+
+def _usable(entry: Any) -> dict[str, Any] | None:
+    """An index entry of the shape this module writes (whole numbers for bytes, mtime_ns and records), else None:
+    the file is then counted again, as if the index did not list it."""
+    if not isinstance(entry, dict):
+        return None
+    fields = [entry.get(key) for key in ("bytes", "mtime_ns", "records")]
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in fields):
+        return None
+    return entry
 
 
 def _index_path(directory: str) -> str:
@@ -113,7 +124,10 @@ def _read(index: str) -> dict[str, Any]:
     """The index's entries; an unreadable index counts as empty (it is only a cache of counts)."""
     try:
         with tf.io.gfile.GFile(index) as handle:
-            return dict(json.load(handle)["files"])
+            files = json.load(handle)["files"]
+        if not isinstance(files, dict):
+            raise TypeError(f"files is {type(files).__name__}, not an object")
+        return files
     except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError):
         return {}
     except (ValueError, KeyError, TypeError, tf.errors.OpError) as error:
