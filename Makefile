@@ -49,7 +49,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -120,6 +120,13 @@ fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
+
+# make serve: the base path of SavedModel versions to serve (default: the last run-local's), and its model name.
+SERVE_FROM  ?= runs/$(JOB_NAME)/model/serving
+SERVE_MODEL ?= $(JOB_NAME)
+
+serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
+	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache
