@@ -49,7 +49,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -124,6 +124,16 @@ bench: install ## throughput, scaling, start-up against the tutorial loop, sync 
 # make serve: the base path of SavedModel versions to serve (default: the last run-local's), and its model name.
 SERVE_FROM  ?= runs/$(JOB_NAME)/model/serving
 SERVE_MODEL ?= $(JOB_NAME)
+
+# make select: the trained model dirs to choose from (default: the pipeline's variants, each run-local'd under
+# JOB_NAME-<model>) and the base path the winner is published into (selection.json lands beside it).
+PIPELINE_MODELS   ?= cnn dropout batch_norm
+variant_job        = $(JOB_NAME)-$(subst _,-,$(1))
+SELECT_CANDIDATES ?= $(foreach model,$(PIPELINE_MODELS),runs/$(call variant_job,$(model))/model)
+PUBLISH_TO        ?= runs/$(JOB_NAME)-selected/serving
+
+select: install ## publish the best of SELECT_CANDIDATES, by the task's objective, into PUBLISH_TO as a new version
+	$(PY) -m trainer.serving.select --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
 
 serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
 	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)

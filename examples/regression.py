@@ -24,7 +24,7 @@ import tensorflow as tf
 from trainer.config import Config, option
 from trainer.data import datasets
 from trainer.errors import ConfigError
-from trainer.task import Task, register
+from trainer.task import Objective, Task, register
 
 FEATURES = 8
 
@@ -67,6 +67,7 @@ class Regression(Task):
 
     Options = RegressionOptions
     metric_names = ("mae",)
+    objective = Objective("loss", higher_is_better=False)  # model selection keeps the lowest test loss
 
     @classmethod
     def check_options(cls, options: RegressionOptions) -> None:

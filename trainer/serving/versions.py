@@ -15,19 +15,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from trainer.artifacts.layout import numbered_versions
 from trainer.errors import ServingError, first_line
 from trainer.serving.signature import Signature, load_signature
 
 log = logging.getLogger(__name__)
-
-
-def numbered_versions(base_path: str) -> list[int]:
-    """The version folders under base_path, ascending (hidden and non-numeric names are not versions)."""
-    try:
-        names = os.listdir(base_path)
-    except FileNotFoundError:
-        return []
-    return sorted(int(name) for name in names if name.isdigit() and os.path.isdir(os.path.join(base_path, name)))
 
 
 @dataclasses.dataclass(frozen=True)
