@@ -17,8 +17,9 @@ from trainer.serving import tf_serving_json
 from trainer.serving.signature import Signature
 from trainer.serving.versions import Loaded, VersionWatcher
 
-SERVED_VERSION = Gauge("serving_model_version", "the version being served", ["model_name"])
-VERSION_SWAPS = Counter("serving_version_swaps_total", "versions swapped in after the first", ["model_name"])
+# One model per server process, so no model label.
+SERVED_VERSION = Gauge("serving_model_version", "the version being served")
+VERSION_SWAPS = Counter("serving_version_swaps_total", "versions swapped in after the first")
 
 
 class SavedModelVersions(kserve.Model):
@@ -49,9 +50,9 @@ class SavedModelVersions(kserve.Model):
         return self.watcher.current
 
     def _swapped(self, loaded: Loaded, previous: Loaded | None) -> None:
-        SERVED_VERSION.labels(model_name=self.name).set(loaded.version)
+        SERVED_VERSION.set(loaded.version)
         if previous is not None:
-            VERSION_SWAPS.labels(model_name=self.name).inc()
+            VERSION_SWAPS.inc()
 
     def get_input_types(self) -> list[dict[str, Any]]:
         return [spec.metadata() for spec in self.served.signature.inputs]
