@@ -49,7 +49,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -134,6 +134,15 @@ PUBLISH_TO        ?= runs/$(JOB_NAME)-selected/serving
 
 select: install ## publish the best of SELECT_CANDIDATES, by the task's objective, into PUBLISH_TO as a new version
 	$(PY) -m trainer.serving.select --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
+
+# The pipeline's steps, here once: the cluster's Workflow (scripts/pipeline/workflow.py) is rendered from this list.
+pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME-<model>), select the best, serve it and send one request
+	$(foreach model,$(PIPELINE_MODELS),$(MAKE) run-local JOB_NAME=$(call variant_job,$(model)) ARGS="--model $(model) $(ARGS)" &&) true
+	$(MAKE) select
+	$(MAKE) serve-once
+
+serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
+	$(PY) -m scripts.pipeline.serve_once --base-path $(PUBLISH_TO) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
 
 serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
 	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
