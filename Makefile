@@ -49,7 +49,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -91,8 +91,8 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
 	$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob)
-	$(SETTINGS_ENV) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows)
+	$(SETTINGS_ENV) ENGINE=$(ENGINE) SERVE=$(SERVE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
@@ -143,6 +143,21 @@ pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME
 
 serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
 	$(PY) -m scripts.pipeline.serve_once --base-path $(PUBLISH_TO) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
+
+# make serve-cluster: which runtime the InferenceService uses: project (this image running make serve's server) or
+# tf-serving (KServe's TensorFlow Serving runtime at TF_SERVING_VERSION; not run here).
+SERVE_RUNTIME ?= project
+SERVE ?=
+
+submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve
+	k3d image import $(IMAGE) --cluster $(CLUSTER_NAME)
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster rbac | kubectl apply -n $(NAMESPACE) -f -
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS)) | kubectl create -n $(NAMESPACE) -f -
+
+serve-cluster: install ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster inferenceservice --image $(IMAGE) --runtime $(SERVE_RUNTIME) | kubectl apply -n $(NAMESPACE) -f -
+	kubectl wait -n $(NAMESPACE) --for=condition=Ready --timeout=600s inferenceservice/$(JOB_NAME)
+	kubectl get -n $(NAMESPACE) inferenceservice/$(JOB_NAME)
 
 serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
 	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)

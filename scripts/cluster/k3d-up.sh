@@ -107,9 +107,31 @@ install_trainer() {
   kube -n kubeflow-system get deployments
 }
 
+# SERVE=1: what serving and the pipeline need (docs/serving.md): cert-manager (KServe's webhooks), KServe in
+# Standard mode (no Knative, no Istio) with its cluster runtimes, and Argo Workflows.
+install_serving() {
+  local releases=https://github.com
+  echo "installing cert-manager $CERT_MANAGER_VERSION"
+  kube apply -f "$releases/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml"
+  kube -n cert-manager wait --for condition=Available --timeout=300s deployment --all
+  echo "installing KServe $KSERVE_VERSION (server-side: its CRDs are too large for client-side apply)"
+  kube apply --server-side -f "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve.yaml"
+  kube -n kserve wait --for condition=Available --timeout=300s deployment --all
+  # The cluster runtimes go through KServe's webhook, which answers once the controller is available.
+  kube apply --server-side -f "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve-cluster-resources.yaml"
+  echo "installing Argo Workflows $ARGO_WORKFLOWS_VERSION"
+  kube create namespace argo --dry-run=client -o yaml | kube apply -f -
+  kube apply --server-side -n argo -f "$releases/argoproj/argo-workflows/releases/download/$ARGO_WORKFLOWS_VERSION/install.yaml"
+  kube -n argo wait --for condition=Available --timeout=300s deployment --all
+}
+
 case "$engine" in
   tfjob) install_operator ;;
   jobset) install_jobset ;;
   trainjob) install_trainer ;;
 esac
+if [[ -n ${SERVE:-} ]]; then
+  install_serving
+  echo "ready: make submit-pipeline ENGINE=$engine, then make serve-cluster"
+fi
 echo "ready: make submit ENGINE=$engine"
