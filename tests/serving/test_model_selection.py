@@ -39,12 +39,14 @@ def candidate(root: pathlib.Path, name: str, accuracy: float | None = 0.5, **cha
         "test_examples": 64,
         "test_loss": 1.0,
         "weights_sha256": f"sha-of-{name}",
+        "steps": 16,
         "export_check": {"passed": True, "examples": 64, "max_abs_diff": 0.0, "tolerance": 1e-5, "signature": "serve"},
     }
     if accuracy is not None:
         record["test_accuracy"] = accuracy
     record.update(changes)
     (model_dir / "metrics.json").write_text(json.dumps(record))
+    (model_dir / "status.json").write_text(json.dumps({"state": "succeeded"}))
     return model_dir
 
 
@@ -111,6 +113,8 @@ BAD = {
     "another synthetic seed": ("seed 7", {"config": {"seed": 7}}),
     "no export check": ("export was not checked", {"export_check": None}),
     "failed export check": ("failed the check", {"export_check": {"passed": False, "max_abs_diff": 0.3}}),
+    "training again": ("status.json says 'running'", {}),
+    "a later export than the evaluated step": ("not the one evaluated at step 8", {"steps": 8}),
 }
 
 
@@ -122,6 +126,8 @@ def test_each_bad_candidate_is_refused_with_its_reason(tmp_path, case):
     bad = candidate(tmp_path, "bad", accuracy, **changes)
     if case == "unfinished":
         (bad / "metrics.json").unlink()
+    if case == "training again":
+        (bad / "status.json").write_text(json.dumps({"state": "running"}))
     base_path = tmp_path / "selected" / "serving"
     done = select(base_path, good, bad)
     assert done.returncode == 0, done.stderr

@@ -222,6 +222,13 @@ def test_a_bad_grpc_request_is_invalid_argument_naming_the_expected_input(limite
     assert grpc_infer(limited_server, "images", image_examples(1), "UINT8").model_version == "1"
 
 
+def test_a_grpc_message_over_the_limit_is_refused_and_the_next_one_is_answered(limited_server):
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_infer(limited_server, "images", np.zeros((100, 28, 28, 1), np.uint8), "UINT8")  # 78,400 bytes > 64 KiB
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert grpc_infer(limited_server, "images", image_examples(1), "UINT8").model_version == "1"
+
+
 def test_health_readiness_metadata_and_metrics(image_server):
     server, _ = image_server
     assert httpx.get(f"{server.url}/v2/health/live").json() == {"live": True}

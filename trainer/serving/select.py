@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from trainer.artifacts.atomic_file import replaced_on_success, write_json
-from trainer.artifacts.layout import METRICS, ModelDir, numbered_versions
+from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.errors import ExitCode, SelectionError, UserError
 from trainer.task import Objective, find
 
@@ -59,7 +59,21 @@ def read_record(model_dir: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{path} is unreadable ({error})"
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         return None, f"{path} is not a trainer's {METRICS} (no config)"
+    state = run_state(model_dir)
+    if state not in (None, "succeeded"):
+        # metrics.json of an earlier finish, while the dir is being trained again (or that run failed)
+        return None, f"the run did not finish: {STATUS} says {state!r}"
     return record, None
+
+
+def run_state(model_dir: str) -> str | None:
+    """The chief's last recorded state (status.json), None where it wrote none."""
+    try:
+        with open(ModelDir(model_dir).status) as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return status.get("state") if isinstance(status, dict) else None
 
 
 def setup_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -100,9 +114,17 @@ def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any])
         )
         return
     try:
-        ModelDir(candidate.model_dir).latest_saved_model()
+        exported = ModelDir(candidate.model_dir).latest_saved_model()
     except (FileNotFoundError, ValueError) as error:
         candidate.refused = f"no exported SavedModel ({error})"
+        return
+    # The trainer names a version by the global step of its weights: the newest must be the evaluated one.
+    steps = record.get("steps")
+    if isinstance(steps, int) and os.path.basename(exported) != str(steps):
+        candidate.refused = (
+            f"its newest SavedModel ({exported}) is not the one evaluated at step {steps}: a later run exported "
+            f"without finishing, or the version was copied in by hand"
+        )
         return
     candidate.value = float(value)
 
