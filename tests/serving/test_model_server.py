@@ -16,7 +16,6 @@ import tensorflow as tf
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 
-from examples.regression import linear_features_example
 from model_server import ServerProcess, copy_versions, publish_version
 from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
 
@@ -29,6 +28,8 @@ def image_examples(count: int = EXAMPLES) -> np.ndarray:
 
 
 def regression_examples(count: int = EXAMPLES) -> np.ndarray:
+    from examples.regression import linear_features_example  # examples/ is not a package every copy holds
+
     example = linear_features_example(42)
     return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
 
