@@ -252,7 +252,12 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
                     "command": ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.serving"],
                     "args": ["--model-base-path", "/mnt/models", "--model-name", "{{.Name}}"]
                     + ["--rest-port", rest, "--grpc-port", grpc],
-                    "ports": [{"containerPort": int(rest), "protocol": "TCP"}],
+                    # KServe's Service: port 80 to the first port; each further port as itself, a "grpc" name
+                    # marking it h2c (service_reconciler.go at KSERVE_VERSION).
+                    "ports": [
+                        {"name": "http", "containerPort": int(rest), "protocol": "TCP"},
+                        {"name": "grpc", "containerPort": int(grpc), "protocol": "TCP"},
+                    ],
                     "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": int(rest)}},
                     "securityContext": RESTRICTED_CONTAINER,
                     "resources": RESOURCES,

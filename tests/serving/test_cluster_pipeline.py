@@ -194,7 +194,11 @@ def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtim
         (container,) = serving_runtime["spec"]["containers"]
         assert container["command"][-3:] == ["python", "-m", "trainer.serving"]
         assert "/mnt/models" in container["args"]
-        assert container["ports"][0]["containerPort"] == int(SETTINGS["SERVE_PORT"])
+        # KServe's Service sends port 80 to the first port and exposes a "grpc"-named one as h2c.
+        assert [(port["name"], port["containerPort"]) for port in container["ports"]] == [
+            ("http", int(SETTINGS["SERVE_PORT"])),
+            ("grpc", int(SETTINGS["SERVE_GRPC_PORT"])),
+        ]
         assert container["args"][container["args"].index("--grpc-port") + 1] == SETTINGS["SERVE_GRPC_PORT"]
 
 
