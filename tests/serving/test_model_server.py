@@ -234,7 +234,13 @@ def test_health_readiness_metadata_and_metrics(image_server):
     server, _ = image_server
     assert httpx.get(f"{server.url}/v2/health/live").json() == {"live": True}
     assert httpx.get(f"{server.url}/v2/health/ready").json() == {"ready": True}
-    assert httpx.get(f"{server.url}/v1/models/images").json() == {"name": "images", "ready": True}
+    # KServe's v1 readiness and TF Serving's model status, in one answer.
+    status = httpx.get(f"{server.url}/v1/models/images").json()
+    assert (status["name"], status["ready"]) == ("images", True)
+    assert status["model_version_status"] == [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
+    assert httpx.get(f"{server.url}/v1/models/other").status_code == 404
     metadata = httpx.get(f"{server.url}/v2/models/images").json()
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"] == [{"name": "images", "datatype": "UINT8", "shape": [-1, 28, 28, 1]}]

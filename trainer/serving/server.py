@@ -5,7 +5,8 @@ its own extension points:
 - a request body limit on REST (KServe limits only gRPC messages, grpc_max_receive_message_length): an ASGI
   middleware answering 413, at the same limit as gRPC;
 - refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
-  request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput.
+  request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput;
+- TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness.
 """
 
 from __future__ import annotations
@@ -134,6 +135,17 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
         )
 
     app.add_exception_handler(RequestValidationError, malformed)
+
+    async def model_status(model_name: str) -> JSONResponse:
+        """KServe's v1 readiness ({"name", "ready"}) with TF Serving's model status beside it, so a client that polls
+        either one reads what it expects. Registered before KServe's own route for the path, so it answers."""
+        if model_name != model.name:
+            return JSONResponse(status_code=404, content={"error": f"Model with name {model_name} does not exist."})
+        version = str(model.served.version)
+        status = {"version": version, "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": [status]})
+
+    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
     log.info(
         "serving %s (version %d) from %s: REST on port %d, gRPC on port %d",
         model.name,
