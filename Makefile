@@ -66,7 +66,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean
+.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -122,9 +122,9 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob)
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+	$(SETTINGS_ENV) SERVE=$(SERVE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
@@ -145,7 +145,7 @@ CHIEF_SELECTOR = $(if $(filter tfjob,$(ENGINE)),training.kubeflow.org/job-name=$
 
 logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
 	@$(CHECK_SETTINGS)
-	kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME)) logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
+	$(KUBECTL) logs -f -n $(NAMESPACE) -l $(CHIEF_SELECTOR)
 
 delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the volume and its model stay)
 	@$(CHECK_SETTINGS)
@@ -157,6 +157,55 @@ fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
+
+# make serve: the base path of SavedModel versions to serve (default: the last run-local's), and its model name.
+SERVE_FROM  ?= runs/$(JOB_NAME)/model/serving
+SERVE_MODEL ?= $(JOB_NAME)
+
+# make select: the trained model dirs to choose from (default: the pipeline's variants, each run-local'd under
+# JOB_NAME-<model>) and the base path the winner is published into (selection.json lands beside it).
+PIPELINE_MODELS   ?= cnn dropout batch_norm
+variant_job        = $(JOB_NAME)-$(subst _,-,$(1))
+SELECT_CANDIDATES ?= $(foreach model,$(PIPELINE_MODELS),runs/$(call variant_job,$(model))/model)
+PUBLISH_TO        ?= runs/$(JOB_NAME)-selected/serving
+
+select: install ## publish the best of SELECT_CANDIDATES, by the task's objective, into PUBLISH_TO as a new version
+	@$(CHECK_SETTINGS)
+	$(PY) -m trainer.serving.select --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
+
+# The pipeline's steps, here once: the cluster's Workflow (scripts/pipeline/workflow.py) is rendered from this list.
+pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME-<model>), select the best, serve it and send one request
+	@$(CHECK_SETTINGS)
+	$(foreach model,$(PIPELINE_MODELS),$(MAKE) run-local JOB_NAME=$(call variant_job,$(model)) ARGS="--model $(model) $(ARGS)" &&) true
+	$(MAKE) select
+	$(MAKE) serve-once
+
+serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
+	@$(CHECK_SETTINGS)
+	$(PY) -m scripts.pipeline.serve_once --base-path $(PUBLISH_TO) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
+
+# make serve-cluster: which runtime the InferenceService uses: project (this image running make serve's server) or
+# tf-serving (KServe's TensorFlow Serving runtime at TF_SERVING_VERSION; not run here).
+SERVE_RUNTIME ?= project
+SERVE ?=
+# The cluster commands name their context (the k3d cluster's unless KUBE_CONTEXT names another), never the current one.
+KUBECTL = kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME))
+
+submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve
+	@$(CHECK_SETTINGS)
+	k3d image import $(IMAGE) --cluster $(CLUSTER_NAME)
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster rbac | $(KUBECTL) apply -n $(NAMESPACE) -f -
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS)) | $(KUBECTL) create -n $(NAMESPACE) -f -
+
+serve-cluster: install ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
+	@$(CHECK_SETTINGS)
+	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster inferenceservice --image $(IMAGE) --runtime $(SERVE_RUNTIME) | $(KUBECTL) apply -n $(NAMESPACE) -f -
+	$(KUBECTL) wait -n $(NAMESPACE) --for=condition=Ready --timeout=600s inferenceservice/$(JOB_NAME)
+	$(KUBECTL) get -n $(NAMESPACE) inferenceservice/$(JOB_NAME)
+
+serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
+	@$(CHECK_SETTINGS)
+	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache

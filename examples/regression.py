@@ -25,7 +25,7 @@ from trainer.config import Config
 from trainer.data import datasets
 from trainer.errors import ConfigError
 from trainer.options import option
-from trainer.task import Task, register
+from trainer.task import Objective, Task, register
 
 FEATURES = 8
 
@@ -68,6 +68,7 @@ class Regression(Task):
 
     Options = RegressionOptions
     metric_names = ("mae",)
+    objective = Objective("loss", higher_is_better=False)  # model selection keeps the lowest test loss
 
     @classmethod
     def check_options(cls, options: RegressionOptions) -> None:

@@ -50,6 +50,14 @@ class StatusPortError(UserError):
     """The status server cannot listen where it was asked to."""
 
 
+class ServingError(UserError):
+    """The model server's base path holds no version it can load (trainer/serving/)."""
+
+
+class SelectionError(UserError):
+    """Model selection cannot choose or publish: no acceptable candidate, or an unwritable base path."""
+
+
 def first_line(error: BaseException) -> str:
     """An exception's first line, for one-line messages: TensorFlow's errors span many lines."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]

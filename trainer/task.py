@@ -33,6 +33,19 @@ METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
 @dataclasses.dataclass(frozen=True)
+class Objective:
+    """What makes one trained model better than another: a test metric (its metrics.json key is test_<metric>) and
+    its direction. Model selection (trainer/serving/select.py) keeps the candidate best at it."""
+
+    metric: str  # "loss" or one of the task's metric_names
+    higher_is_better: bool
+
+    @property
+    def key(self) -> str:
+        return f"test_{self.metric}"
+
+
+@dataclasses.dataclass(frozen=True)
 class NoOptions:
     """A task without hyperparameters of its own."""
 
@@ -46,6 +59,8 @@ class Task:
     # Reported beside "loss", in this order: progress lines, status, TensorBoard, metrics.json (train_<name>,
     # test_<name>). Each is the mean of the values metrics() returns, over every example seen.
     metric_names: ClassVar[tuple[str, ...]] = ()
+    # Which trained model is best (model selection): by default the lowest test loss.
+    objective: ClassVar[Objective] = Objective("loss", higher_is_better=False)
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -111,6 +126,11 @@ def register(name: str) -> Any:
             raise TypeError(
                 f"task {name}: metric_names {task_class.metric_names} must be distinct lower_case names other "
                 f"than 'loss' (the loss is always reported)"
+            )
+        if task_class.objective.metric not in ("loss", *task_class.metric_names):
+            raise TypeError(
+                f"task {name}: objective metric {task_class.objective.metric!r} is not reported; use 'loss' or "
+                f"one of metric_names {task_class.metric_names}"
             )
         return TASKS.register(name)(task_class)
 

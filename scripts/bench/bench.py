@@ -14,7 +14,9 @@ and the ratio of the first to the second's examples/s per worker (the step's dem
 which must be at least 3: input never starves the step. Then the async phase (scripts/bench/async_modes.py;
 `--no-async` skips it): sync 2 workers against async 2 workers + 1 ps, with and without a straggler on one
 worker. Then the separate-machines phase (scripts/bench/links.py; `--no-links` skips it): two workers in their
-own network namespaces and cores over a rate-limited link. Writes bench/results.json and bench/bench.png.
+own network namespaces and cores over a rate-limited link. Then the serving phase (scripts/bench/serving_load.py;
+`--no-serving` skips it): the model server under a bounded load against the in-process SavedModel call.
+Writes bench/results.json and bench/bench.png.
 `--workers N` adds a sweep of the trainer over 1..N
 workers. Trainer flags for every trainer run (the async phase's too) go after `--`:
   python -m scripts.bench.bench --repeats 3 -- --steps-per-loop 32
@@ -42,7 +44,7 @@ from trainer.artifacts.atomic_file import replaced_on_success, write_json
 from trainer.errors import ConfigError
 from trainer.flags import parse_config  # pure Python: no TensorFlow import here
 
-from . import async_modes, links
+from . import async_modes, links, serving_load
 from .chart import TARGETS, draw
 from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for, worker_log
 
@@ -91,6 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     async_modes.add_arguments(parser)
     links.add_arguments(parser)
+    serving_load.add_arguments(parser)
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
@@ -448,6 +451,8 @@ def print_table(results: dict[str, Any]) -> None:
         async_modes.print_summary(results["async"])
     if "links" in results:
         links.print_summary(results["links"])
+    if "serving" in results:
+        serving_load.print_summary(results["serving"])
     if results["warnings"]:
         print("\n".join(f"warning: {text}" for text in results["warnings"]))
 
@@ -475,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
             step_costs = step_costs_once(args, scratch / "step-costs")
             async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
             link_runs = None if args.no_links else links.run_link_rounds(args, scratch)
+            serving = (
+                serving_load.run_serving(args, scratch / "serving")
+                if not args.no_serving and serving_load.available()
+                else None
+            )
         except BenchError as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
@@ -548,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         results["links"] = links.summarize(link_runs, half)
         results["links_runs"] = link_runs["runs"]
         results["targets"] += links.check_targets(results["links"])
+    if serving:
+        results["serving"] = serving
+        results["targets"] += serving_load.check_targets(serving)
     if sweep_runs:
         results["sweep"] = sweep_summary(sweep_plan, sweep_runs)
         results["sweep_runs"] = sweep_runs

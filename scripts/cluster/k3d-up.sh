@@ -122,9 +122,44 @@ install_trainer() {
 
 scratch=$(mktemp -d)  # the checked downloads and the kustomization that reads them
 trap 'rm -rf "$scratch"' EXIT
+
+# SERVE=1: what serving and the pipeline need (docs/serving.md): cert-manager (KServe's webhooks), KServe in
+# Standard mode (no Knative, no Istio) with its cluster runtimes, and Argo Workflows; each release manifest applied
+# only when its sha256 is the one recorded in k8s/base/settings.env (scripts/cluster/checked-download.sh).
+install_serving() {
+  local releases=https://github.com
+  echo "installing cert-manager $CERT_MANAGER_VERSION"
+  scripts/cluster/checked-download.sh \
+    "$releases/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml" \
+    "${CERT_MANAGER_MANIFEST_SHA256:-}" "$scratch/cert-manager.yaml"
+  kube apply -f "$scratch/cert-manager.yaml"
+  kube -n cert-manager wait --for condition=Available --timeout=300s deployment --all
+  echo "installing KServe $KSERVE_VERSION (server-side: its CRDs are too large for client-side apply)"
+  scripts/cluster/checked-download.sh "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve.yaml" \
+    "${KSERVE_MANIFEST_SHA256:-}" "$scratch/kserve.yaml"
+  kube apply --server-side -f "$scratch/kserve.yaml"
+  kube -n kserve wait --for condition=Available --timeout=300s deployment --all
+  # The cluster runtimes go through KServe's webhook, which answers once the controller is available.
+  scripts/cluster/checked-download.sh \
+    "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve-cluster-resources.yaml" \
+    "${KSERVE_RUNTIMES_MANIFEST_SHA256:-}" "$scratch/kserve-cluster-resources.yaml"
+  kube apply --server-side -f "$scratch/kserve-cluster-resources.yaml"
+  echo "installing Argo Workflows $ARGO_WORKFLOWS_VERSION"
+  scripts/cluster/checked-download.sh \
+    "$releases/argoproj/argo-workflows/releases/download/$ARGO_WORKFLOWS_VERSION/install.yaml" \
+    "${ARGO_WORKFLOWS_MANIFEST_SHA256:-}" "$scratch/argo-install.yaml"
+  kube create namespace argo --dry-run=client -o yaml | kube apply -f -
+  kube apply --server-side -n argo -f "$scratch/argo-install.yaml"
+  kube -n argo wait --for condition=Available --timeout=300s deployment --all
+}
+
 case "$engine" in
   tfjob) install_operator ;;
   jobset) install_jobset ;;
   trainjob) install_trainer ;;
 esac
+if [[ -n ${SERVE:-} ]]; then
+  install_serving
+  echo "ready: make submit-pipeline ENGINE=$engine, then make serve-cluster"
+fi
 echo "ready: make submit ENGINE=$engine"

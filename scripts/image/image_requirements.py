@@ -12,14 +12,22 @@ import tomllib
 
 # The extras of pyproject.toml that each bring exactly one TensorFlow wheel.
 FLAVOURS = ("cpu", "gpu", "tf")
+# Extras every image holds, where pyproject.toml has them: serve is the model server (trainer/serving/), so the
+# trainer's image also serves what it trained.
+IMAGE_EXTRAS = ("serve",)
 
 
 def requirements(flavour: str, pyproject: pathlib.Path) -> list[str]:
-    """The project's dependencies plus those of the flavour's extra."""
+    """The project's dependencies plus those of the flavour's extra and of the image's extras."""
     if flavour not in FLAVOURS:
         raise ValueError(f"TensorFlow flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
     project = tomllib.loads(pyproject.read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"][flavour]]
+    extras = project["optional-dependencies"]
+    return [
+        *project["dependencies"],
+        *extras[flavour],
+        *(line for extra in IMAGE_EXTRAS for line in extras.get(extra, [])),
+    ]
 
 
 def main(argv: list[str]) -> int:

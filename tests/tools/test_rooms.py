@@ -17,7 +17,12 @@ from rooms import run_quick_tests
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
 ROOM_TESTS = {
-    "bench": ["tests/tools/test_bench.py", "tests/tools/test_bench_async.py", "tests/tools/test_bench_links.py"],
+    "bench": [
+        "tests/tools/test_bench.py",
+        "tests/tools/test_bench_async.py",
+        "tests/tools/test_bench_links.py",
+        "tests/serving/test_bench_serving.py",
+    ],
     "cluster": [
         "tests/tools/test_submit.py",
         "tests/tools/test_submit_api.py",

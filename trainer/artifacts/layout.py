@@ -30,6 +30,16 @@ LOGS = "logs"
 ARTIFACTS = (KERAS_MODEL, SERVING, METRICS, CHECKPOINTS, LOGS)
 
 
+def numbered_versions(base_path: str) -> list[int]:
+    """The version folders under a model base path (a model dir's serving/, or where selection publishes),
+    ascending; hidden and non-numeric names (a copy being written) are not versions."""
+    try:
+        names = os.listdir(base_path)
+    except FileNotFoundError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit() and os.path.isdir(os.path.join(base_path, name)))
+
+
 class ModelDir:
     """Paths inside one --model-dir."""
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.errors import ConfigError, DataError
 from trainer.options import Registry, option
-from trainer.task import Task, register
+from trainer.task import Objective, Task, register
 
 if TYPE_CHECKING:
     import keras
@@ -48,6 +48,7 @@ class ImageClassification(Task):
 
     Options = ImageClassificationOptions
     metric_names = ("accuracy",)
+    objective = Objective("accuracy", higher_is_better=True)
 
     @classmethod
     def check_options(cls, options: ImageClassificationOptions) -> None:

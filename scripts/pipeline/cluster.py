@@ -1,0 +1,348 @@
+"""The pipeline and the model server on a cluster, generated from the same steps and settings as `make pipeline`:
+
+  python -m scripts.pipeline.cluster workflow --engine tfjob --image IMG --models cnn dropout batch_norm
+  python -m scripts.pipeline.cluster inferenceservice --image IMG [--runtime project|tf-serving]
+
+`workflow` prints an Argo Workflow (ARGO_WORKFLOWS_VERSION): the data Job created once, the variants' engine jobs
+created in parallel by resource templates (each its own JOB_NAME-<model> and model dir on the volume, with
+--model <model>), then a pod running the selection, then the InferenceService applied. `inferenceservice` prints
+the ServingRuntime and InferenceService (KServe KSERVE_VERSION, Standard mode) that serve the published base path
+from the volume: storageUri pvc://VOLUME_CLAIM/SERVE_BASE_PATH. The default runtime is this project's image running
+the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving runtime at
+TF_SERVING_VERSION instead (not run here).
+
+The success and failure conditions read fields each engine sets (CONDITIONS); tests/serving/test_cluster_pipeline.py
+checks each path against the engine's vendored CRD and that Argo's selector parser accepts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+from typing import Any
+
+import yaml
+
+from scripts.common import manifest
+from scripts.common import settings as project_settings
+
+SERVING_RUNTIME = "tf-multiworker-trainer"
+# What Argo reads on the created object (gjson paths in a Kubernetes label selector: AND within success, OR within
+# failure). A TFJob's Worker.failed and a TrainJob's jobsStatus failed also count a failure the engine then
+# restarts from, and their conditions are a list no selector can index by type: those steps have no failure
+# condition, and the template's activeDeadlineSeconds ends a job that never succeeds.
+CONDITIONS = {
+    "tfjob": {"success": "status.replicaStatuses.Worker.succeeded == {workers}", "failure": None},
+    "jobset": {"success": "status.terminalState == Completed", "failure": "status.terminalState == Failed"},
+    "trainjob": {"success": "status.jobsStatus.0.succeeded == 1", "failure": None},
+}
+# The data Job: Kubernetes counts failed pods against backoffLimit and then stops.
+DATA_CONDITIONS = {"success": "status.succeeded > 0", "failure": "status.failed > {backoff_limit}"}
+TRAIN_DEADLINE_SECONDS = 6 * 3600
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_POD = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def variant_job(job_name: str, model: str) -> str:
+    """The job name of one variant, as the Makefile's variant_job spells it."""
+    return f"{job_name}-{model.replace('_', '-')}"
+
+
+def model_dir(settings: dict[str, str], job: str) -> str:
+    return f"{settings['MOUNT_PATH']}/{job}/model"
+
+
+def render_overlay(engine: str, strategy: str, job: str) -> list[dict[str, Any]]:
+    previous = os.environ.get("JOB_NAME")
+    os.environ["JOB_NAME"] = job
+    try:
+        return manifest.render(manifest.overlay(engine, strategy))
+    finally:
+        if previous is None:
+            os.environ.pop("JOB_NAME", None)
+        else:
+            os.environ["JOB_NAME"] = previous
+
+
+def engine_kind(engine: str) -> str:
+    return {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}[engine]
+
+
+def resource_template(
+    name: str, obj: dict[str, Any], success: str | None, failure: str | None, action: str = "create"
+) -> dict[str, Any]:
+    resource: dict[str, Any] = {"action": action, "manifest": yaml.safe_dump(obj, sort_keys=False)}
+    if action == "create":
+        resource["setOwnerReference"] = True
+    if success:
+        resource["successCondition"] = success
+    if failure:
+        resource["failureCondition"] = failure
+    return {"name": name, "resource": resource}
+
+
+def workflow(
+    engine: str,
+    image: str,
+    models: list[str],
+    workers: int,
+    dataset: str,
+    epochs: int,
+    trainer_args: list[str],
+    settings: dict[str, str],
+) -> dict[str, Any]:
+    """The Argo Workflow of the pipeline's steps."""
+    base = settings["JOB_NAME"]
+    first = render_overlay(engine, "sync", base)
+    data_job = copy.deepcopy(manifest.the_one(manifest.customize(first, image=image, dataset=dataset), "Job"))
+    templates: list[dict[str, Any]] = []
+    # The volume and the settings the data Job reads, applied first (kept if they exist).
+    shared = [obj for obj in first if obj["kind"] in ("PersistentVolumeClaim", "ConfigMap")]
+    for obj in shared:
+        templates.append(
+            resource_template(f"apply-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, None, None, action="apply")
+        )
+    data = DATA_CONDITIONS
+    templates.append(
+        resource_template(
+            "prepare-data",
+            data_job,
+            data["success"],
+            data["failure"].format(backoff_limit=data_job["spec"].get("backoffLimit", 6)),
+        )
+    )
+    kind = engine_kind(engine)
+    jobs = []
+    for model in models:
+        job = variant_job(base, model)
+        jobs.append(job)
+        rendered = manifest.customize(
+            render_overlay(engine, "sync", job),
+            image=image,
+            workers=workers,
+            dataset=dataset,
+            epochs=epochs,
+            trainer_args=["--model", model, "--model-dir", model_dir(settings, job), *trainer_args],
+        )
+        # Beside the job: its pods' environment (the JOB-settings ConfigMap) and, for a TrainJob, its runtime (which
+        # holds the trainer's args); the volume, settings and data Job come from the first steps.
+        for obj in rendered:
+            if obj["kind"] in ("ConfigMap", "TrainingRuntime") and obj["metadata"]["name"].startswith(f"{job}-"):
+                name = f"setup-{job}-{obj['kind'].lower()}"
+                templates.append(resource_template(name, obj, None, None, action="apply"))
+        conditions = CONDITIONS[engine]
+        train = resource_template(
+            f"train-{job}",
+            manifest.the_one(rendered, kind),
+            conditions["success"].format(workers=workers),
+            conditions["failure"],
+        )
+        train["activeDeadlineSeconds"] = TRAIN_DEADLINE_SECONDS
+        templates.append(train)
+    templates.append(select_template(image, jobs, settings))
+    service, runtime = inference_service(image, settings, "project")
+    templates.append(resource_template("serving-runtime", runtime, None, None, action="apply"))
+    templates.append(resource_template("inference-service", service, "status.url", None, action="apply"))
+    names = [template["name"] for template in templates]
+    steps = [
+        [{"name": name, "template": name} for name in names if name.startswith("apply-")],
+        [{"name": "prepare-data", "template": "prepare-data"}],
+        [{"name": name, "template": name} for name in names if name.startswith("setup-")],
+        [{"name": f"train-{job}", "template": f"train-{job}"} for job in jobs],
+        [{"name": "select", "template": "select"}],
+        [{"name": "serving-runtime", "template": "serving-runtime"}],
+        [{"name": "inference-service", "template": "inference-service"}],
+    ]
+    templates.insert(0, {"name": "pipeline", "steps": steps})
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": f"{base}-pipeline-", "namespace": settings["NAMESPACE"]},
+        "spec": {
+            "entrypoint": "pipeline",
+            # The workflow's pods (the executor, the selection) read nothing from the API but what Argo gives them.
+            "serviceAccountName": "argo-pipeline",
+            "securityContext": RESTRICTED_POD,
+            "volumes": [
+                {"name": "volume", "persistentVolumeClaim": {"claimName": settings["VOLUME_CLAIM"]}},
+                {"name": "tmp", "emptyDir": {}},
+            ],
+            "templates": templates,
+        },
+    }
+
+
+def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
+    """The selection, as make select runs it, on the volume's paths."""
+    base_path = f"{settings['MOUNT_PATH']}/{settings['SERVE_BASE_PATH']}"
+    command = ["python", "-m", "trainer.serving.select", "--base-path", base_path, "--candidates"]
+    command += [model_dir(settings, job) for job in jobs]
+    return {
+        "name": "select",
+        "container": {
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": command,
+            "securityContext": RESTRICTED_CONTAINER,
+            "resources": RESOURCES,
+            "volumeMounts": [
+                {"name": "volume", "mountPath": settings["MOUNT_PATH"]},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        },
+    }
+
+
+def inference_service(image: str, settings: dict[str, str], runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the InferenceService, the ServingRuntime it names) serving the published base path from the volume."""
+    storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{settings['SERVE_BASE_PATH']}"
+    model: dict[str, Any] = {"modelFormat": {"name": "tensorflow"}, "storageUri": storage_uri}
+    if runtime == "project":
+        model["runtime"] = SERVING_RUNTIME
+    else:
+        model["runtime"] = "kserve-tensorflow-serving"
+        model["runtimeVersion"] = settings["TF_SERVING_VERSION"]
+        model["resources"] = RESOURCES
+    service = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": settings["JOB_NAME"],
+            "namespace": settings["NAMESPACE"],
+            "annotations": {"serving.kserve.io/deploymentMode": "Standard"},
+        },
+        "spec": {
+            "predictor": {
+                "minReplicas": 1,
+                "maxReplicas": 1,
+                "automountServiceAccountToken": False,
+                "securityContext": RESTRICTED_POD,
+                "model": model,
+            }
+        },
+    }
+    rest, grpc = settings["SERVE_PORT"], settings["SERVE_GRPC_PORT"]
+    serving_runtime = {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {"name": SERVING_RUNTIME, "namespace": settings["NAMESPACE"]},
+        "spec": {
+            "supportedModelFormats": [{"name": "tensorflow", "version": "2", "autoSelect": False}],
+            "protocolVersions": ["v1", "v2", "grpc-v2"],
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.serving"],
+                    "args": ["--model-base-path", "/mnt/models", "--model-name", "{{.Name}}"]
+                    + ["--rest-port", rest, "--grpc-port", grpc],
+                    # KServe's Service: port 80 to the first port; each further port as itself, a "grpc" name
+                    # marking it h2c (service_reconciler.go at KSERVE_VERSION).
+                    "ports": [
+                        {"name": "http", "containerPort": int(rest), "protocol": "TCP"},
+                        {"name": "grpc", "containerPort": int(grpc), "protocol": "TCP"},
+                    ],
+                    "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": int(rest)}},
+                    "securityContext": RESTRICTED_CONTAINER,
+                    "resources": RESOURCES,
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                }
+            ],
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+        },
+    }
+    return service, serving_runtime
+
+
+def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
+    """The service account the Workflow's pods run as: Argo's executor creates and watches the steps' objects
+    (so, unlike the trainer's pods, these pods keep their service account token)."""
+    namespace = settings["NAMESPACE"]
+    rules = [
+        {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": ["get", "list", "watch", "create"]},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "create"]},
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["trainjobs"],
+            "verbs": ["get", "list", "watch", "create"],
+        },
+        {
+            "apiGroups": ["serving.kserve.io"],
+            "resources": ["inferenceservices", "servingruntimes"],
+            "verbs": ["get", "list", "watch", "create", "patch"],
+        },
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
+    ]
+    meta = {"name": "argo-pipeline", "namespace": namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "argo-pipeline"},
+            "subjects": [{"kind": "ServiceAccount", "name": "argo-pipeline", "namespace": namespace}],
+        },
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["workflow", "rbac", "inferenceservice"])
+    parser.add_argument("--image", default="")
+    parser.add_argument("--engine", choices=sorted(CONDITIONS), default="tfjob")
+    parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
+    parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
+    args = parser.parse_args(argv)
+    settings = project_settings.load()
+    try:
+        if args.what == "workflow":
+            documents = [
+                workflow(
+                    args.engine,
+                    args.image,
+                    args.models,
+                    args.workers,
+                    args.dataset,
+                    args.epochs,
+                    args.trainer_args,
+                    settings,
+                )
+            ]
+        elif args.what == "rbac":
+            documents = rbac(settings)
+        else:
+            service, runtime = inference_service(args.image, settings, args.runtime)
+            documents = [service] if args.runtime == "tf-serving" else [runtime, service]
+    except manifest.ManifestError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump_all(documents, sort_keys=False), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

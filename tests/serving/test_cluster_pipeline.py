@@ -1,0 +1,234 @@
+"""The cluster side of serving, checked offline (no cluster runs here): the Argo Workflow of the pipeline and the
+InferenceService, against their CRDs vendored at the pinned tags (Argo Workflows, KServe), KServe's admission rules
+for the fields used, Argo's parser for the success and failure conditions with every status path they read present
+in that engine's CRD, Pod Security "restricted" for every pod added, and the Workflow's steps equal to make
+pipeline's."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import crd_schemas
+from model_server import ROOT
+from scripts.common import settings as project_settings
+
+SETTINGS = project_settings.load_file()
+ENGINES = ("tfjob", "jobset", "trainjob")
+KIND = {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}
+MODELS = ("cnn", "dropout", "batch_norm")
+
+
+def generated(*args: str) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.pipeline.cluster", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def workflow(request):
+    (document,) = generated("workflow", "--engine", request.param, "--image", "img:1", "--models", *MODELS)
+    return request.param, document
+
+
+def templates(document: dict) -> dict[str, dict]:
+    return {template["name"]: template for template in document["spec"]["templates"]}
+
+
+# ---- Argo's selector parser (k8s.io/apimachinery labels.Parse, which v4.1.2's executor uses) ----------------------
+
+QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+REQUIREMENT = re.compile(r"^\s*(!?)\s*([^\s!=<>,]+)\s*(?:(==|=|!=|>|<)\s*([^\s,]*))?\s*$")
+
+
+def parsed(selector: str) -> list[tuple[str, str | None, str | None]]:
+    """(key, operator, value) of each comma-separated requirement; AssertionError where labels.Parse refuses."""
+    requirements = []
+    for part in selector.split(","):
+        match = REQUIREMENT.match(part)
+        assert match, f"{selector!r}: {part!r} is not a requirement labels.Parse reads"
+        negated, key, operator, value = match.groups()
+        assert len(key) <= 63 and QUALIFIED_NAME.fullmatch(key), f"{key!r} is not a qualified name (<= 63 chars)"
+        if operator in (">", "<"):
+            assert value is not None and value.lstrip("-").isdigit(), f"{selector!r}: {operator} needs an integer"
+        elif operator is not None:
+            assert value is not None and len(value) <= 63 and LABEL_VALUE.fullmatch(value), f"bad value {value!r}"
+        requirements.append((key, operator, value))
+    return requirements
+
+
+def schema_at(schema: dict, path: str) -> dict | None:
+    """The schema node a gjson dotted path reaches (a numeric segment indexes an array, a name a map's key)."""
+    node = schema
+    for segment in path.split("."):
+        if segment.isdigit() and node.get("type") == "array":
+            node = node["items"]
+        elif segment in (node.get("properties") or {}):
+            node = node["properties"][segment]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return None
+    return node
+
+
+def test_every_condition_parses_and_reads_a_status_field_the_engine_sets(workflow):
+    engine, document = workflow
+    by_name = templates(document)
+    for job in (f"multi-worker-{model.replace('_', '-')}" for model in MODELS):
+        resource = by_name[f"train-{job}"]["resource"]
+        created = yaml.safe_load(resource["manifest"])
+        assert created["kind"] == KIND[engine] and created["metadata"]["name"] == job
+        schema = crd_schemas.record_for(created)["openAPIV3Schema"]
+        for field in ("successCondition", "failureCondition"):
+            if field not in resource:
+                continue
+            for key, _, value in parsed(resource[field]):
+                node = schema_at(schema, key)
+                assert node is not None, f"{engine}: {key} is not in the {KIND[engine]} CRD's schema"
+                if node.get("enum"):
+                    assert value in node["enum"], f"{key} is one of {node['enum']}, never {value!r}"
+        assert "successCondition" in resource, f"{engine}: a training step needs a success condition"
+        assert by_name[f"train-{job}"]["activeDeadlineSeconds"] > 0
+    if engine == "tfjob":
+        replicas = created["spec"]["tfReplicaSpecs"]["Worker"]["replicas"]
+        assert created["spec"]["runPolicy"].get("successPolicy", created["spec"].get("successPolicy")) == "AllWorkers"
+        assert resource["successCondition"] == f"status.replicaStatuses.Worker.succeeded == {replicas}"
+    data = by_name["prepare-data"]["resource"]
+    job = yaml.safe_load(data["manifest"])
+    assert job["kind"] == "Job"
+    for key, _, _ in parsed(data["successCondition"]) + parsed(data["failureCondition"]):
+        assert key in ("status.succeeded", "status.failed")
+    assert parsed(data["failureCondition"])[0][2] == str(job["spec"]["backoffLimit"])
+
+
+def test_the_workflow_and_each_object_it_creates_validate_against_their_crds(workflow):
+    engine, document = workflow
+    crd_schemas.validate(document)
+    for template in document["spec"]["templates"]:
+        if "resource" not in template:
+            continue
+        created = yaml.safe_load(template["resource"]["manifest"])
+        if created["kind"] in ("TFJob", "JobSet", "TrainJob", "InferenceService", "ServingRuntime"):
+            crd_schemas.validate(created)
+    # Where Argo reads a condition: only on a resource template (the book's serving step had it on the template).
+    for template in document["spec"]["templates"]:
+        assert not {"successCondition", "failureCondition"} & set(template), template["name"]
+
+
+def make_dry_run(*goals: str) -> str:
+    return subprocess.run(
+        ["make", "-n", *goals, "VENV=.venv", "JOB_NAME=multi-worker"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+
+
+def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
+    _, document = workflow
+    local = re.findall(
+        r'run-local JOB_NAME=(\S+) ARGS="--model (\S+)', make_dry_run("-o", ".venv/.installed", "pipeline")
+    )
+    by_name = templates(document)
+    steps = [step["name"] for group in by_name["pipeline"]["steps"] for step in group]
+    trained = []
+    for step in steps:
+        if step.startswith("train-"):
+            created = yaml.safe_load(by_name[step]["resource"]["manifest"])
+            job = created["metadata"]["name"]
+            # A TrainJob's trainer args live in its own runtime, applied in a step before it.
+            runtime = by_name.get(f"setup-{job}-trainingruntime")
+            holder = yaml.safe_load(runtime["resource"]["manifest"]) if runtime else created
+            assert steps.index(f"setup-{job}-configmap") < steps.index(step)
+            args = " ".join(yaml.safe_dump(holder).split())
+            model = re.search(r"--model\s+-?\s*(\w+)", args)
+            trained.append((job, model.group(1) if model else None))
+    assert trained == local
+    assert steps.index("select") > max(steps.index(f"train-{job}") for job, _ in local)
+    assert steps.index("prepare-data") < min(steps.index(f"train-{job}") for job, _ in local)
+    selection = by_name["select"]["container"]["command"]
+    make_select = make_dry_run("-o", ".venv/.installed", "select").split()
+    assert selection[:3] == ["python", "-m", "trainer.serving.select"]
+    local_candidates = make_select[make_select.index("--candidates") + 1 : make_select.index("--base-path")]
+    cluster_candidates = selection[selection.index("--candidates") + 1 :]
+    assert [path.split("/")[-2] for path in cluster_candidates] == [path.split("/")[-2] for path in local_candidates]
+    assert all(path.startswith(SETTINGS["MOUNT_PATH"] + "/") for path in cluster_candidates)
+    base_path = selection[selection.index("--base-path") + 1]
+    assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SERVE_BASE_PATH']}"
+
+
+@pytest.mark.parametrize("runtime", ["project", "tf-serving"])
+def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtime):
+    documents = generated("inferenceservice", "--image", "img:1", "--runtime", runtime)
+    (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
+    for document in documents:
+        crd_schemas.validate(document)
+    # pkg/apis/serving/v1beta1/inference_service_validation.go at v0.20.0: the name, the deployment mode, exactly
+    # one predictor implementation, the replicas, and a storage URI it can mount.
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", service["metadata"]["name"])
+    assert service["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
+    predictor = service["spec"]["predictor"]
+    implementations = {"model", "tensorflow", "sklearn", "xgboost", "pytorch", "triton", "onnx", "huggingface"}
+    assert len(implementations & set(predictor)) == 1 and not predictor.get("containers")
+    assert 0 <= predictor["minReplicas"] <= predictor["maxReplicas"]
+    model = predictor["model"]
+    assert model["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{SETTINGS['SERVE_BASE_PATH']}"
+    if runtime == "tf-serving":
+        assert model["runtime"] == "kserve-tensorflow-serving"
+        major_minor = tuple(int(part) for part in model["runtimeVersion"].split(".")[:2])
+        assert major_minor >= (2, 21), "TF Serving older than the training TensorFlow may not load the graph"
+    else:
+        (serving_runtime,) = [doc for doc in documents if doc["kind"] == "ServingRuntime"]
+        assert serving_runtime["metadata"]["name"] == model["runtime"]
+        formats = {entry["name"] for entry in serving_runtime["spec"]["supportedModelFormats"]}
+        assert model["modelFormat"]["name"] in formats
+        (container,) = serving_runtime["spec"]["containers"]
+        assert container["command"][-3:] == ["python", "-m", "trainer.serving"]
+        assert "/mnt/models" in container["args"]
+        # KServe's Service sends port 80 to the first port and exposes a "grpc"-named one as h2c.
+        assert [(port["name"], port["containerPort"]) for port in container["ports"]] == [
+            ("http", int(SETTINGS["SERVE_PORT"])),
+            ("grpc", int(SETTINGS["SERVE_GRPC_PORT"])),
+        ]
+        assert container["args"][container["args"].index("--grpc-port") + 1] == SETTINGS["SERVE_GRPC_PORT"]
+
+
+def restricted(pod: dict, containers: list[dict], where: str) -> None:
+    context = pod.get("securityContext") or {}
+    assert context.get("runAsNonRoot") is True and context.get("runAsUser") != 0, where
+    assert (context.get("seccompProfile") or {}).get("type") == "RuntimeDefault", where
+    for container in containers:
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False, where
+        assert security["capabilities"]["drop"] == ["ALL"], where
+        assert security["readOnlyRootFilesystem"] is True, where
+        assert any(mount["mountPath"] == "/tmp" for mount in container["volumeMounts"]), where
+        assert container["resources"]["requests"] and container["resources"]["limits"], where
+
+
+def test_every_pod_added_passes_pod_security_restricted(workflow):
+    _, document = workflow
+    restricted(document["spec"], [templates(document)["select"]["container"]], "the selection pod")
+    documents = generated("inferenceservice", "--image", "img:1")
+    (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
+    (serving_runtime,) = [doc for doc in documents if doc["kind"] == "ServingRuntime"]
+    predictor = service["spec"]["predictor"]
+    assert predictor["automountServiceAccountToken"] is False
+    restricted(predictor, serving_runtime["spec"]["containers"], "the predictor pod")
+    assert {"name": "tmp", "emptyDir": {}} in serving_runtime["spec"]["volumes"]
+
+
+def test_the_pinned_stack_is_tested_on_the_clusters_kubernetes_minor():
+    k3s_minor = re.search(r"v(\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
+    for key in ("KSERVE_TESTED_KUBERNETES", "ARGO_WORKFLOWS_TESTED_KUBERNETES"):
+        minors = {re.search(r"v(\d+\.\d+)", version).group(1) for version in SETTINGS[key].split(",")}
+        assert k3s_minor in minors, f"{key} ({SETTINGS[key]}) does not include the cluster's {k3s_minor}"

@@ -1,0 +1,174 @@
+"""`python -m trainer.serving.select` (make select): the best candidate by the task's own objective is published
+under a version higher than any in the base path, each bad candidate is refused with its reason, selection.json
+records the decision, a second run with nothing new changes nothing, and ties go to the first listed. At the end,
+examples/regression.py trained twice for real, selected and served."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+from model_server import ROOT, ServerProcess
+
+CONFIG = {
+    "task": "image_classification",
+    "task_module": "",
+    "dataset": "synthetic",
+    "dataset_module": "",
+    "test_files": "",
+    "test_examples": 64,
+    "seed": 42,
+}
+
+
+def candidate(root: pathlib.Path, name: str, accuracy: float | None = 0.5, **changes) -> pathlib.Path:
+    """A finished run's model dir as the trainer leaves it (a stand-in SavedModel: selection only copies it)."""
+    model_dir = root / name / "model"
+    version = model_dir / "serving" / "16"
+    (version / "variables").mkdir(parents=True)
+    (version / "saved_model.pb").write_text(name)
+    record = {
+        "config": {**CONFIG, **changes.pop("config", {})},
+        "test_examples": 64,
+        "test_loss": 1.0,
+        "weights_sha256": f"sha-of-{name}",
+        "steps": 16,
+        "export_check": {"passed": True, "examples": 64, "max_abs_diff": 0.0, "tolerance": 1e-5, "signature": "serve"},
+    }
+    if accuracy is not None:
+        record["test_accuracy"] = accuracy
+    record.update(changes)
+    (model_dir / "metrics.json").write_text(json.dumps(record))
+    (model_dir / "status.json").write_text(json.dumps({"state": "succeeded"}))
+    return model_dir
+
+
+def select(base_path: pathlib.Path, *model_dirs: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.serving.select", "--base-path", str(base_path), "--candidates"]
+        + [str(path) for path in model_dirs],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def selection(base_path: pathlib.Path) -> dict:
+    return json.loads((base_path.parent / "selection.json").read_text())
+
+
+def test_the_highest_test_accuracy_wins_and_is_published_above_every_version_there(tmp_path):
+    dirs = [candidate(tmp_path, name, accuracy) for name, accuracy in (("cnn", 0.8), ("dropout", 0.9), ("bn", 0.7))]
+    base_path = tmp_path / "selected" / "serving"
+    (base_path / "41").mkdir(parents=True)  # an earlier version, published by hand
+    done = select(base_path, *dirs)
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    assert record["winner"] == str(dirs[1])
+    assert record["published"] == str(base_path / "42")
+    assert (base_path / "42" / "saved_model.pb").read_text() == "dropout"
+    assert [c["value"] for c in record["candidates"]] == [0.8, 0.9, 0.7]
+    assert {c["metric"] for c in record["candidates"]} == {"test_accuracy"}
+    assert all(c["refused"] is None for c in record["candidates"])
+    assert sorted(path.name for path in base_path.iterdir()) == ["41", "42"]  # no partial copy left behind
+
+
+def test_running_again_with_nothing_new_changes_nothing_and_a_better_result_is_published_next(tmp_path):
+    first, second = candidate(tmp_path, "a", 0.8), candidate(tmp_path, "b", 0.6)
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, first, second).returncode == 0
+    written = (base_path.parent / "selection.json").stat().st_mtime_ns
+    again = select(base_path, first, second)
+    assert again.returncode == 0, again.stderr
+    assert sorted(path.name for path in base_path.iterdir()) == ["1"]
+    assert (base_path.parent / "selection.json").stat().st_mtime_ns == written
+
+    better = candidate(tmp_path, "c", 0.95)
+    assert select(base_path, first, second, better).returncode == 0
+    assert selection(base_path)["published"] == str(base_path / "2")
+    assert (base_path / "2" / "saved_model.pb").read_text() == "c"
+
+
+def test_a_tie_goes_to_the_candidate_listed_first(tmp_path):
+    dirs = [candidate(tmp_path, name, 0.75) for name in ("z", "a", "m")]
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, *dirs).returncode == 0
+    assert selection(base_path)["winner"] == str(dirs[0])
+
+
+BAD = {
+    "unfinished": ("the run did not finish", {}),
+    "nan": ("not finite", {"test_accuracy": math.nan}),
+    "missing metric": ("test_accuracy is missing", {"accuracy": None}),
+    "another task": ("task 'regression'", {"config": {"task": "regression"}}),
+    "another test split": ("test_examples 128", {"config": {"test_examples": 128}}),
+    "another synthetic seed": ("seed 7", {"config": {"seed": 7}}),
+    "no export check": ("export was not checked", {"export_check": None}),
+    "failed export check": ("failed the check", {"export_check": {"passed": False, "max_abs_diff": 0.3}}),
+    "training again": ("status.json says 'running'", {}),
+    "a later export than the evaluated step": ("not the one evaluated at step 8", {"steps": 8}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_each_bad_candidate_is_refused_with_its_reason(tmp_path, case):
+    reason, changes = BAD[case]
+    good = candidate(tmp_path, "good", 0.5)
+    accuracy = changes.pop("accuracy", 0.99)
+    bad = candidate(tmp_path, "bad", accuracy, **changes)
+    if case == "unfinished":
+        (bad / "metrics.json").unlink()
+    if case == "training again":
+        (bad / "status.json").write_text(json.dumps({"state": "running"}))
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, good, bad)
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    assert record["winner"] == str(good)
+    refused = record["candidates"][1]["refused"]
+    assert refused and reason in refused, refused
+
+
+def test_with_no_acceptable_candidate_nothing_is_published_and_every_reason_is_named(tmp_path):
+    bad = candidate(tmp_path, "nan", math.nan)
+    unfinished = tmp_path / "empty" / "model"
+    unfinished.mkdir(parents=True)
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, unfinished, bad)
+    assert done.returncode == 2
+    assert "no candidate can be served" in done.stderr
+    assert "did not finish" in done.stderr and "not finite" in done.stderr
+    assert not base_path.exists()
+
+
+def test_regression_trained_selected_by_lowest_test_loss_and_served(regression_models, tmp_path):
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, *regression_models)
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    losses = {c["model_dir"]: c["value"] for c in record["candidates"]}
+    assert {c["metric"] for c in record["candidates"]} == {"test_loss"}
+    assert record["winner"] == min(losses, key=losses.get)
+
+    import tensorflow as tf
+
+    winner = pathlib.Path(record["winner"])
+    (exported,) = [path for path in (winner / "serving").iterdir() if path.name.isdigit()]
+    features = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)
+    expected = tf.saved_model.load(str(exported)).signatures["serve"](features=tf.constant(features))["prediction"]
+    server = ServerProcess(base_path, "regression", tmp_path / "server.log").wait_ready()
+    try:
+        answered = httpx.post(f"{server.url}/v1/models/regression:predict", json={"instances": features.tolist()})
+        assert answered.status_code == 200, answered.text
+        np.testing.assert_allclose(answered.json()["predictions"], expected.numpy(), rtol=1e-6)
+        assert httpx.get(f"{server.url}/v2/models/regression").json()["versions"] == ["1"]
+    finally:
+        server.stop()

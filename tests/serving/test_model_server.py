@@ -1,0 +1,332 @@
+"""`python -m trainer.serving` as a client sees it: a real server process, real HTTP (httpx) and gRPC (KServe's
+v2 stubs) clients. Its predictions over REST v1 (both forms), REST v2 and gRPC v2 equal the SavedModel called in
+process on test examples; each bad request gets a 4xx naming the expected input and the next request is answered;
+a version published while clients keep sending is swapped in with no failed request."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
+from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+
+from model_server import ServerProcess, copy_versions, publish_version
+from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
+
+EXAMPLES = 8
+
+
+def image_examples(count: int = EXAMPLES) -> np.ndarray:
+    example = synthetic_example_fn(42)
+    return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
+
+
+def regression_examples(count: int = EXAMPLES) -> np.ndarray:
+    from examples.regression import linear_features_example  # examples/ is not a package every copy holds
+
+    example = linear_features_example(42)
+    return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
+
+
+def in_process(base_path, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    signature = tf.saved_model.load(str(base_path / "1")).signatures["serve"]
+    return {
+        name: tensor.numpy() for name, tensor in signature(**{k: tf.constant(v) for k, v in inputs.items()}).items()
+    }
+
+
+@pytest.fixture(scope="module")
+def image_server(image_model, tmp_path_factory):
+    base_path = copy_versions(image_model, tmp_path_factory.mktemp("image-served") / "serving")
+    server = ServerProcess(base_path, "images", base_path.parent / "server.log").wait_ready()
+    yield server, base_path
+    server.stop()
+
+
+def post(server: ServerProcess, path: str, body: object, **options) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(f"{server.url}{path}", content=content, timeout=60, **options)
+
+
+def grpc_infer(server: ServerProcess, name: str, array: np.ndarray, datatype: str, raw: bool = True):
+    tensor = pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=list(array.shape))
+    request = pb.ModelInferRequest(model_name=server.name, inputs=[tensor])
+    if raw:
+        request.raw_input_contents.append(array.tobytes())
+    else:
+        tensor = request.inputs[0]
+        tensor.contents.uint_contents.extend(array.flatten().tolist())
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        return GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+
+
+def grpc_outputs(response) -> dict[str, np.ndarray]:
+    dtypes = {"FP32": np.float32, "INT64": np.int64}
+    outputs = {}
+    for index, tensor in enumerate(response.outputs):
+        if response.raw_output_contents:
+            data = np.frombuffer(response.raw_output_contents[index], dtypes[tensor.datatype])
+        else:
+            data = np.array(tensor.contents.fp32_contents or tensor.contents.int64_contents, dtypes[tensor.datatype])
+        outputs[tensor.name] = data.reshape(list(tensor.shape))
+    return outputs
+
+
+def test_every_protocol_answers_what_the_saved_model_computes_in_process(image_server):
+    server, base_path = image_server
+    images = image_examples()
+    expected = in_process(base_path, images=images)
+
+    rows = post(server, "/v1/models/images:predict", {"instances": images.tolist()})
+    assert rows.status_code == 200, rows.text
+    predictions = rows.json()["predictions"]
+    assert [row["class_id"] for row in predictions] == expected["class_id"].tolist()
+    np.testing.assert_allclose([row["probabilities"] for row in predictions], expected["probabilities"], rtol=1e-6)
+
+    columns = post(server, "/v1/models/images:predict", {"inputs": {"images": images.tolist()}})
+    assert columns.status_code == 200, columns.text
+    outputs = columns.json()["outputs"]
+    assert outputs["class_id"] == expected["class_id"].tolist()
+    np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-6)
+
+    v2 = post(
+        server,
+        "/v2/models/images/infer",
+        {
+            "inputs": [
+                {"name": "images", "shape": list(images.shape), "datatype": "UINT8", "data": images.flatten().tolist()}
+            ]
+        },
+        headers={"content-type": "application/json"},
+    )
+    assert v2.status_code == 200, v2.text
+    by_name = {output["name"]: output for output in v2.json()["outputs"]}
+    assert by_name["class_id"]["data"] == expected["class_id"].tolist()
+    np.testing.assert_allclose(
+        np.reshape(by_name["probabilities"]["data"], by_name["probabilities"]["shape"]),
+        expected["probabilities"],
+        rtol=1e-6,
+    )
+    assert v2.json()["model_version"] == "1"
+
+    for raw in (True, False):
+        response = grpc_infer(server, "images", images, "UINT8", raw=raw)
+        outputs = grpc_outputs(response)
+        assert response.model_version == "1"
+        assert outputs["class_id"].tolist() == expected["class_id"].tolist()
+        np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-6)
+
+
+def test_a_single_output_task_is_served_in_tf_servings_plain_form(regression_models, tmp_path):
+    base_path = copy_versions(regression_models[0], tmp_path / "serving")
+    server = ServerProcess(base_path, "regression", tmp_path / "server.log").wait_ready()
+    try:
+        features = regression_examples()
+        expected = in_process(base_path, features=features)["prediction"]
+        # `curl -d` sends a form content type: TF Serving reads the body as JSON anyway, so this server does too.
+        rows = httpx.post(
+            f"{server.url}/v1/models/regression:predict",
+            data=None,
+            content=json.dumps({"instances": features.tolist()}),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert rows.status_code == 200, rows.text
+        np.testing.assert_allclose(rows.json()["predictions"], expected, rtol=1e-6)
+        columns = post(server, "/v1/models/regression:predict", {"inputs": features.tolist()})
+        np.testing.assert_allclose(columns.json()["outputs"], expected, rtol=1e-6)
+        metadata = httpx.get(f"{server.url}/v2/models/regression").json()
+        assert metadata["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, 8]}]
+        assert metadata["versions"] == ["1"]
+    finally:
+        server.stop()
+
+
+V1 = "/v1/models/images:predict"
+V2 = "/v2/models/images/infer"
+JSON = {"content-type": "application/json"}
+BAD_REQUESTS = {
+    "v1 wrong shape": (V1, {"instances": [[1, 2, 3]]}, {}, 400, "shape [1, 3]"),
+    "v1 wrong dtype (text)": (V1, {"instances": [[["a"] * 28] * 28]}, {}, 400, "numbers"),
+    "v1 value out of uint8 range": (V1, {"instances": np.full((1, 28, 28, 1), 300).tolist()}, {}, 400, "[0, 255]"),
+    "v1 fractional values for integers": (
+        V1,
+        {"instances": np.full((1, 28, 28, 1), 0.5).tolist()},
+        {},
+        400,
+        "fractional",
+    ),
+    "v1 malformed JSON": (V1, b'{"instances": [[1, 2', {}, 400, "Unrecognized request format"),
+    "v1 missing input": (V1, {"inputs": {}}, {}, 400, "no value for input 'images'"),
+    "v1 unknown input": (V1, {"inputs": {"pixels": [[1]]}}, {}, 400, "no input named 'pixels'"),
+    "v1 neither form": (V1, {"rows": []}, {}, 400, "neither"),
+    "v1 ragged rows": (V1, {"instances": [[1, 2], [1]]}, {}, 400, "rectangular"),
+    "v1 body over the limit": (V1, b" " * (64 * 1024 + 1), {}, 413, "limit of 65536 bytes"),
+    "v2 wrong datatype": (
+        V2,
+        {"inputs": [{"name": "images", "shape": [1, 28, 28, 1], "datatype": "FP32", "data": [0.0] * 784}]},
+        JSON,
+        400,
+        "datatype FP32, expected UINT8",
+    ),
+    "v2 wrong shape": (
+        V2,
+        {"inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "UINT8", "data": [0] * 784}]},
+        JSON,
+        400,
+        "shape [1, 28, 28]",
+    ),
+    "v2 data short of its shape": (
+        V2,
+        {"inputs": [{"name": "images", "shape": [1, 28, 28, 1], "datatype": "UINT8", "data": [0] * 10}]},
+        JSON,
+        400,
+        "does not fill",
+    ),
+    "v2 missing input": (V2, {"inputs": []}, JSON, 400, "no value for input 'images'"),
+    "v2 malformed JSON": (V2, b'{"inputs": [', JSON, 400, "not a v2 inference request"),
+    "v2 not a request": (V2, {"input": []}, JSON, 400, "not a v2 inference request"),
+}
+
+
+@pytest.fixture(scope="module")
+def limited_server(image_model, tmp_path_factory):
+    base_path = copy_versions(image_model, tmp_path_factory.mktemp("limited") / "serving")
+    server = ServerProcess(base_path, "images", base_path.parent / "server.log", "--max-request-bytes", "65536")
+    yield server.wait_ready()
+    server.stop()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_a_bad_request_gets_a_4xx_naming_the_expected_input_and_the_next_one_is_answered(limited_server, case):
+    path, body, headers, status, problem = BAD_REQUESTS[case]
+    refused = post(limited_server, path, body, headers=headers)
+    assert refused.status_code == status, refused.text
+    message = refused.json()["error"]
+    assert problem in message, message
+    assert "images: uint8 [-1, 28, 28, 1]" in message, message
+    answered = post(limited_server, V1, {"instances": image_examples(2).tolist()})
+    assert answered.status_code == 200, answered.text
+    assert len(answered.json()["predictions"]) == 2
+
+
+def test_a_bad_grpc_request_is_invalid_argument_naming_the_expected_input(limited_server):
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_infer(limited_server, "images", np.zeros((1, 28, 28), np.uint8), "UINT8")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "images: uint8 [-1, 28, 28, 1]" in refused.value.details()
+    assert grpc_infer(limited_server, "images", image_examples(1), "UINT8").model_version == "1"
+
+
+def test_a_grpc_message_over_the_limit_is_refused_and_the_next_one_is_answered(limited_server):
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_infer(limited_server, "images", np.zeros((100, 28, 28, 1), np.uint8), "UINT8")  # 78,400 bytes > 64 KiB
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert grpc_infer(limited_server, "images", image_examples(1), "UINT8").model_version == "1"
+
+
+def test_health_readiness_metadata_and_metrics(image_server):
+    server, _ = image_server
+    assert httpx.get(f"{server.url}/v2/health/live").json() == {"live": True}
+    assert httpx.get(f"{server.url}/v2/health/ready").json() == {"ready": True}
+    # KServe's v1 readiness and TF Serving's model status, in one answer.
+    status = httpx.get(f"{server.url}/v1/models/images").json()
+    assert (status["name"], status["ready"]) == ("images", True)
+    assert status["model_version_status"] == [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
+    assert httpx.get(f"{server.url}/v1/models/other").status_code == 404
+    metadata = httpx.get(f"{server.url}/v2/models/images").json()
+    assert metadata["versions"] == ["1"]
+    assert metadata["inputs"] == [{"name": "images", "datatype": "UINT8", "shape": [-1, 28, 28, 1]}]
+    assert {output["name"] for output in metadata["outputs"]} == {"class_id", "probabilities"}
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "serving_model_version 1.0" in metrics
+    assert "request_predict_seconds" in metrics
+
+
+def test_a_version_published_under_load_is_swapped_in_with_no_failed_request(image_model, tmp_path):
+    base_path = copy_versions(image_model, tmp_path / "serving")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    images = image_examples(4)
+    body = {
+        "inputs": [
+            {"name": "images", "shape": list(images.shape), "datatype": "UINT8", "data": images.flatten().tolist()}
+        ]
+    }
+    seen: list[str] = []
+    failures: list[str] = []
+    swapped, stop = threading.Event(), threading.Event()
+
+    def client() -> None:
+        with httpx.Client(timeout=60) as http:
+            # Bounded: each client sends until the new version has answered it a few times, or 1000 requests.
+            after_swap = 0
+            for _ in range(1000):
+                if stop.is_set() or after_swap >= 5:
+                    return
+                try:
+                    response = http.post(f"{server.url}{V2}", json=body)
+                except httpx.HTTPError as error:
+                    failures.append(repr(error))
+                    continue
+                if response.status_code != 200:
+                    failures.append(f"{response.status_code} {response.text[:200]}")
+                    continue
+                seen.append(response.json()["model_version"])
+                if seen[-1] == "2":
+                    swapped.set()
+                    after_swap += 1
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    try:
+        for thread in clients:
+            thread.start()
+        while len(seen) < 8 and not failures and all(thread.is_alive() for thread in clients):
+            threading.Event().wait(0.05)
+        publish_version(base_path / "1", base_path, 2)
+        assert swapped.wait(120), f"version 2 was never served:\n{(tmp_path / 'server.log').read_text()[-3000:]}"
+    finally:
+        if not swapped.is_set():
+            stop.set()
+        for thread in clients:
+            thread.join(timeout=120)
+        metadata = httpx.get(f"{server.url}/v2/models/images").json()
+        server.stop()
+    assert not failures, failures[:5]
+    assert seen[0] == "1" and "2" in seen
+    assert metadata["versions"] == ["2"]
+
+
+def test_a_base_path_without_versions_is_refused_naming_the_fix(tmp_path):
+    (tmp_path / "serving").mkdir()
+    server = ServerProcess(tmp_path / "serving", "empty", tmp_path / "server.log")
+    assert server.process.wait(timeout=120) == 2
+    log = (tmp_path / "server.log").read_text()
+    assert "holds no numbered SavedModel folder" in log and "make run-local" in log
+
+
+def test_a_version_that_does_not_load_is_skipped_and_the_served_one_keeps_answering(image_model, tmp_path):
+    base_path = copy_versions(image_model, tmp_path / "serving")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    try:
+        broken = tmp_path / "broken"
+        broken.mkdir()
+        (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+        publish_version(broken, base_path, 2)
+        deadline = threading.Event()
+        for _ in range(100):
+            if "version 2 under" in (tmp_path / "server.log").read_text():
+                break
+            deadline.wait(0.2)
+        assert "does not load" in (tmp_path / "server.log").read_text()
+        answered = post(server, V1, {"instances": image_examples(1).tolist()})
+        assert answered.status_code == 200, answered.text
+        assert httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["1"]
+    finally:
+        server.stop()

@@ -1,0 +1,118 @@
+"""The kserve.Model that serves a base path of SavedModel versions: REST v1 in TF Serving's format, and the Open
+Inference Protocol (REST v2 and gRPC v2) through KServe's own InferRequest and InferResponse."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import kserve
+import numpy as np
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.utils.numpy_codec import from_np_dtype
+from prometheus_client import Counter, Gauge
+
+from trainer.serving import tf_serving_json
+from trainer.serving.signature import Signature
+from trainer.serving.versions import Loaded, VersionWatcher
+
+# One model per server process, so no model label.
+SERVED_VERSION = Gauge("serving_model_version", "the version being served")
+VERSION_SWAPS = Counter("serving_version_swaps_total", "versions swapped in after the first")
+
+
+class SavedModelVersions(kserve.Model):
+    """One model name, served from the highest numbered SavedModel under a base path; a newer version is loaded
+    in the background and swapped in while requests keep being answered."""
+
+    def __init__(self, name: str, base_path: str, poll_seconds: float) -> None:
+        super().__init__(name)
+        self.base_path = base_path
+        self.watcher = VersionWatcher(base_path, poll_seconds, on_swap=self._swapped)
+
+    def load(self) -> bool:
+        self.watcher.load_first()
+        self.ready = True
+        return True
+
+    def start(self) -> None:
+        """Called by ModelServer once the model is registered: the watcher runs from then on."""
+        self.ready = True
+        self.watcher.start()
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self.ready = False
+
+    @property
+    def served(self) -> Loaded:
+        return self.watcher.current
+
+    def _swapped(self, loaded: Loaded, previous: Loaded | None) -> None:
+        SERVED_VERSION.set(loaded.version)
+        if previous is not None:
+            VERSION_SWAPS.inc()
+
+    def get_input_types(self) -> list[dict[str, Any]]:
+        return [spec.metadata() for spec in self.served.signature.inputs]
+
+    def get_output_types(self) -> list[dict[str, Any]]:
+        return [spec.metadata() for spec in self.served.signature.outputs]
+
+    def expected(self) -> str:
+        return self.served.signature.expected()
+
+    async def predict(
+        self, payload: Any, headers: dict[str, str] | None = None, response_headers: dict[str, str] | None = None
+    ) -> dict[str, Any] | InferResponse:
+        served = self.served  # read once: the whole request runs on this version
+        signature = served.signature
+        if isinstance(payload, InferRequest):
+            arrays = signature.complete(_v2_arrays(payload, signature))
+            outputs = await _run(signature, arrays)
+            return _v2_response(payload, self.name, served.version, outputs)
+        if isinstance(payload, bytes | str):
+            raise signature.refuse("the body must be JSON (Content-Type: application/json)")
+        arrays, form = tf_serving_json.decode(payload, signature)
+        return tf_serving_json.encode(await _run(signature, arrays), form)
+
+
+async def _run(signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    # In the default executor: TensorFlow releases the GIL, so the event loop keeps accepting requests meanwhile.
+    return await asyncio.get_running_loop().run_in_executor(None, signature.run, arrays)
+
+
+def _v2_arrays(request: InferRequest, signature: Signature) -> dict[str, np.ndarray]:
+    arrays = {}
+    for tensor in request.inputs:
+        spec = signature.input_named(tensor.name)
+        if tensor.datatype != spec.datatype:
+            raise signature.refuse(f"input {spec.name!r} has datatype {tensor.datatype}, expected {spec.datatype}")
+        try:
+            array = tensor.as_numpy()
+        except (ValueError, TypeError) as error:
+            raise signature.refuse(
+                f"input {spec.name!r}: its data does not fill its shape {list(tensor.shape)} ({error})"
+            ) from None
+        arrays[spec.name] = signature.checked(spec, array)
+    return arrays
+
+
+def _v2_response(request: InferRequest, model_name: str, version: int, outputs: dict[str, np.ndarray]) -> InferResponse:
+    infer_outputs = []
+    for name, array in outputs.items():
+        output = InferOutput(name=name, shape=list(array.shape), datatype=str(from_np_dtype(array.dtype)))
+        if request.from_grpc:  # its to_grpc takes lists or raw bytes, not arrays; raw when the request was raw
+            output.set_data_from_numpy(array, binary_data=request.use_binary_outputs)
+        else:  # its to_rest encodes an array as JSON, or as binary when the request asks for binary outputs
+            output.data = array
+        infer_outputs.append(output)
+    return InferResponse(
+        response_id=request.id or str(uuid.uuid4()),
+        model_name=model_name,
+        model_version=str(version),
+        infer_outputs=infer_outputs,
+        use_binary_outputs=request.use_binary_outputs,
+        requested_outputs=request.request_outputs,
+    )

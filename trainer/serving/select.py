@@ -1,0 +1,243 @@
+"""Model selection (`python -m trainer.serving.select`, make select): the best of several trained model dirs by the
+task's declared objective, published into a served base path under a version higher than any there.
+
+Each candidate is judged from its own metrics.json (trainer/artifacts/layout.py, written last by a finished run):
+refused when its run did not finish, when the objective's metric is missing or not finite, when its setup differs
+from the first readable candidate's (another task, or another test split: the numbers would not compare), or
+when its export was not checked (metrics.json "export_check": {"passed": true, ...}). The winner's newest
+SavedModel is copied beside the base path's versions and renamed into place, so a server watching the base path
+sees the whole version or none of it. selection.json, beside the base path, records the decision; running again
+with no new result changes nothing, and ties go to the candidate listed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+from typing import Any
+
+from trainer.artifacts.atomic_file import replaced_on_success, write_json
+from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
+from trainer.errors import ExitCode, SelectionError, UserError
+from trainer.task import Objective, find
+
+SELECTION = "selection.json"
+# What makes two candidates' test figures comparable: the same task on the same test split.
+SETUP_KEYS = ("task", "dataset", "dataset_module", "test_files", "test_examples")
+# Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
+GENERATED_SETUP_KEYS = ("seed",)
+
+
+@dataclasses.dataclass
+class Candidate:
+    model_dir: str
+    metric: str | None = None
+    value: float | None = None
+    refused: str | None = None
+    record: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        return {"model_dir": self.model_dir, "metric": self.metric, "value": self.value, "refused": self.refused}
+
+
+def read_record(model_dir: str) -> tuple[dict[str, Any] | None, str | None]:
+    """metrics.json of a finished run, or the reason there is none."""
+    path = ModelDir(model_dir).metrics
+    if not os.path.isdir(model_dir):
+        return None, f"{model_dir} does not exist"
+    if not os.path.exists(path):
+        return None, f"the run did not finish: no {METRICS} in {model_dir}"
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError) as error:
+        return None, f"{path} is unreadable ({error})"
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        return None, f"{path} is not a trainer's {METRICS} (no config)"
+    state = run_state(model_dir)
+    if state not in (None, "succeeded"):
+        # metrics.json of an earlier finish, while the dir is being trained again (or that run failed)
+        return None, f"the run did not finish: {STATUS} says {state!r}"
+    return record, None
+
+
+def run_state(model_dir: str) -> str | None:
+    """The chief's last recorded state (status.json), None where it wrote none."""
+    try:
+        with open(ModelDir(model_dir).status) as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return status.get("state") if isinstance(status, dict) else None
+
+
+def setup_of(record: dict[str, Any]) -> dict[str, Any]:
+    config = record["config"]
+    setup = {key: config.get(key) for key in SETUP_KEYS}
+    if config.get("dataset") == "synthetic" or config.get("dataset_module"):
+        setup.update({key: config.get(key) for key in GENERATED_SETUP_KEYS})
+    setup["evaluated_test_examples"] = record.get("test_examples")
+    return setup
+
+
+def objective_of(record: dict[str, Any]) -> Objective:
+    """The objective the candidate's own task declares (its module imported, as the trainer did)."""
+    config = record["config"]
+    return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
+
+
+def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any]) -> None:
+    """Sets candidate.value, or candidate.refused with the reason."""
+    record = candidate.record
+    differences = [
+        f"{key} {value!r} (the first candidate's: {reference.get(key)!r})"
+        for key, value in setup_of(record).items()
+        if value != reference.get(key)
+    ]
+    if differences:
+        candidate.refused = f"its setup differs: {'; '.join(differences)}"
+        return
+    value = record.get(objective.key)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        candidate.refused = f"{objective.key} is missing or not finite ({value!r})"
+        return
+    check = record.get("export_check")
+    if not isinstance(check, dict) or check.get("passed") is not True:
+        candidate.refused = (
+            f'its export was not checked or failed the check ({METRICS} "export_check": {check!r}): serving it '
+            f"could answer differently from the model that was evaluated"
+        )
+        return
+    try:
+        exported = ModelDir(candidate.model_dir).latest_saved_model()
+    except (FileNotFoundError, ValueError) as error:
+        candidate.refused = f"no exported SavedModel ({error})"
+        return
+    # The trainer names a version by the global step of its weights: the newest must be the evaluated one.
+    steps = record.get("steps")
+    if isinstance(steps, int) and os.path.basename(exported) != str(steps):
+        candidate.refused = (
+            f"its newest SavedModel ({exported}) is not the one evaluated at step {steps}: a later run exported "
+            f"without finishing, or the version was copied in by hand"
+        )
+        return
+    candidate.value = float(value)
+
+
+def choose(model_dirs: list[str]) -> tuple[list[Candidate], Candidate | None, Objective | None]:
+    """Every candidate judged, and the winner (ties: the first listed)."""
+    candidates = [Candidate(model_dir) for model_dir in model_dirs]
+    reference: dict[str, Any] | None = None
+    objective: Objective | None = None
+    for candidate in candidates:
+        record, problem = read_record(candidate.model_dir)
+        if record is None:
+            candidate.refused = problem
+            continue
+        candidate.record = record
+        if reference is None:
+            reference, objective = setup_of(record), objective_of(record)
+    if reference is None or objective is None:
+        return candidates, None, None
+    for candidate in candidates:
+        if candidate.refused is None:
+            candidate.metric = objective.key
+            judge(candidate, objective, reference)
+    accepted = [candidate for candidate in candidates if candidate.refused is None and candidate.value is not None]
+    if not accepted:
+        return candidates, None, objective
+    sign = -1.0 if objective.higher_is_better else 1.0
+    winner = min(accepted, key=lambda candidate: sign * (candidate.value or 0.0))  # min keeps the first of equals
+    return candidates, winner, objective
+
+
+def selection_path(base_path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(base_path)), SELECTION)
+
+
+def previous_selection(base_path: str) -> dict[str, Any] | None:
+    try:
+        with open(selection_path(base_path)) as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return previous if isinstance(previous, dict) else None
+
+
+def publish(winner: Candidate, base_path: str) -> str:
+    """Copies the winner's newest SavedModel to base_path/<highest + 1>, renamed into place; returns the folder."""
+    source = ModelDir(winner.model_dir).latest_saved_model()
+    version = max(numbered_versions(base_path), default=0) + 1
+    target = os.path.join(base_path, str(version))
+    try:
+        with replaced_on_success(target) as partial:
+            shutil.copytree(source, partial)
+    except OSError as error:
+        raise SelectionError(
+            f"cannot publish {source} into {base_path} ({error.strerror}): give a writable base path"
+        ) from None
+    return target
+
+
+def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
+    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json."""
+    candidates, winner, objective = choose(model_dirs)
+    summary = [candidate.summary() for candidate in candidates]
+    if winner is None:
+        reasons = "; ".join(f"{c.model_dir}: {c.refused}" for c in candidates)
+        raise SelectionError(f"no candidate can be served ({reasons})")
+    assert objective is not None
+    digest = winner.record.get("weights_sha256")
+    previous = previous_selection(base_path)
+    published = previous.get("published") if previous else None
+    unchanged = (
+        previous is not None
+        and previous.get("winner") == winner.model_dir
+        and previous.get("winner_weights_sha256") == digest
+        and isinstance(published, str)
+        and os.path.isdir(published)
+    )
+    if not unchanged:
+        published = publish(winner, base_path)
+    decision = {
+        "candidates": summary,
+        "winner": winner.model_dir,
+        "published": published,
+        "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
+        "winner_weights_sha256": digest,
+    }
+    if decision != previous:
+        write_json(selection_path(base_path), decision, sort_keys=False)
+    return decision
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.serving.select", description="the best trained model, published"
+    )
+    parser.add_argument("--candidates", nargs="+", required=True, help="the trained model dirs to choose from")
+    parser.add_argument("--base-path", required=True, help="the served base path to publish the winner into")
+    args = parser.parse_args(argv)
+    try:
+        decision = select(args.candidates, args.base_path)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
+    for candidate in decision["candidates"]:
+        verdict = (
+            f"refused: {candidate['refused']}"
+            if candidate["refused"]
+            else f"{candidate['metric']} {candidate['value']}"
+        )
+        print(f"{candidate['model_dir']}: {verdict}")
+    print(f"winner {decision['winner']}, served from {decision['published']} ({selection_path(args.base_path)})")
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

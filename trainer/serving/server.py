@@ -1,0 +1,157 @@
+"""KServe's ModelServer around one SavedModelVersions, with what KServe 0.21.0 lacks for this use, added through
+its own extension points:
+
+- the served version in the v2 model metadata (`versions`; its DataPlane reports none): a DataPlane subclass;
+- a request body limit on REST (KServe limits only gRPC messages, grpc_max_receive_message_length): an ASGI
+  middleware answering 413, at the same limit as gRPC;
+- refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
+  request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput;
+- TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kserve
+import kserve.model_server
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER, MAX_GRPC_MESSAGE_LENGTH, PredictorProtocol
+from kserve.errors import InvalidInput
+from kserve.protocol.dataplane import JSON_HEADERS, DataPlane
+from kserve.protocol.rest.v2_datamodels import InferenceRequest
+from pydantic import ValidationError
+
+from trainer.serving.model import SavedModelVersions
+
+log = logging.getLogger(__name__)
+
+
+class VersionedDataPlane(DataPlane):
+    """KServe's data plane, reporting the served version and naming the expected inputs on undecodable bodies."""
+
+    def __init__(self, model_registry: Any, model: SavedModelVersions) -> None:
+        super().__init__(model_registry=model_registry)
+        self.model = model
+
+    async def model_metadata(self, model_name: str) -> dict[str, Any]:
+        metadata: dict[str, Any] = await super().model_metadata(model_name)
+        if model_name == self.model.name:
+            metadata.update(versions=[str(self.model.served.version)], platform="tensorflow_savedmodel")
+        return metadata
+
+    def decode(self, body: Any, headers: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(body, bytes) and headers and INFERENCE_CONTENT_LENGTH_HEADER not in headers:
+            # TF Serving reads every body as JSON, so `curl -d` (a form content type) works: here too.
+            if headers.get("content-type", "application/json") not in JSON_HEADERS:
+                headers = {key: value for key, value in headers.items() if key != "content-type"}
+            if kwargs.get("protocol_version", args[0] if args else None) == PredictorProtocol.REST_V2.value:
+                try:
+                    body = InferenceRequest.model_validate_json(body)
+                except ValidationError as error:
+                    raise InvalidInput(
+                        f"the body is not a v2 inference request ({_problems(error.errors())}); {self.model.expected()}"
+                    ) from None
+        try:
+            return super().decode(body, headers, *args, **kwargs)
+        except InvalidInput as error:
+            raise InvalidInput(f"{error.reason}; {self.model.expected()}") from None
+
+
+def _problems(errors: Any) -> str:
+    return "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}" for item in list(errors)[:5])
+
+
+class BodyLimit:
+    """Refuses a request body over `limit` bytes with 413, before any of it reaches the model."""
+
+    def __init__(self, app: Any, limit: int, expected: Any) -> None:
+        self.app, self.limit, self.expected = app, limit, expected
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send, int(declared))
+            return
+        # Read the whole body (chunked ones too) up to the limit, then hand it on as one message.
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.limit:
+                await self._refuse(send, size)
+                return
+        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}]), send)
+
+    async def _refuse(self, send: Any, size: int) -> None:
+        message = (
+            f"the request body ({size} bytes or more) is over this server's limit of {self.limit} bytes "
+            f"(--max-request-bytes): send fewer examples per request; {self.expected()}"
+        )
+        body = json.dumps({"error": message}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[dict[str, Any]]) -> Any:
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    return receive
+
+
+def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request_bytes: int) -> None:
+    """Loads the model's highest version, then serves REST (v1, v2, health, /metrics) and gRPC v2 until a signal."""
+    model.load()
+    # ModelServer reads the gRPC limits from its module's parsed arguments when it starts the gRPC server.
+    kserve.model_server.args.grpc_max_receive_message_length = max_request_bytes
+    kserve.model_server.args.grpc_max_send_message_length = max(max_request_bytes, MAX_GRPC_MESSAGE_LENGTH)
+    server = kserve.ModelServer(
+        http_port=http_port, grpc_port=grpc_port, enable_grpc=True, enable_latency_logging=False
+    )
+    server.dataplane = VersionedDataPlane(server.registered_models, model)
+    app = kserve.model_server.app
+    app.add_middleware(BodyLimit, limit=max_request_bytes, expected=model.expected)
+
+    async def malformed(_: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            status_code=400,
+            content={
+                "error": f"the body is not a v2 inference request ({_problems(error.errors())}); {model.expected()}"
+            },
+        )
+
+    app.add_exception_handler(RequestValidationError, malformed)
+
+    async def model_status(model_name: str) -> JSONResponse:
+        """KServe's v1 readiness ({"name", "ready"}) with TF Serving's model status beside it, so a client that polls
+        either one reads what it expects. Registered before KServe's own route for the path, so it answers."""
+        if model_name != model.name:
+            return JSONResponse(status_code=404, content={"error": f"Model with name {model_name} does not exist."})
+        version = str(model.served.version)
+        status = {"version": version, "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": [status]})
+
+    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
+    log.info(
+        "serving %s (version %d) from %s: REST on port %d, gRPC on port %d",
+        model.name,
+        model.served.version,
+        model.base_path,
+        http_port,
+        grpc_port,
+    )
+    server.start([model])

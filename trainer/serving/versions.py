@@ -1,0 +1,140 @@
+"""The versions under a model base path, as TF Serving reads them: numbered folders, the highest one served.
+
+A watcher thread looks for a new highest version, loads it in the background beside the one being served, calls it
+once, and swaps it in with one assignment: a request holds the version it started with until it finishes, so none
+fails during the swap. A version that does not load is logged and skipped until its files change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from trainer.artifacts.layout import numbered_versions
+from trainer.errors import ServingError, first_line
+from trainer.serving.signature import Signature, load_signature
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """One version, loaded and ready to call."""
+
+    version: int
+    path: str
+    signature: Signature
+
+
+def load_version(base_path: str, version: int) -> Loaded:
+    path = os.path.join(base_path, str(version))
+    signature = load_signature(path)
+    warm_up(signature)
+    return Loaded(version, path, signature)
+
+
+def warm_up(signature: Signature) -> None:
+    """One call on a batch of zeros, so the first request on this version pays no tracing."""
+    if any(spec.shape is None for spec in signature.inputs):
+        return
+    arrays = {
+        spec.name: np.zeros(tuple(1 if size == -1 else size for size in spec.shape or ()), spec.dtype)
+        for spec in signature.inputs
+    }
+    signature.run(arrays)
+
+
+def files_fingerprint(path: str) -> tuple[int, float]:
+    """How many files a version holds and their newest modification time: a failed version is retried once
+    either changes (a copy that was still being written)."""
+    count, newest = 0, 0.0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            count += 1
+            try:
+                newest = max(newest, os.stat(os.path.join(directory, name)).st_mtime)
+            except FileNotFoundError:
+                continue
+    return count, newest
+
+
+class VersionWatcher:
+    """Holds the version being served and swaps in the highest numbered one as it appears."""
+
+    def __init__(
+        self, base_path: str, poll_seconds: float, on_swap: Callable[[Loaded, Loaded | None], None] | None = None
+    ) -> None:
+        self.base_path = base_path
+        self.poll_seconds = poll_seconds
+        self.on_swap = on_swap
+        self._current: Loaded | None = None
+        self._failed: dict[int, tuple[int, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def current(self) -> Loaded:
+        loaded = self._current
+        if loaded is None:
+            raise RuntimeError("no version loaded yet")
+        return loaded
+
+    def load_first(self) -> Loaded:
+        """Loads the highest version that loads; ServingError when none does."""
+        versions = numbered_versions(self.base_path)
+        if not versions:
+            raise ServingError(
+                f"{self.base_path} holds no numbered SavedModel folder (<base>/<version>/saved_model.pb): point "
+                f"the server at a model dir's serving/ folder (SERVE_FROM=...), or train one first (make run-local)"
+            )
+        self.check_once()
+        if self._current is None:
+            raise ServingError(
+                f"no version under {self.base_path} loads (tried {', '.join(map(str, reversed(versions)))}); the "
+                f"log above says why: re-export the model, or remove the broken folders"
+            )
+        return self._current
+
+    def check_once(self) -> None:
+        """Serves the highest version that loads: newer ones as they appear, an older one if the served one
+        is deleted."""
+        for version in reversed(numbered_versions(self.base_path)):
+            current = self._current
+            if current is not None and current.version == version:
+                return
+            path = os.path.join(self.base_path, str(version))
+            fingerprint = files_fingerprint(path)
+            if self._failed.get(version) == fingerprint:
+                continue
+            try:
+                loaded = load_version(self.base_path, version)
+            except Exception as error:  # noqa: BLE001 (a broken version must not stop the one being served)
+                self._failed[version] = fingerprint
+                log.error("version %d under %s does not load: %s", version, self.base_path, first_line(error)[:500])
+                continue
+            self._failed.pop(version, None)
+            self._current = loaded  # one assignment: a request reads either the old version or the new one
+            log.info("serving version %d from %s", version, path)
+            if self.on_swap is not None:
+                self.on_swap(loaded, current)
+            return
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="version-watcher", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.check_once()
+            except Exception as error:  # noqa: BLE001 (the watcher must outlive a bad poll: a folder removed mid-read)
+                log.error("checking %s for new versions failed: %s", self.base_path, first_line(error)[:500])
