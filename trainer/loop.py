@@ -25,8 +25,8 @@ from trainer.artifacts.progress import Progress, Startup, Throughput
 from trainer.artifacts.report import Report, metrics_record
 from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
-from trainer.data import datasets
-from trainer.data.datasets import Source
+from trainer.data import corrupt_records, datasets
+from trainer.data.datasets import Shard, Source
 from trainer.distribution import allreduce
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
@@ -45,6 +45,7 @@ class Calls(abc.ABC):
     writes_checkpoints: bool  # whether this process's checkpoints are the ones kept
     steps_per_epoch: int  # set by start()
     sizes: dict[str, Any]  # train_examples, test_examples, cache: set by start(), recorded in metrics.json
+    shards: tuple[Shard, ...] = ()  # this process's shards of both splits: where a corrupt record is looked for
 
     def build(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:  # noqa: B027 (optional)
         """Creates what the calls keep beside the model (metrics), inside strategy.scope()."""
@@ -78,6 +79,11 @@ class Calls(abc.ABC):
 
     def shape(self) -> dict[str, Any]:
         """The run's shape for metrics.json beyond the workers and the batch (the async mode adds its own)."""
+        return {}
+
+    def corrupt_records_skipped(self) -> dict[str, int]:
+        """{"corrupt_records_skipped": n} over the group when --on-corrupt-record skip is on, else {}; every worker
+        calls it at the same point (it may be a collective)."""
         return {}
 
 
@@ -199,6 +205,11 @@ def train_and_evaluate(
             log.warning(
                 "%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint
             )
+        else:
+            where = f"{cluster.name} could not read its input in the steps after step {step}"
+            corrupt = corrupt_records.named(error, calls.shards, where)
+            if corrupt is not None:
+                raise corrupt from None
         raise
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
@@ -219,6 +230,7 @@ def train_and_evaluate(
         restarts=status.restarts,
         steps_per_epoch=steps_per_epoch,
         **calls.sizes,
+        **calls.corrupt_records_skipped(),
     )
     report.finished(cluster.name, step, test_metrics, record)
     return record

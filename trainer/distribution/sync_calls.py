@@ -35,6 +35,7 @@ class SyncCalls(Calls):
         self.writes_checkpoints = cluster.is_chief
         self.inputs = Inputs(config, cluster, strategy, self.global_batch_size)
         self.source = self.inputs.source
+        self.shards = (self.inputs.train_shard, self.inputs.test_shard)
         self.names = ("loss", *task.metric_names)
 
     def build(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
@@ -72,6 +73,14 @@ class SyncCalls(Calls):
             **{f"test_{name}": float(mean.result()) for name, mean in self.test_means.items()},
             "test_examples_evaluated": examples,
         }
+
+    def corrupt_records_skipped(self) -> dict[str, int]:
+        tallies = [shard.skipped for shard in self.shards if shard.skipped is not None]
+        if not tallies:
+            return {}
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        rows = _gather_over_workers(self.strategy, rank, workers, [sum(tally() for tally in tallies)])
+        return {"corrupt_records_skipped": sum(row[0] for row in rows)}
 
     def describe(self, config: Config, workers: int) -> str:
         return f"{workers} worker(s) x {config.per_worker_batch_size} = global batch {self.global_batch_size}"
