@@ -19,7 +19,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer.artifacts import saving
+from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
 from trainer.artifacts.progress import Progress, Startup, Throughput
 from trainer.artifacts.report import Report, metrics_record
@@ -214,7 +214,8 @@ def train_and_evaluate(
 
     if not test_metrics:  # resumed after the last step: evaluate the restored model
         test_metrics = calls.evaluate()
-    saving.save_model(model, task, config.model_dir, cluster.is_chief, version=step)
+    features = export_check.test_features(task, calls.shards)
+    exported = saving.save_model(model, task, config.model_dir, cluster.is_chief, version=step, features=features)
     checkpointer.close()
     record = metrics_record(
         config,
@@ -232,6 +233,8 @@ def train_and_evaluate(
         **calls.sizes,
         **calls.corrupt_records_skipped(),
     )
+    if exported is not None:
+        record["export_check"] = exported
     report.finished(cluster.name, step, test_metrics, record)
     return record
 
