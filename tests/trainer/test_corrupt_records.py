@@ -11,7 +11,7 @@ import pathlib
 import pytest
 import tensorflow as tf
 
-from multiworker import run_group, start, wait_all
+from multiworker import async_cluster, run_group, start, tf_config, wait_all
 from record_files import write_records
 from trainer.artifacts import layout
 from trainer.data import corrupt_records
@@ -187,3 +187,23 @@ def test_two_workers_skip_together_and_count_once(records, tmp_path):
     assert len(digests) == 1  # the group stayed in step
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
     assert metrics["corrupt_records_skipped"] == 64 - readable(data / SHARD)
+
+
+def test_skip_on_sound_files_trains_exactly_as_fail(records, tmp_path):
+    _, files = records
+    digests = []
+    for mode in ("fail", "skip"):
+        code, output = train_alone(files, tmp_path / mode, "--on-corrupt-record", mode)
+        assert code == ExitCode.OK, output[-3000:]
+        digests.append(json.loads((tmp_path / mode / layout.METRICS).read_text())["weights_sha256"])
+    assert digests[0] == digests[1]  # the same records in the same order: exact resume is untouched
+    assert json.loads((tmp_path / "skip" / layout.METRICS).read_text())["corrupt_records_skipped"] == 0
+
+
+def test_skip_is_refused_under_parameter_servers_before_the_group_forms(records, tmp_path):
+    _, files = records
+    cluster = async_cluster(1, 1)
+    chief = start(trainer_args(files, tmp_path / "model", "--on-corrupt-record", "skip"), tf_config(cluster, "chief", 0))
+    finished = wait_all({"chief": chief}, timeout=120)["chief"]
+    assert finished.returncode == ExitCode.BAD_CONFIG, finished.output[-3000:]
+    assert "--on-corrupt-record skip" in error_line(finished.output)
