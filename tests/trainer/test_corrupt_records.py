@@ -203,7 +203,9 @@ def test_skip_on_sound_files_trains_exactly_as_fail(records, tmp_path):
 def test_skip_is_refused_under_parameter_servers_before_the_group_forms(records, tmp_path):
     _, files = records
     cluster = async_cluster(1, 1)
-    chief = start(trainer_args(files, tmp_path / "model", "--on-corrupt-record", "skip"), tf_config(cluster, "chief", 0))
+    chief = start(
+        trainer_args(files, tmp_path / "model", "--on-corrupt-record", "skip"), tf_config(cluster, "chief", 0)
+    )
     finished = wait_all({"chief": chief}, timeout=120)["chief"]
     assert finished.returncode == ExitCode.BAD_CONFIG, finished.output[-3000:]
     assert "--on-corrupt-record skip" in error_line(finished.output)

@@ -3,8 +3,8 @@ answers must match the model in memory before serving/<version>/ is published.
 
 What it compares: the signature TF Serving and KServe call (`serving_default`, the task's `serve` endpoint) on a
 batch of the dataset's test features, against `Task.serving_reference`, what the task says the served outputs
-must be, computed eagerly from the trained model (image_classification: the softmax of the model's own logits, as
-evaluation computes them). A serving function that preprocesses differently from training, or weights that did not
+must be, computed eagerly from the trained model (the default task states it from the model called as
+evaluation calls it). A serving function that preprocesses differently from training, or weights that did not
 make it into the SavedModel, show up as a difference beyond TOLERANCE; the run then fails (ExportCheckError, exit
 2) and nothing is published. The result goes to metrics.json as "export_check", which model selection requires.
 
@@ -58,7 +58,10 @@ def serving_arguments(task: Task, model: keras.Model, features: Any) -> list[Any
 
 def reference(task: Task, model: keras.Model, features: Any) -> dict[str, np.ndarray]:
     """What the exported model must answer for `features`, from the model in memory (every worker calls it)."""
-    outputs = task.serving_reference(model, *serving_arguments(task, model, features))
+    # Traced, as the SavedModel's graph is: both get the same graph rewrites (fused kernels round differently from
+    # op-by-op execution in 16 bits), so what differs is what the task or the export changed.
+    traced = tf.function(lambda *arguments: task.serving_reference(model, *arguments), autograph=False)
+    outputs = traced(*serving_arguments(task, model, features))
     return {name: np.asarray(keras.ops.convert_to_numpy(value)) for name, value in outputs.items()}
 
 
