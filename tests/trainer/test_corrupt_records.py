@@ -209,3 +209,12 @@ def test_skip_is_refused_under_parameter_servers_before_the_group_forms(records,
     finished = wait_all({"chief": chief}, timeout=120)["chief"]
     assert finished.returncode == ExitCode.BAD_CONFIG, finished.output[-3000:]
     assert "--on-corrupt-record skip" in error_line(finished.output)
+
+
+def test_the_data_check_names_a_corrupt_file_before_any_trainer_starts(records, tmp_path):
+    data, files = records
+    flip_a_byte(data / SHARD, keep_mtime=False)
+    flags = [*files, "--image-shape", "28x28x1", "--num-classes", "10", "--model-dir", str(tmp_path / "model")]
+    checked = wait_all({"check": start(["--dataset", "tfrecord", *flags], None, module="trainer.data")}, 120)["check"]
+    assert checked.returncode == ExitCode.BAD_CONFIG, checked.output[-3000:]
+    assert str(data / SHARD) in error_line(checked.output) and "checksum (CRC) mismatch" in checked.output
