@@ -206,7 +206,7 @@ def train_and_evaluate(
                 "%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint
             )
         else:
-            where = f"{cluster.name} could not read its input in the steps after step {step}"
+            where = f"{cluster.name}: reading the input failed in the steps after step {step}"
             corrupt = corrupt_records.named(error, calls.shards, where)
             if corrupt is not None:
                 raise corrupt from None

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 import tensorflow as tf
 
-from multiworker import async_cluster, run_group, start, tf_config, wait_all
+from multiworker import async_cluster, run_group, start, start_servers, stop_servers, tf_config, wait_all
 from record_files import write_records
 from trainer.artifacts import layout
 from trainer.data import corrupt_records
@@ -100,7 +100,7 @@ def test_a_truncated_shard_is_named_mid_epoch(records, tmp_path):
     code, output = train_alone(files, tmp_path / "model")
     assert code == ExitCode.BAD_CONFIG, output[-3000:]
     line = error_line(output)
-    assert "could not read its input in the steps after step" in line and str(data / SHARD) in line, line
+    assert "reading the input failed in the steps after step" in line and str(data / SHARD) in line, line
     assert f"truncated: the file ends inside record {readable(data / SHARD)}, at byte offset" in line, line
     assert not (tmp_path / "model" / layout.SERVING).exists()
 
@@ -120,7 +120,7 @@ def test_a_flipped_byte_is_named_mid_epoch(records, tmp_path):
     code, output = train_alone(files, tmp_path / "model")
     assert code == ExitCode.BAD_CONFIG, output[-3000:]
     line = error_line(output)
-    assert "could not read its input" in line and str(data / SHARD) in line, line
+    assert "reading the input failed" in line and str(data / SHARD) in line, line
     assert f"checksum (CRC) mismatch in record {readable(data / SHARD)}, at byte offset" in line, line
 
 
@@ -218,3 +218,19 @@ def test_the_data_check_names_a_corrupt_file_before_any_trainer_starts(records, 
     checked = wait_all({"check": start(["--dataset", "tfrecord", *flags], None, module="trainer.data")}, 120)["check"]
     assert checked.returncode == ExitCode.BAD_CONFIG, checked.output[-3000:]
     assert str(data / SHARD) in error_line(checked.output) and "checksum (CRC) mismatch" in checked.output
+
+
+@pytest.mark.slow
+def test_parameter_servers_the_chief_names_the_file_a_worker_failed_on(records, tmp_path):
+    data, files = records
+    flip_a_byte(data / SHARD, keep_mtime=True)
+    cluster = async_cluster(1, 1)
+    args = trainer_args(files, tmp_path / "model")
+    servers = start_servers(cluster, args)
+    try:
+        chief = wait_all({"chief": start(args, tf_config(cluster, "chief", 0))}, timeout=240)["chief"]
+    finally:
+        stop_servers(servers)
+    assert chief.returncode == ExitCode.BAD_CONFIG, chief.output[-3000:]
+    line = error_line(chief.output)
+    assert str(data / SHARD) in line and "checksum (CRC) mismatch" in line, line
