@@ -200,6 +200,11 @@ def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> Non
             "--gradient-compression and --gradient-bucket-bytes shape the all-reduce of sync training; under "
             "parameter servers each worker sends its gradients to the ps tasks as they are: drop both flags"
         )
+    if cluster.is_async and config.group(datasets.RecordOptions).on_corrupt_record == "skip":
+        raise ConfigError(
+            "--on-corrupt-record skip counts what each worker's input drops, which parameter-server workers cannot "
+            "report back: fix the files (the error names them), or train with all-reduce workers"
+        )
     datasets.check_dataset(config)
 
 

@@ -42,8 +42,18 @@ class DataError(UserError):
     """The dataset cannot be read as asked: missing, unprepared, too small, or malformed."""
 
 
+class CorruptRecordError(DataError):
+    """A TFRecord file cannot be read through (truncated, a checksum mismatch) or holds a record that is not the
+    expected tf.train.Example: the message names the file, the record and the fix."""
+
+
 class ModelDirError(UserError):
     """--model-dir cannot be written, or holds checkpoints of another run."""
+
+
+class ExportCheckError(UserError):
+    """The SavedModel written for serving, loaded back, answers differently from the model in memory (a serving
+    skew): nothing was published."""
 
 
 class StatusPortError(UserError):

@@ -17,13 +17,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer.artifacts import saving
+from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
 from trainer.artifacts.progress import Progress, Startup, Throughput
 from trainer.artifacts.report import Report
 from trainer.artifacts.status import StatusReporter
 from trainer.config import Config
-from trainer.data import datasets
+from trainer.data import corrupt_records, datasets
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
@@ -127,21 +127,33 @@ def train_and_evaluate(
                 checkpointer.save(step)
                 last_checkpoint = step
     except tf.errors.OpError as error:
-        if is_group_failure(error):
-            log.warning(
-                "%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint
-            )
-        raise
+        raise explained(error, cluster, runner, step, last_checkpoint) from None
 
     if not test.examples:  # resumed after the last step: evaluate the restored model
         test = Totals(test.names, runner.evaluate())
-    saving.save_model(model, task, config.model_dir, cluster.is_chief, version=step)
+    features = export_check.test_features(task, runner.shards)
+    exported = saving.save_model(model, task, config.model_dir, cluster.is_chief, version=step, features=features)
     checkpointer.close()
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
     run = {"workers": workers, **shape, "global_batch_size": runner.global_batch_size, "learning_rate": learning_rate}
     run.update(steps=step, resumed_from_step=start_step, restarts=status.restarts, steps_per_epoch=steps_per_epoch)
-    run.update(skipped_steps=skipped_steps)
+    run.update(skipped_steps=skipped_steps, **runner.corrupt_records_skipped())
+    run.update({"export_check": exported} if exported is not None else {})
     return report.finished(cluster.name, config, model, step, epoch_train, test, {**run, **runner.sizes})
+
+
+def explained(
+    error: tf.errors.OpError, cluster: Cluster, runner: StepRunner, step: int, last_checkpoint: int
+) -> BaseException:
+    """What a failed call raises: a lost group as it was (said in one line), a corrupt record named with its file
+    (trainer/data/corrupt_records.py), anything else as it was."""
+    if is_group_failure(error):
+        log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint)
+        return error
+    return (
+        corrupt_records.named(error, runner.shards, f"{cluster.name}: reading the input failed after step {step}")
+        or error
+    )
 
 
 def first_line(task: Task, config: Config, runner: StepRunner, learning_rate: float, start_step: int) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import keras
 
     from trainer.config import Config
-    from trainer.data.datasets import Source
+    from trainer.data.datasets import Shard, Source
     from trainer.task import Task
 
 
@@ -242,6 +242,7 @@ class StepRunner(abc.ABC):
     global_batch_size: int  # examples per step
     steps_per_epoch: int
     sizes: dict[str, Any]  # train_examples, test_examples, cache: recorded in metrics.json
+    shards: tuple[Shard, ...]  # this process's shards of both splits: where a corrupt record is looked for
 
     @abc.abstractmethod
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
@@ -258,3 +259,8 @@ class StepRunner(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """How the work is split, for the run's first line."""
+
+    def corrupt_records_skipped(self) -> dict[str, int]:
+        """{"corrupt_records_skipped": n} over the group under --on-corrupt-record skip, else {}; every worker calls
+        it at the same point (it may be a collective)."""
+        return {}

@@ -109,6 +109,14 @@ class Task:
         """The exported model's outputs by name, for features shaped as serving_signature says."""
         raise NotImplementedError
 
+    def serving_reference(self, model: keras.Model, *features: Any) -> dict[str, tf.Tensor]:
+        """What serve() must answer for these features, computed eagerly from the trained model: before
+        serving/<version>/ is published, the SavedModel loaded back is compared with it (export_check.py). Override
+        it to state the outputs from the model call as training and evaluation make it, so a serve() that
+        preprocesses differently is caught; the default runs serve() itself eagerly, which catches what the export
+        loses (weights, state) but not a serve() that is wrong by design."""
+        return self.serve(model, *features)
+
 
 TASKS: Registry[type[Task]] = Registry()
 

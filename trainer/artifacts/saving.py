@@ -9,17 +9,22 @@ name and renamed into place, so a reader never sees a half-written model.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 
+from trainer.artifacts import export_check
 from trainer.artifacts.atomic_file import replaced_on_success
 from trainer.artifacts.layout import ModelDir
 from trainer.errors import ModelDirError
 from trainer.task import Task
+
+log = logging.getLogger(__name__)
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -49,11 +54,26 @@ def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def save_model(model: keras.Model, task: Task, model_dir: str, is_chief: bool, version: int) -> None:
-    """Writes model.keras and the SavedModel serving/<version>/ (signature `serve`: the task's serving function)."""
+def save_model(
+    model: keras.Model, task: Task, model_dir: str, is_chief: bool, version: int, features: Any = None
+) -> dict[str, Any] | None:
+    """Writes the SavedModel serving/<version>/ (signature `serve`: the task's serving function), verified on
+    `features` (a batch of test features) before it is published, then model.keras. Returns the chief's export
+    check for metrics.json (None elsewhere); raises ExportCheckError, with nothing published, on a serving skew."""
+    # Every worker computes the reference at the same point: reading the model may read distributed variables.
+    expected = None if features is None else export_check.reference(task, model, features)
     with save_target(model_dir, is_chief) as target:
+        verify = None
+        if is_chief and expected is not None:  # only where it is published; loading back is local, no collective
+
+            def verify(written: str) -> dict[str, Any]:
+                return export_check.check(written, task, model, features, expected)
+
+        checked = _write_saved_model(model, task, ModelDir(target).saved_model(version), verify)
         _write_keras(model, ModelDir(target).keras_model)
-        _write_saved_model(model, task, ModelDir(target).saved_model(version))
+    if is_chief and checked is None:
+        log.warning("the export was not checked: this process has no test examples to run it on")
+    return checked
 
 
 def _write_keras(model: keras.Model, path: str) -> None:
@@ -61,7 +81,9 @@ def _write_keras(model: keras.Model, path: str) -> None:
         model.save(partial)
 
 
-def _write_saved_model(model: keras.Model, task: Task, path: str) -> None:
+def _write_saved_model(
+    model: keras.Model, task: Task, path: str, verify: Callable[[str], dict[str, Any]] | None
+) -> dict[str, Any] | None:
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
@@ -72,3 +94,4 @@ def _write_saved_model(model: keras.Model, task: Task, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with replaced_on_success(path) as partial:
         archive.write_out(partial, verbose=False)
+        return verify(partial) if verify else None  # before the rename: a failed check publishes nothing

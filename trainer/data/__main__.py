@@ -29,17 +29,20 @@ def check_files(config: Config) -> str:
     """One line: files and examples of each split, or a DataError naming what is missing. The counts come from
     the record index beside the files, and files it does not know are counted and added to it (or to the one in
     --model-dir where their folder is read-only), so no trainer start counts them."""
+    from trainer.data.corrupt_records import SkippedRecords
     from trainer.data.record_counts import RecordCounts
 
     counts = RecordCounts(config.model_dir)
     options = config.group(datasets.RecordOptions)
+    # A corrupt file fails the check as it would fail the trainer; under skip it is logged and counted as readable.
+    skipped = SkippedRecords() if options.on_corrupt_record == "skip" else None
     parts = []
     for split, pattern, flag in (
         ("train", options.train_files, "--train-files"),
         ("test", options.test_files, "--test-files"),
     ):
         files = datasets.glob_files(pattern, flag)
-        parts.append(f"{split} {len(files)} files {sum(counts.counts(files))} examples")
+        parts.append(f"{split} {len(files)} files {sum(counts.counts(files, skipped))} examples")
     return f"dataset tfrecord is ready: {', '.join(parts)}"
 
 

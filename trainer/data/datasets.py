@@ -35,6 +35,7 @@ from trainer.options import Registry, option
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from trainer.data.corrupt_records import SkippedRecords
     from trainer.data.record_counts import RecordCounts
 
     Example = tuple[Any, Any]  # one decoded example: (features, targets), each a nest of tensors
@@ -52,6 +53,10 @@ class Shard:
     shuffled: bool  # records(seed) is already a full per-epoch permutation: no shuffle buffer needed
     reads: str  # what this worker reads, for the one log line
     every_worker_reads_all: bool = False  # the element-sharding fallback: worth a warning
+    # (path, records the index counted) of each file read, for the scan that names a corrupt one (corrupt_records.py)
+    files: tuple[tuple[str, int], ...] = ()
+    # --on-corrupt-record skip: records(seed) may yield fewer than `size`; skipped() says how many it dropped so far
+    skipped: Callable[[], int] | None = None
 
 
 class Split(Protocol):
@@ -328,6 +333,9 @@ def synthetic(config: Config) -> Source:
 # --- your own files: TFRecord of tf.train.Example ----------------------------------------------------------
 
 
+ON_CORRUPT_RECORD = ("fail", "skip")
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordOptions:
     """The options of --dataset tfrecord."""
@@ -338,6 +346,12 @@ class RecordOptions:
     num_classes: int = option(0, "number of classes (0..N-1)")
     image_feature: str = option("image", "tf.train.Example feature with the PNG/JPEG or raw uint8 image")
     label_feature: str = option("label", "tf.train.Example int64 feature with the class")
+    on_corrupt_record: str = option(
+        "fail",
+        "a truncated file, a checksum mismatch or a record that is not the expected tf.train.Example: fail "
+        "(exit 2, naming the file) or skip it (logged once per file, counted in metrics.json; see docs/data.md)",
+        ON_CORRUPT_RECORD,
+    )
 
     def check(self) -> None:
         if self.num_classes < 0:
@@ -359,6 +373,8 @@ class RecordFiles:
     image_feature: str = "image"
     label_feature: str = "label"
     counts: RecordCounts = dataclasses.field(default_factory=lambda: _record_counts(None), compare=False)
+    # --on-corrupt-record skip: this tally drops and counts what cannot be read or parsed; None fails on it
+    skipped: SkippedRecords | None = dataclasses.field(default=None, compare=False)
 
     def fingerprint(self) -> str:
         names = hashlib.sha256("\n".join(os.path.basename(path) for path in self.files).encode()).hexdigest()
@@ -369,10 +385,14 @@ class RecordFiles:
         own = self.files[index::count] if by_file else self.files
         import tensorflow as tf
 
+        counts = self.counts.counts(own, self.skipped)  # from the record index: no counting pass once it is written
+        files = tuple(zip(own, counts, strict=True))
+        read = tf.data.TFRecordDataset if self.skipped is None else self.skipped.reader(files, self._parse)
+
         def records(seed: tf.Tensor) -> tf.data.Dataset:
             order = tf.data.Dataset.from_tensor_slices(list(own)).shuffle(len(own), seed=seed)
             interleaved = order.interleave(
-                tf.data.TFRecordDataset,
+                read,
                 cycle_length=min(len(own), 8),
                 block_length=1,
                 num_parallel_calls=tf.data.AUTOTUNE,
@@ -380,7 +400,7 @@ class RecordFiles:
             )
             return interleaved if by_file else interleaved.shard(count, index)
 
-        size = sum(self.counts.counts(own))  # from the record index: no counting pass once it is written
+        size = sum(counts)
         if not by_file:
             size = share(size, index, count)
             reads = (
@@ -390,18 +410,35 @@ class RecordFiles:
             )
         else:
             reads = f"its own {len(own)} of {len(self.files)} files"
-        return Shard(records, self._decode, size, shuffled=False, reads=reads, every_worker_reads_all=not by_file)
+        skipped = self.skipped
+        # Under element sharding every worker drops the same records: the first one counts them.
+        tallied = None if skipped is None else (lambda: skipped.total(own) if by_file or index == 0 else 0)
+        return Shard(
+            records,
+            self._decode,
+            size,
+            shuffled=False,
+            reads=reads,
+            every_worker_reads_all=not by_file,
+            files=files,
+            skipped=tallied,
+        )
 
-    def _decode(self, serialized: tf.Tensor) -> Example:
+    def _parse(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         import tensorflow as tf
 
-        parsed = tf.io.parse_single_example(
+        return tf.io.parse_single_example(
             serialized,
             {
                 self.image_feature: tf.io.FixedLenFeature([], tf.string),
                 self.label_feature: tf.io.FixedLenFeature([], tf.int64),
             },
         )
+
+    def _decode(self, serialized: tf.Tensor) -> Example:
+        import tensorflow as tf
+
+        parsed = self._parse(serialized)
         height, width, channels = self.image_shape
         encoded = parsed[self.image_feature]
         image = tf.cond(
@@ -421,6 +458,12 @@ def _record_counts(model_dir: str | None) -> RecordCounts:
     from trainer.data.record_counts import RecordCounts
 
     return RecordCounts(model_dir)
+
+
+def _skipped_records() -> SkippedRecords:
+    from trainer.data.corrupt_records import SkippedRecords
+
+    return SkippedRecords()
 
 
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
@@ -478,9 +521,11 @@ def tfrecord(config: Config) -> Source:
     shape = parse_image_shape(options.image_shape)
     # The record index goes beside the files, or into the model dir where their folder is read-only.
     counts = _record_counts(config.model_dir)
+    skipped = _skipped_records() if options.on_corrupt_record == "skip" else None
 
     def split(pattern: str, flag: str) -> RecordFiles:
-        return RecordFiles(glob_files(pattern, flag), shape, options.image_feature, options.label_feature, counts)
+        files = glob_files(pattern, flag)
+        return RecordFiles(files, shape, options.image_feature, options.label_feature, counts, skipped)
 
     return Source(
         train=split(options.train_files, "--train-files"),

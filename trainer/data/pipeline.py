@@ -97,7 +97,8 @@ def train_batches(
         batches = shuffled.batch(batch_size, drop_remainder=True).take(examples_per_epoch // batch_size)
         return batches.skip(tf.where(epoch == start_epoch, skip // batch_size, 0))
 
-    epochs_range = tf.data.Dataset.range(start_epoch, epochs)
+    # A shard that skips corrupt records falls short of its count: one more epoch behind the last fills the steps.
+    epochs_range = tf.data.Dataset.range(start_epoch, epochs + (1 if shard.skipped is not None else 0))
     if cached is None:
         records = epochs_range.flat_map(epoch_records)  # skipped records are never decoded
         batches = records.map(shard.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(

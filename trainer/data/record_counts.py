@@ -24,6 +24,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from trainer.data.corrupt_records import SkippedRecords, first_corrupt
+
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "record-counts.json"
@@ -31,12 +33,31 @@ INDEX_NAME = "record-counts.json"
 PARALLEL_COUNTS = 8
 
 
-def count_records(files: Sequence[str]) -> list[int]:
-    """Reads the files through, several at once, and counts their records (the slow path the index avoids)."""
+def count_records(files: Sequence[str], skipped: SkippedRecords | None = None) -> list[int]:
+    """Reads the files through, several at once, and counts their records (the slow path the index avoids).
+    A file that cannot be read through raises the CorruptRecordError naming it; with `skipped` (skip mode) it is
+    counted up to the damage instead, and `skipped` told."""
+    try:
+        return _count_in_parallel(files, readable_only=False)
+    except tf.errors.DataLossError:
+        damaged = [found for found in map(first_corrupt, files) if found is not None]
+        if not damaged:
+            raise
+        if skipped is None:
+            raise damaged[0].error("the record-counting pass") from None
+        for found in damaged:
+            skipped.counting_found(found)
+        return _count_in_parallel(files, readable_only=True)
+
+
+def _count_in_parallel(files: Sequence[str], readable_only: bool) -> list[int]:
+    def count(path: tf.Tensor) -> tf.Tensor:
+        records = tf.data.TFRecordDataset(path)
+        records = records.ignore_errors() if readable_only else records  # a read error ends the file
+        return records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+
     counted = tf.data.Dataset.from_tensor_slices(list(files)).map(
-        lambda path: tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1),
-        num_parallel_calls=PARALLEL_COUNTS,
-        deterministic=True,
+        count, num_parallel_calls=PARALLEL_COUNTS, deterministic=True
     )
     return [int(count) for count in counted.as_numpy_iterator()]
 
@@ -52,9 +73,9 @@ class RecordCounts:
     def __init__(self, fallback_dir: str | None) -> None:
         self.fallback_dir = fallback_dir
 
-    def counts(self, files: Sequence[str]) -> list[int]:
+    def counts(self, files: Sequence[str], skipped: SkippedRecords | None = None) -> list[int]:
         """Each file's record count, in order; files missing from the index, or changed since, are counted
-        (in parallel) and then stored."""
+        (in parallel) and then stored. skipped: skip mode's tally (count_records)."""
         known: dict[str, int] = {}
         stale: list[str] = []
         indexes: dict[str, dict[str, Any]] = {}  # each index read once, however many files it lists
@@ -75,7 +96,7 @@ class RecordCounts:
             )
         missing = [path for path in files if path not in known]
         if missing:
-            known.update(self.store(dict(zip(missing, count_records(missing), strict=True))))
+            known.update(self.store(dict(zip(missing, count_records(missing, skipped), strict=True))))
         return [known[path] for path in files]
 
     def store(self, counts: dict[str, int]) -> dict[str, int]:

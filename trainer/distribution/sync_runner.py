@@ -38,6 +38,7 @@ class SyncRunner(StepRunner):
         self.sizes = {**self.inputs.sizes, "cache": self.inputs.cache}
         self.guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=config.precision == "mixed_float16")
         self.skipped_in_a_row = 0  # carried from one call into the next
+        self.shards = (self.inputs.train_shard, self.inputs.test_shard)
 
     def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
         self.inputs.check_restored(start_step)
@@ -53,6 +54,14 @@ class SyncRunner(StepRunner):
 
     def evaluate(self) -> Any:
         return self.run_evaluation().numpy()
+
+    def corrupt_records_skipped(self) -> dict[str, int]:
+        tallies = [shard.skipped for shard in self.shards if shard.skipped is not None]
+        if not tallies:
+            return {}
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        rows = _gather_over_workers(self.strategy, rank, workers, [sum(tally() for tally in tallies)])
+        return {"corrupt_records_skipped": sum(row[0] for row in rows)}
 
     def describe(self) -> str:
         workers = self.cluster.num_workers

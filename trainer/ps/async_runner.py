@@ -48,6 +48,7 @@ class AsyncRunner(StepRunner):
         # all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own
         # order.
         self.train_shard, self.test_shard = self.source.train.shard(0, 1), self.source.test.shard(0, 1)
+        self.shards = (self.train_shard, self.test_shard)
         self.train_size = min(self.train_shard.size, config.train_examples or self.train_shard.size)
         self.test_size = min(self.test_shard.size, config.test_examples or self.test_shard.size)
         self.steps_per_epoch = pipeline.steps_per_epoch([self.train_size], config.per_worker_batch_size)

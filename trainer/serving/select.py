@@ -21,6 +21,7 @@ import shutil
 import sys
 from typing import Any
 
+import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectives a candidate may name)
 from trainer.artifacts.atomic_file import replaced_on_success, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.errors import ExitCode, SelectionError, UserError
