@@ -158,15 +158,18 @@ fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
 
+# A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
+# runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (docs/local-runner.md).
+local_model_dir = runs/$(1)/$(patsubst $(MOUNT_PATH)/%,%,$(MODEL_ROOT))/$(1)
 # make serve: the base path of SavedModel versions to serve (default: the last run-local's), and its model name.
-SERVE_FROM  ?= runs/$(JOB_NAME)/model/serving
+SERVE_FROM  ?= $(call local_model_dir,$(JOB_NAME))/serving
 SERVE_MODEL ?= $(JOB_NAME)
 
 # make select: the trained model dirs to choose from (default: the pipeline's variants, each run-local'd under
 # JOB_NAME-<model>) and the base path the winner is published into (selection.json lands beside it).
 PIPELINE_MODELS   ?= cnn dropout batch_norm
 variant_job        = $(JOB_NAME)-$(subst _,-,$(1))
-SELECT_CANDIDATES ?= $(foreach model,$(PIPELINE_MODELS),runs/$(call variant_job,$(model))/model)
+SELECT_CANDIDATES ?= $(foreach model,$(PIPELINE_MODELS),$(call local_model_dir,$(call variant_job,$(model))))
 PUBLISH_TO        ?= runs/$(JOB_NAME)-selected/serving
 
 select: install ## publish the best of SELECT_CANDIDATES, by the task's objective, into PUBLISH_TO as a new version

@@ -151,7 +151,9 @@ def explained(
         log.warning("%s lost the group after step %d (last checkpoint at step %d)", cluster.name, step, last_checkpoint)
         return error
     return (
-        corrupt_records.named(error, runner.shards, f"{cluster.name}: reading the input failed after step {step}")
+        corrupt_records.named(
+            error, runner.shards, f"{cluster.name}: reading the input failed in the steps after step {step}"
+        )
         or error
     )
 

@@ -45,6 +45,11 @@ RULES: dict[str, tuple[str, str]] = {
     "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
     "K3D_GPUS": (r"[A-Za-z0-9,=]*", "letters, digits , and ="),
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
+    "SERVE_PORT": (r"[0-9]+", "digits"),
+    "SERVE_GRPC_PORT": (r"[0-9]+", "digits"),
+    "SERVE_BASE_PATH": (r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a relative path of letters, digits and . _ - /"),
+    # TensorFlow Serving's image tags carry no v: 2.21.0.
+    "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")

@@ -7,7 +7,8 @@ replica, restart and data-preparation run sees the same files, as pods see the s
 An emptyDir is the pod's own: one directory per pod and volume under run-local/pods/ in the job directory, emptied
 when the pod is planned (a pod's emptyDir starts empty). The manifests mount their scratch emptyDir at /tmp and
 set TMPDIR and HOME there (the root filesystem is read-only), so a local process writes its temporary files and
-caches into that directory, as the pod would, though nothing stops it writing elsewhere.
+caches into that directory, as the pod would, though nothing stops it writing elsewhere. A path below an
+emptyDir's mount path is left as written: here it names this machine's files (a user's data under /tmp).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from .envvars import Problems
 class Mount:
     mount_path: str
     local_path: pathlib.Path
+    # An emptyDir: only a value that is its mount path itself (TMPDIR=/tmp) becomes the pod's directory; a path
+    # below it (a user's --train-files /tmp/data/*) is a file of this machine, left as written.
+    scratch: bool = False
 
 
 def claim_dirs(claims: Iterable[str], job_dir: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -74,7 +78,7 @@ def container_mounts(
             local = pod_dir / mount["name"]
             shutil.rmtree(local, ignore_errors=True)
             local.mkdir(parents=True)
-            mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", local.resolve()))
+            mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", local.resolve(), scratch=True))
             continue
         if "persistentVolumeClaim" not in volume:
             continue
@@ -91,6 +95,8 @@ class PathMapper:
     """Rewrites mount paths inside strings: whole values, --flag=VALUE forms and PATH-like lists."""
 
     def __init__(self, mounts: Sequence[Mount]):
+        self._scratch = {m.mount_path: str(m.local_path) for m in mounts if m.scratch}
+        mounts = [m for m in mounts if not m.scratch]
         # Longest mount path first, so a nested mount wins over its parent.
         ordered = sorted(mounts, key=lambda m: len(m.mount_path), reverse=True)
         self._local = {m.mount_path: str(m.local_path) for m in ordered}
@@ -98,6 +104,8 @@ class PathMapper:
         self._pattern = re.compile(r"(?:^|(?<=[=:,\s]))(" + alternatives + r")(?=$|[/:,\s])") if ordered else None
 
     def rewrite(self, text: str) -> str:
+        if text.rstrip("/") in self._scratch:
+            return self._scratch[text.rstrip("/")]
         if self._pattern is None:
             return text
         return self._pattern.sub(lambda match: self._local[match.group(1)], text)

@@ -64,7 +64,8 @@ def variant_job(job_name: str, model: str) -> str:
 
 
 def model_dir(settings: dict[str, str], job: str) -> str:
-    return f"{settings['MOUNT_PATH']}/{job}/model"
+    """A job's model dir on the volume, as its pods set TRAINER_MODEL_DIR: MODEL_ROOT/JOB_NAME."""
+    return f"{settings['MODEL_ROOT']}/{job}"
 
 
 def render_overlay(engine: str, strategy: str, job: str) -> list[dict[str, Any]]:
@@ -137,7 +138,7 @@ def workflow(
             workers=workers,
             dataset=dataset,
             epochs=epochs,
-            trainer_args=["--model", model, "--model-dir", model_dir(settings, job), *trainer_args],
+            trainer_args=["--model", model, *trainer_args],
         )
         # Beside the job: its pods' environment (the JOB-settings ConfigMap) and, for a TrainJob, its runtime (which
         # holds the trainer's args); the volume, settings and data Job come from the first steps.

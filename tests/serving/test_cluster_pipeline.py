@@ -160,8 +160,9 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
     assert selection[:3] == ["python", "-m", "trainer.serving.select"]
     local_candidates = make_select[make_select.index("--candidates") + 1 : make_select.index("--base-path")]
     cluster_candidates = selection[selection.index("--candidates") + 1 :]
-    assert [path.split("/")[-2] for path in cluster_candidates] == [path.split("/")[-2] for path in local_candidates]
-    assert all(path.startswith(SETTINGS["MOUNT_PATH"] + "/") for path in cluster_candidates)
+    # Each variant's own model dir, MODEL_ROOT/JOB_NAME on the volume and run-local's runs/<job>/models/<job>.
+    assert [path.split("/")[-1] for path in cluster_candidates] == [path.split("/")[-1] for path in local_candidates]
+    assert all(path.startswith(SETTINGS["MODEL_ROOT"] + "/") for path in cluster_candidates)
     base_path = selection[selection.index("--base-path") + 1]
     assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SERVE_BASE_PATH']}"
 

@@ -278,6 +278,7 @@ def test_run_policy_matches_the_trainer_exit_codes(tfjob):
     assert codes.pop("OK") == 0
     assert 1 <= codes.pop("BAD_CONFIG") <= 127
     assert 1 <= codes.pop("VOLUME_FULL") <= 127  # a full volume does not heal by restarting: permanent
+    assert 1 <= codes.pop("DIVERGED") <= 127  # non-finite training: the same data would do it again
     assert codes and all(128 <= value <= 255 for value in codes.values()), codes
     policy = tfjob["spec"]["runPolicy"]
     # Running: a failed job's running pods are deleted (v1.9.4 common/job.go); finished pods and logs stay.

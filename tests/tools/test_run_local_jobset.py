@@ -336,7 +336,8 @@ def test_the_trainjobs_overrides_apply_as_trainer_v2_applies_them():
     env = [(e["name"], e.get("value")) for e in container["env"]]
     assert ("TRAINER_THREADS", "1") in env and env[-1] == ("EXTRA", "x")
     assert [name for name, _ in env].count("TRAINER_THREADS") == 1  # upserted in place
-    assert container["resources"]["limits"] == {"cpu": "2", "memory": "8Gi"}
+    # Merged over the runtime's limits (the ephemeral storage of its read-only pods stays).
+    assert container["resources"]["limits"] == {"cpu": "2", "ephemeral-storage": "4Gi", "memory": "8Gi"}
     chief = jobs["chief"]["template"]["spec"]
     assert chief["parallelism"] == 1 and chief["template"]["spec"]["containers"][0]["image"] != "mine:2"
 
