@@ -149,6 +149,7 @@ def test_with_no_acceptable_candidate_nothing_is_published_and_every_reason_is_n
     assert not base_path.exists()
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_regression_trained_selected_by_lowest_test_loss_and_served(regression_models, tmp_path):
     base_path = tmp_path / "selected" / "serving"
     done = select(base_path, *regression_models)

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -36,6 +38,7 @@ def test_nothing_outside_the_room_imports_it():
     assert not outside, f"{outside} import trainer/serving: only its own modules and tests may"
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_without_the_room_every_test_collects_and_training_works(tmp_path):
     project = tmp_path / "project"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")

@@ -89,6 +89,7 @@ def test_no_module_touches_sys_path():
             assert not uses, f"{path.relative_to(ROOT)}:{uses[0]} uses sys.path; import through the packages instead"
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 @pytest.mark.parametrize("room", sorted(ROOM_TESTS))
 def test_the_project_works_without_an_optional_room(tmp_path, room):
     project = copy_without(room, tmp_path / "project")

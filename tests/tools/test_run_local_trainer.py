@@ -36,6 +36,7 @@ def start(
         )
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_two_workers_of_the_project_manifest_train_one_model_into_the_job_directory(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "--workers", "2", "--dataset", "synthetic", "--epochs", "1", "--", *SMALL)
@@ -108,6 +109,7 @@ def tfrecord_settings(out: pathlib.Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_tfrecord_dataset_in_settings_is_checked_by_the_data_job_then_trained(tmp_path):
     # The settings route (k8s/base/settings.env, or the environment as make exports it) reaches both Jobs' env.
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"

@@ -115,6 +115,7 @@ def test_16_bit_gradients_reach_the_accuracy_of_float32_after_the_same_steps(dat
         assert abs(reached[compression] - reached["none"]) <= 0.02, reached
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_buckets_get_a_second_inter_op_thread_even_with_one_thread():
     script = (
         "import tensorflow as tf\n"

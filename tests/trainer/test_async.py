@@ -66,6 +66,7 @@ def one_ps(tmp_path_factory):
     return root, cluster, results["chief"], servers, results["evaluator"]
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
     root, _, chief, _, _ = one_ps
     assert chief.returncode == 0, chief.output[-4000:]
@@ -75,6 +76,7 @@ def test_chief_one_ps_two_workers_train_to_the_task_accuracy(one_ps):
     assert metrics["test_accuracy"] >= ACCURACY_FLOOR
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_only_the_chief_writes_and_leaves_every_artifact(one_ps):
     root, _, _, _, _ = one_ps
     assert sorted(os.listdir(root / "model")) == sorted([*layout.ARTIFACTS, layout.STATUS, layout.EVALUATIONS])
@@ -84,6 +86,7 @@ def test_only_the_chief_writes_and_leaves_every_artifact(one_ps):
     assert status.read_status(str(root / "model"))["state"] == "succeeded"
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_each_role_says_what_it_is_and_where_its_coordinator_is(one_ps):
     _, cluster, chief, servers, _ = one_ps
     coordinator = cluster["chief"][0]
@@ -93,6 +96,7 @@ def test_each_role_says_what_it_is_and_where_its_coordinator_is(one_ps):
         assert f"async {kind} serving at {cluster[kind][int(index)]}; the coordinator is {coordinator}" in output
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_the_evaluator_follows_the_async_chief_and_the_chief_skips_its_epoch_test_pass(one_ps):
     root, _, chief, _, evaluator = one_ps
     assert evaluator.returncode == 0, evaluator.output[-3000:]
@@ -102,6 +106,7 @@ def test_the_evaluator_follows_the_async_chief_and_the_chief_skips_its_epoch_tes
     assert "epoch 1/2 done: train loss" in chief.output and "(test pass left to the evaluator)" in chief.output
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_two_ps_tasks_each_hold_part_of_the_variables_and_the_loop_is_the_sync_modes(tmp_path):
     flags = [*RUN, "--epochs", "1", "--train-examples", "1024", "--scale-learning-rate"]
     flags += ["--warmup-steps", "8", "--learning-rate-schedule", "cosine", "--clip-norm", "1"]

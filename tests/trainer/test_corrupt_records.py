@@ -114,6 +114,7 @@ def test_a_flipped_byte_is_named_by_the_counting_pass(records, tmp_path):
     assert "record-counting pass" in line and str(data / SHARD) in line and "checksum (CRC) mismatch" in line, line
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_flipped_byte_is_named_mid_epoch(records, tmp_path):
     data, files = records
     flip_a_byte(data / SHARD, keep_mtime=True)  # the index still matches: only reading finds it
@@ -124,6 +125,7 @@ def test_a_flipped_byte_is_named_mid_epoch(records, tmp_path):
     assert f"checksum (CRC) mismatch in record {readable(data / SHARD)}, at byte offset" in line, line
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_record_that_is_not_an_example_is_named_with_its_number(records, tmp_path):
     data, files = records
     replace_a_record(data / SHARD, 17, b"\x08\x01not an example")
@@ -134,6 +136,7 @@ def test_a_record_that_is_not_an_example_is_named_with_its_number(records, tmp_p
     assert str(data / SHARD) in line and "record 17 is not the expected tf.train.Example" in line, line
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_skip_trains_past_every_kind_and_counts_what_it_skipped(records, tmp_path):
     data, files = records
     replace_a_record(data / SHARD, 17, b"not an example")
@@ -189,6 +192,7 @@ def test_two_workers_skip_together_and_count_once(records, tmp_path):
     assert metrics["corrupt_records_skipped"] == 64 - readable(data / SHARD)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_skip_on_sound_files_trains_exactly_as_fail(records, tmp_path):
     _, files = records
     digests = []
@@ -211,6 +215,7 @@ def test_skip_is_refused_under_parameter_servers_before_the_group_forms(records,
     assert "--on-corrupt-record skip" in error_line(finished.output)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_the_data_check_names_a_corrupt_file_before_any_trainer_starts(records, tmp_path):
     data, files = records
     flip_a_byte(data / SHARD, keep_mtime=False)

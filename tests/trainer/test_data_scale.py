@@ -103,6 +103,7 @@ def test_two_workers_on_eight_files_each_open_only_their_own_four(tmp_path, eigh
     assert_epochs_disjoint_and_covering(records, epochs=2)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_with_one_file_two_workers_fall_back_to_element_sharding(tmp_path, one_file):
     _, files = one_file
     records, _ = probe_group(tmp_path, files)

@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from multiworker import free_ports, start, tf_config, trainer_flags, wait_all
 from trainer.artifacts import layout
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
@@ -14,6 +16,7 @@ RUN = [
 ]
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_the_evaluator_evaluates_every_checkpoint_and_exits_after_the_last(tmp_path):
     model_dir = tmp_path / "model"
     trainer_port, evaluator_port = (f"127.0.0.1:{port}" for port in free_ports(2))
@@ -39,6 +42,7 @@ def test_the_evaluator_evaluates_every_checkpoint_and_exits_after_the_last(tmp_p
     assert abs(evaluations[-1]["test_accuracy"] - metrics["test_accuracy"]) < 1e-6
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_without_eval_in_loop_the_chief_evaluates_only_the_last_epoch(tmp_path):
     result = wait_all(
         {"single": start([*RUN, "--no-eval-in-loop", "--model-dir", str(tmp_path / "model")], None)}, 300

@@ -136,6 +136,7 @@ def train_once(model_dir, *extra, timeout=240):
     return wait_all({"single": start(args, None)}, timeout)["single"]
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     model_dir = tmp_path / "model"
     first = train_once(model_dir, "--epochs", "1")
@@ -151,6 +152,7 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert (metrics["resumed_from_step"], metrics["steps"], metrics["restarts"]) == (16, 64, 0)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_no_readable_checkpoint_starts_fresh_with_a_log_line(tmp_path):
     model_dir = tmp_path / "model"
     directory = model_dir / layout.CHECKPOINTS
@@ -162,6 +164,7 @@ def test_no_readable_checkpoint_starts_fresh_with_a_log_line(tmp_path):
     assert json.loads((model_dir / layout.METRICS).read_text())["resumed_from_step"] == 0
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_checkpoint_from_another_setup_is_refused_naming_the_mismatch(tmp_path):
     model_dir = tmp_path / "model"
     assert train_once(model_dir, "--epochs", "1").returncode == 0
@@ -172,6 +175,7 @@ def test_a_checkpoint_from_another_setup_is_refused_naming_the_mismatch(tmp_path
     assert "new --model-dir" in result.output
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_checkpoint_of_another_model_is_refused_before_any_weight_is_touched(tmp_path):
     model_dir = tmp_path / "model"
     assert train_once(model_dir, "--epochs", "1").returncode == 0
@@ -206,6 +210,7 @@ def test_status_view_explains_a_file_that_is_not_a_status(tmp_path):
     assert view.returncode == 1 and "is not a trainer status" in view.stderr
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
     port = free_ports(1)[0]
     process = start(

@@ -170,6 +170,7 @@ def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and
     assert abs(wrong - best) > 0.02 and abs(wrong - one) > 0.02, (wrong, one)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 @pytest.mark.parametrize("present", ["worker-0", "worker-1"])
 def test_a_worker_whose_peer_never_comes_fails_with_a_clear_error(present, tmp_path):
     cluster = worker_cluster(2)

@@ -67,6 +67,7 @@ def test_async_stops_at_a_poisoned_row_with_exit_4(tmp_path):
     assert_stopped_cleanly(results["chief"], model_dir)
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_the_default_run_is_untouched_by_the_guard(tmp_path):
     model_dir = tmp_path / "model"
     results = run_group(1, [*TASK, "--dataset", "poisoned_rows", *RUN, "--model-dir", str(model_dir)])

@@ -82,6 +82,7 @@ def test_the_clip_applies_to_the_summed_gradient_so_every_replica_steps_by_the_c
     assert moved == pytest.approx(0.01, rel=1e-4), f"the update's norm is {moved}: not clipped after the sum"
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_resume_continues_the_schedule_exactly(tmp_path):
     flags = ["--dataset", "synthetic", "--train-examples", "512", "--test-examples", "128", "--epochs", "2"]
     flags += ["--per-worker-batch-size", "64", "--steps-per-loop", "2", "--log-every", "2"]

@@ -59,6 +59,7 @@ def test_trainer_tf_noise_1_brings_the_noise_back():
     assert write_through_the_filter({"TRAINER_TF_NOISE": "1"}).stderr == NOISE_AND_A_REAL_ERROR
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_a_healthy_cpu_run_prints_no_tensorflow_warning_or_error(tmp_path):
     # Before: absl's banner, "failed call to cuInit ... (303)" at error level, CUDA and oneDNN notices.
     result = subprocess.run(

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from multiworker import tf_config
 from rooms import run_quick_tests
 
@@ -73,6 +75,7 @@ def copy_without_ps(target: pathlib.Path) -> pathlib.Path:
     return target
 
 
+@pytest.mark.slow  # several processes for long: make test-slow
 def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearly(tmp_path):
     project = copy_without_ps(tmp_path / "project")
     run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
