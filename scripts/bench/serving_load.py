@@ -298,12 +298,14 @@ def check_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     swap_seen = summary["swap"] is not None and "2" in summary["swap"]["versions_seen"]
     return [
         {
+            "key": "serving_share_of_in_process",
             "name": "serving: the fastest protocol's examples/s at the largest batch over the in-process call's",
             "measured": share,
             "target": f">= {TARGET_SHARE}",
             "met": share >= TARGET_SHARE,
         },
         {
+            "key": "serving_failed_requests",
             "name": "serving: failed requests, the version swap included (the new version served)",
             "measured": summary["failed_requests"],
             "target": "0, with version 2 seen",

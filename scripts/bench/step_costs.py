@@ -135,7 +135,9 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
     steps = tf.constant(args.steps)
     collectives = _collective_ops(
-        tf.function(lambda: train_steps(trainer_iterator, steps, tf.constant(0.0))).get_concrete_function()
+        tf.function(
+            lambda: train_steps(trainer_iterator, steps, tf.constant(0.0), tf.constant(0.0))
+        ).get_concrete_function()
     )
     return {
         "collective_ops_in_the_step_function": float(collectives),
@@ -144,9 +146,11 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         "allreduce_model": timed(all_reduce_function(gradient_like)),
         "allreduce_model_packed": timed(all_reduce_function(gradient_like, bytes_per_pack=PACK_BYTES)),
         "allreduce_tiny": timed(all_reduce_function([tf.zeros(1)])),
-        "sync_constant": timed(lambda steps: train_steps(constant, steps, tf.constant(0.0))),
-        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps, tf.constant(0.0))),
-        "distributed_iterator": timed(lambda steps: train_steps(distributed, steps, tf.constant(0.0))),
+        "sync_constant": timed(lambda steps: train_steps(constant, steps, tf.constant(0.0), tf.constant(0.0))),
+        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps, tf.constant(0.0), tf.constant(0.0))),
+        "distributed_iterator": timed(
+            lambda steps: train_steps(distributed, steps, tf.constant(0.0), tf.constant(0.0))
+        ),
         "gradient_bytes": float(sum(v.shape.num_elements() * 4 for v in local_model.trainable_variables)),
     }
 
