@@ -23,7 +23,7 @@ from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group
 from trainer.flags import parse_config
 from trainer.optimizer import build_optimizer
-from trainer.step import train_step
+from trainer.step import NonFiniteGuard, train_step
 from trainer.task import task_of
 
 BATCH, SHAPE, CLASSES = 16, (28, 28, 1), 10
@@ -47,12 +47,13 @@ def main(out_dir: str, compression: str, bucket_bytes: int, steps: int) -> int:
     images = tf.constant(rng.integers(0, 256, (BATCH, *SHAPE), dtype=np.uint8))
     labels = tf.constant(rng.integers(0, CLASSES, (BATCH,), dtype=np.int64))
     global_batch_size = BATCH * cluster.num_workers
+    guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=False)  # the trainer's default step
 
     @functools.partial(tf.function, autograph=False)
     def train_steps(iterator: Any, count: tf.Tensor) -> None:
         def one_step(step: tf.Tensor) -> tuple[tf.Tensor]:
             batch = next(iterator)
-            strategy.run(lambda b: train_step(task, model, optimizer, b, global_batch_size), args=(batch,))
+            strategy.run(lambda b: train_step(task, model, optimizer, b, global_batch_size, guard), args=(batch,))
             return (step + 1,)
 
         tf.while_loop(lambda step: step < count, one_step, (tf.constant(0),))
