@@ -2,9 +2,12 @@
 # Creates the project's k3d cluster and installs the engine that runs the job (make k3d-up ENGINE=...):
 #   tfjob     the Kubeflow training operator TRAINING_OPERATOR_VERSION (TFJob), its standalone overlay at the
 #             commit TRAINING_OPERATOR_COMMIT
-#   jobset    JobSet JOBSET_VERSION (its release manifest, into jobset-system), checked against JOBSET_MANIFEST_SHA256
+#   jobset    JobSet JOBSET_VERSION (k8s/engines/jobset: its release's kustomization at the commit JOBSET_COMMIT,
+#             into jobset-system)
 #   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (k8s/engines/trainer: its manager overlay's pieces at the
-#             commit KUBEFLOW_TRAINER_COMMIT, with the checked JobSet release; then its runtimes at that commit)
+#             commit KUBEFLOW_TRAINER_COMMIT, with that JobSet; then its runtimes at that commit)
+# SERVE=1 adds cert-manager, KServe and Argo Workflows (install_serving below); KUEUE=1 adds Kueue KUEUE_VERSION
+# (k8s/engines/kueue, at the commit KUEUE_COMMIT) for gang admission of a JobSet or TrainJob (docs/cluster.md).
 # The versions, commits, checksums and the Kubernetes minors their CI tests are pinned in the settings file: nothing
 # is installed from a moving tag or an unchecked download (docs/security.md).
 # Idempotent: a second run finds the cluster and the engine in place, changes nothing and succeeds.
@@ -25,12 +28,7 @@ case "$engine" in
     ;;
 esac
 operator_source="github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_COMMIT}"
-jobset_release="https://github.com/kubernetes-sigs/jobset/releases/download/${JOBSET_VERSION}/manifests.yaml"
 trainer_runtimes="github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${KUBEFLOW_TRAINER_COMMIT}"
-# The JobSet release manifest, downloaded and kept only when its sha256 is the recorded one.
-checked_jobset() {
-  scripts/cluster/checked-download.sh "$jobset_release" "${JOBSET_MANIFEST_SHA256:-}" "$1"
-}
 context="k3d-${CLUSTER_NAME}"
 
 missing=0
@@ -94,8 +92,7 @@ install_jobset() {
     return
   fi
   echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
-  checked_jobset "$scratch/jobset-manifests.yaml"
-  kube apply --server-side -f "$scratch/jobset-manifests.yaml"
+  kube apply --server-side -k "$engines/jobset"
   kube wait --for condition=established --timeout=120s crd/jobsets.jobset.x-k8s.io
   echo "waiting for the JobSet controller to become available"
   kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
@@ -104,14 +101,11 @@ install_jobset() {
 
 install_trainer() {
   if kube -n jobset-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: kubectl --context $context delete -f $jobset_release (or make k3d-down and start again)" >&2
+    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: make k3d-down and start again, or kubectl --context $context delete -k on a copy of k8s/engines/jobset with JOBSET_COMMIT replaced by its value in k8s/base/settings.env" >&2
     exit 1
   fi
   echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
-  cp -R k8s/engines/trainer "$scratch/trainer"
-  sed -i.orig "s/KUBEFLOW_TRAINER_COMMIT/${KUBEFLOW_TRAINER_COMMIT}/" "$scratch/trainer/kustomization.yaml"
-  checked_jobset "$scratch/trainer/jobset-manifests.yaml"
-  kube apply --server-side -k "$scratch/trainer"
+  kube apply --server-side -k "$engines/trainer"
   kube wait --for condition=established --timeout=120s crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
   echo "waiting for the Trainer and JobSet controllers to become available"
   kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
@@ -120,37 +114,59 @@ install_trainer() {
   kube -n kubeflow-system get deployments
 }
 
-scratch=$(mktemp -d)  # the checked downloads and the kustomization that reads them
+scratch=$(mktemp -d)  # the checked downloads, and k8s/engines with its commits filled in
 trap 'rm -rf "$scratch"' EXIT
+# k8s/engines names each upstream source at a placeholder (JOBSET_COMMIT...); the copy applied names the commit.
+engines="$scratch/engines"
+cp -R k8s/engines "$engines"
+for pin in JOBSET_COMMIT KUBEFLOW_TRAINER_COMMIT ARGO_WORKFLOWS_COMMIT KUEUE_COMMIT; do
+  find "$engines" -name kustomization.yaml -exec sed -i.orig "s/?ref=$pin\$/?ref=${!pin}/" {} +
+done
+if grep -rq --include=kustomization.yaml '?ref=[A-Z_]*$' "$engines"; then
+  echo "error: a kustomization in k8s/engines names a commit placeholder k3d-up does not fill: $(grep -rl --include=kustomization.yaml '?ref=[A-Z_]*$' "$engines")" >&2
+  exit 1
+fi
 
 # SERVE=1: what serving and the pipeline need (docs/serving.md): cert-manager (KServe's webhooks), KServe in
-# Standard mode (no Knative, no Istio) with its cluster runtimes, and Argo Workflows; each release manifest applied
-# only when its sha256 is the one recorded in k8s/base/settings.env (scripts/cluster/checked-download.sh).
+# Standard mode (no Knative, no Istio) with its cluster runtimes, and Argo Workflows.
 install_serving() {
-  local releases=https://github.com
-  echo "installing cert-manager $CERT_MANAGER_VERSION"
+  echo "installing cert-manager $CERT_MANAGER_VERSION (its release manifest, applied only with the recorded sha256)"
   scripts/cluster/checked-download.sh \
-    "$releases/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml" \
+    "https://github.com/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml" \
     "${CERT_MANAGER_MANIFEST_SHA256:-}" "$scratch/cert-manager.yaml"
   kube apply -f "$scratch/cert-manager.yaml"
   kube -n cert-manager wait --for condition=Available --timeout=300s deployment --all
-  echo "installing KServe $KSERVE_VERSION (server-side: its CRDs are too large for client-side apply)"
-  scripts/cluster/checked-download.sh "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve.yaml" \
-    "${KSERVE_MANIFEST_SHA256:-}" "$scratch/kserve.yaml"
+  echo "installing KServe $KSERVE_VERSION in Standard mode (server-side: its CRDs are too large for client-side apply)"
+  # KServe's release embeds its Standard-mode manifests in this script, as heredocs; only those are applied.
+  local script="$scratch/kserve-standard-install.sh"
+  scripts/cluster/checked-download.sh \
+    "https://raw.githubusercontent.com/kserve/kserve/$KSERVE_COMMIT/install/$KSERVE_VERSION/kserve-standard-mode-full-install-with-manifests.sh" \
+    "$KSERVE_INSTALL_SCRIPT_SHA256" "$script"
+  kserve_manifest "$script" get_kserve_crd_manifest KSERVE_CRD_MANIFEST_EOF >"$scratch/kserve-crds.yaml"
+  kserve_manifest "$script" get_kserve_core_manifest KSERVE_CORE_MANIFEST_EOF >"$scratch/kserve.yaml"
+  kserve_manifest "$script" get_kserve_runtime_manifests KSERVE_RUNTIME_MANIFEST_EOF >"$scratch/kserve-runtimes.yaml"
+  kube apply --server-side -f "$scratch/kserve-crds.yaml"
+  kube wait --for condition=established --timeout=120s crd/inferenceservices.serving.kserve.io
   kube apply --server-side -f "$scratch/kserve.yaml"
   kube -n kserve wait --for condition=Available --timeout=300s deployment --all
   # The cluster runtimes go through KServe's webhook, which answers once the controller is available.
-  scripts/cluster/checked-download.sh \
-    "$releases/kserve/kserve/releases/download/$KSERVE_VERSION/kserve-cluster-resources.yaml" \
-    "${KSERVE_RUNTIMES_MANIFEST_SHA256:-}" "$scratch/kserve-cluster-resources.yaml"
-  kube apply --server-side -f "$scratch/kserve-cluster-resources.yaml"
-  echo "installing Argo Workflows $ARGO_WORKFLOWS_VERSION"
-  scripts/cluster/checked-download.sh \
-    "$releases/argoproj/argo-workflows/releases/download/$ARGO_WORKFLOWS_VERSION/install.yaml" \
-    "${ARGO_WORKFLOWS_MANIFEST_SHA256:-}" "$scratch/argo-install.yaml"
+  kube apply --server-side -f "$scratch/kserve-runtimes.yaml"
+  echo "installing Argo Workflows $ARGO_WORKFLOWS_VERSION (k8s/engines/argo-workflows, at the commit ARGO_WORKFLOWS_COMMIT)"
   kube create namespace argo --dry-run=client -o yaml | kube apply -f -
-  kube apply --server-side -n argo -f "$scratch/argo-install.yaml"
+  kube apply --server-side -k "$engines/argo-workflows"
   kube -n argo wait --for condition=Available --timeout=300s deployment --all
+}
+
+# The body of the heredoc that KServe's install script's function prints: the lines between "FUNCTION() {" and
+# the heredoc's END marker, less the two opening lines. Empty output means the script changed shape: refuse.
+kserve_manifest() {
+  local script=$1 function=$2 end=$3 manifest
+  manifest=$(sed -n "/^$function() {\$/,/^$end\$/p" "$script" | sed '1,2d;$d')
+  if [[ -z $manifest ]]; then
+    echo "error: $function is not in KServe's install script $KSERVE_VERSION as expected; check KSERVE_COMMIT and KSERVE_VERSION" >&2
+    exit 1
+  fi
+  printf '%s\n' "$manifest"
 }
 
 case "$engine" in
@@ -158,6 +174,12 @@ case "$engine" in
   jobset) install_jobset ;;
   trainjob) install_trainer ;;
 esac
+if [[ -n ${KUEUE:-} ]]; then
+  echo "installing Kueue $KUEUE_VERSION (server-side: its CRDs are too large for client-side apply)"
+  kube apply --server-side -k "$engines/kueue"
+  kube -n kueue-system wait --for condition=Available --timeout=300s deployment --all
+  echo "ready: kubectl --context $context apply -f k8s/examples/kueue-queues.yaml (docs/cluster.md)"
+fi
 if [[ -n ${SERVE:-} ]]; then
   install_serving
   echo "ready: make submit-pipeline ENGINE=$engine, then make serve-cluster"

@@ -77,11 +77,11 @@ def test_k3d_up_says_when_docker_is_installed_but_not_running(tmp_path):
     assert "not installed" not in result.stderr
 
 
-# What a JobSet release manifest download returns in these tests, and its sha256 as the settings would record it.
-FAKE_MANIFEST = "apiVersion: v1\nkind: Namespace\nmetadata: {name: jobset-system}\n"
+# What a release manifest download returns in these tests, and its sha256 as the settings would record it.
+FAKE_MANIFEST = "apiVersion: v1\nkind: Namespace\nmetadata: {name: cert-manager}\n"
 FAKE_MANIFEST_SHA256 = hashlib.sha256(FAKE_MANIFEST.encode()).hexdigest()
 # The tools the install steps use beyond the basics (the checked download, the kustomization copy).
-INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv")
+INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv", "find", "grep")
 
 
 def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = False, **environ: str):
@@ -118,7 +118,6 @@ def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = F
             "PATH": path,
             "HOME": os.environ.get("HOME", "/tmp"),
             "ENGINE": engine,
-            "JOBSET_MANIFEST_SHA256": FAKE_MANIFEST_SHA256,
             **environ,
         },
         timeout=60,
@@ -142,29 +141,27 @@ def without_scratch(call: str) -> str:
     "engine, installs",
     [
         ("tfjob", ["-k github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_COMMIT}"]),
-        ("jobset", ["-f SCRATCH/jobset-manifests.yaml"]),
+        ("jobset", ["-k SCRATCH/engines/jobset"]),
         (
             "trainjob",
             [
-                "-k SCRATCH/trainer",
+                "-k SCRATCH/engines/trainer",
                 "-k github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_COMMIT}",
             ],
         ),
     ],
 )
-def test_k3d_up_installs_the_engine_asked_for_from_a_commit_or_a_checked_manifest(tmp_path, engine, installs):
+def test_k3d_up_installs_the_engine_asked_for_from_a_commit(tmp_path, engine, installs):
     result, applies, applied = k3d_up_with(tmp_path, engine)
     assert result.returncode == 0, result.stderr
-    expected = [line.format(**settings_file()) for line in installs]
+    settings = settings_file()
+    expected = [line.format(**settings) for line in installs]
     assert [without_scratch(a) for a in applies] == [f"--context k3d-distml apply --server-side {e}" for e in expected]
     assert f"ready: make submit ENGINE={engine}" in result.stdout
-    if engine != "tfjob":
-        assert f"sha256 {FAKE_MANIFEST_SHA256} as recorded" in result.stdout
-    if engine == "trainjob":  # Trainer's pieces at the commit, the JobSet manifest checked beside them
-        kustomization = (applied / "kustomization.yaml").read_text()
-        assert (applied / "jobset-manifests.yaml").read_text() == FAKE_MANIFEST
-        refs = re.findall(r"\?ref=(\S+)", kustomization)
-        assert len(refs) == 4 and set(refs) == {settings_file()["KUBEFLOW_TRAINER_COMMIT"]}
+    if engine != "tfjob":  # the kustomization applied names the commits, not their placeholders
+        refs = re.findall(r"\?ref=(\S+)", (applied / "kustomization.yaml").read_text())
+        pins = {"jobset": {settings["JOBSET_COMMIT"]}, "trainjob": {settings["KUBEFLOW_TRAINER_COMMIT"]}}[engine]
+        assert refs and set(refs) == pins
 
 
 @pytest.mark.parametrize(
@@ -172,26 +169,54 @@ def test_k3d_up_installs_the_engine_asked_for_from_a_commit_or_a_checked_manifes
     [("", "no sha256 is recorded"), ("0" * 64, f"has sha256 {FAKE_MANIFEST_SHA256}, not the recorded")],
 )
 def test_k3d_up_applies_no_release_manifest_whose_sha256_is_not_the_recorded_one(tmp_path, recorded, complaint):
-    for engine in ("jobset", "trainjob"):
-        result, applies, _ = k3d_up_with(tmp_path / engine, engine, JOBSET_MANIFEST_SHA256=recorded)
-        assert result.returncode == 2 and applies == [], result.stderr
-        assert complaint in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
+    result, applies, _ = k3d_up_with(tmp_path, "tfjob", SERVE="1", CERT_MANAGER_MANIFEST_SHA256=recorded)
+    assert result.returncode == 2, result.stderr
+    assert [a for a in applies if "cert-manager" in a] == []  # the operator went in; nothing unchecked after it
+    assert complaint in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
 
 
-def test_every_engine_pin_is_a_commit_or_a_sha256():
+def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
+    """With every checksum as recorded: cert-manager's checked file, KServe's three manifests taken from its checked
+    install script, and Argo Workflows from its commit."""
+    result, applies, applied = k3d_up_with(
+        tmp_path,
+        "tfjob",
+        SERVE="1",
+        CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
+        KSERVE_INSTALL_SCRIPT_SHA256=FAKE_MANIFEST_SHA256,
+    )
+    # The fake download is no KServe script, so the manifests are not found in it: k3d-up says so and stops.
+    assert result.returncode == 1 and "get_kserve_crd_manifest is not in KServe's install script" in result.stderr
+    assert [without_scratch(a) for a in applies][-1] == "--context k3d-distml apply -f SCRATCH/cert-manager.yaml"
+
+
+def test_every_install_source_is_pinned_to_a_commit_or_a_sha256():
     settings = settings_file()
-    for key in ("TRAINING_OPERATOR_COMMIT", "KUBEFLOW_TRAINER_COMMIT"):
+    for key in (
+        "TRAINING_OPERATOR_COMMIT",
+        "KUBEFLOW_TRAINER_COMMIT",
+        "JOBSET_COMMIT",
+        "KUEUE_COMMIT",
+        "KSERVE_COMMIT",
+        "ARGO_WORKFLOWS_COMMIT",
+    ):
         assert re.fullmatch(r"[0-9a-f]{40}", settings[key]), key
+    assert re.fullmatch(r"[0-9a-f]{64}", settings["KSERVE_INSTALL_SCRIPT_SHA256"])
     script = (ROOT / "scripts" / "cluster" / "k3d-up.sh").read_text()
     assert "?ref=${TRAINING_OPERATOR_VERSION}" not in script and "?ref=${KUBEFLOW_TRAINER_VERSION}" not in script
-    kustomization = (ROOT / "k8s" / "engines" / "trainer" / "kustomization.yaml").read_text()
-    assert "releases/download" not in kustomization  # JobSet comes in checked, as a file beside it
+    # Every download goes through the checked download; the only one k3d-up makes by URL is named there.
+    assert "curl" not in script.replace("checked-download.sh", "")
+    for kustomization in (ROOT / "k8s" / "engines").rglob("kustomization.yaml"):
+        text = kustomization.read_text()
+        assert "releases/download" not in text and "http" not in text, kustomization
+        for ref in re.findall(r"\?ref=(\S+)", text):
+            assert ref in settings and ref.endswith("_COMMIT") and ref in script, (kustomization, ref)
 
 
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):
     result, applies, _ = k3d_up_with(tmp_path / "a", "trainjob", standalone_jobset=True)
     assert result.returncode == 1 and applies == []
-    assert "would install a second JobSet controller" in result.stderr and "delete -f" in result.stderr
+    assert "would install a second JobSet controller" in result.stderr and "delete -k" in result.stderr
     result, _, _ = k3d_up_with(tmp_path / "b", "volcano")
     assert result.returncode == 2 and "ENGINE=volcano is not an engine" in result.stderr
 

@@ -272,7 +272,7 @@ def test_make_refuses_an_unsafe_value_naming_the_key_before_any_command_runs(val
         ("WORKERS", "2x", "digits"),
         ("MODEL_ROOT", "relative/path", "absolute path"),
         ("TRAINING_OPERATOR_COMMIT", "v1.9.4", "40 hexadecimal digits"),
-        ("JOBSET_MANIFEST_SHA256", "abc", "64 lower-case hexadecimal digits"),
+        ("CERT_MANAGER_MANIFEST_SHA256", "abc", "64 lower-case hexadecimal digits"),
         ("BASE_IMAGE_DIGEST", "latest", "image digest"),
         ("TRAINER_TRAIN_FILES", "/data/a|b", "letters, digits"),
     ],
