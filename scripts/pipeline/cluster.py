@@ -30,13 +30,20 @@ from scripts.common import settings as project_settings
 
 SERVING_RUNTIME = "tf-multiworker-trainer"
 # What Argo reads on the created object (gjson paths in a Kubernetes label selector: AND within success, OR within
-# failure). A TFJob's Worker.failed and a TrainJob's jobsStatus failed also count a failure the engine then
-# restarts from, and their conditions are a list no selector can index by type: those steps have no failure
-# condition, and the template's activeDeadlineSeconds ends a job that never succeeds.
+# failure). A TFJob's Worker.failed and a TrainJob's jobsStatus failed also count a failure the engine then restarts
+# from, so failure reads the terminal condition instead. No selector can search a list by type, so each index where
+# that condition can stand is listed: the training operator (v1.9.4, pkg/util/status.go) appends each new condition
+# after Created and freezes the list once Failed; Trainer (v2.3.0) sets only Suspended, Complete and Failed.
 CONDITIONS = {
-    "tfjob": {"success": "status.replicaStatuses.Worker.succeeded == {workers}", "failure": None},
+    "tfjob": {
+        "success": "status.replicaStatuses.Worker.succeeded == {workers}",
+        "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(1, 5)),
+    },
     "jobset": {"success": "status.terminalState == Completed", "failure": "status.terminalState == Failed"},
-    "trainjob": {"success": "status.jobsStatus.0.succeeded == 1", "failure": None},
+    "trainjob": {
+        "success": "status.jobsStatus.0.succeeded == 1",
+        "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(3)),
+    },
 }
 # The data Job: Kubernetes counts failed pods against backoffLimit and then stops.
 DATA_CONDITIONS = {"success": "status.succeeded > 0", "failure": "status.failed > {backoff_limit}"}

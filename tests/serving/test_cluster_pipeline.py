@@ -113,6 +113,98 @@ def test_every_condition_parses_and_reads_a_status_field_the_engine_sets(workflo
     assert parsed(data["failureCondition"])[0][2] == str(job["spec"]["backoffLimit"])
 
 
+def gjson(document: dict, path: str) -> object:
+    """What gjson.Get finds at a dotted path (a numeric segment indexes a list); None where nothing is."""
+    node: object = document
+    for segment in path.split("."):
+        if isinstance(node, list) and segment.isdigit() and int(segment) < len(node):
+            node = node[int(segment)]
+        elif isinstance(node, dict) and segment in node:
+            node = node[segment]
+        else:
+            return None
+    return node
+
+
+def requirement_matches(requirement: tuple[str, str | None, str | None], document: dict) -> bool:
+    """labels.Requirement.Matches over Argo's gjsonLabels: a missing key matches only != (and fails the rest)."""
+    key, operator, value = requirement
+    found = gjson(document, key)
+    if found is None:
+        return operator == "!="
+    text = str(found).lower() if isinstance(found, bool) else str(found)
+    if operator is None:
+        return True
+    if operator in ("=", "=="):
+        return text == value
+    if operator == "!=":
+        return text != value
+    number = int(text) if text.lstrip("-").isdigit() else None
+    return number is not None and (number > int(value) if operator == ">" else number < int(value))
+
+
+def argo_outcome(resource: dict, status: dict) -> str:
+    """Argo v4.1.2's matchConditions: any failure requirement fails the step; all success requirements end it."""
+    document = {"status": status}
+    if any(requirement_matches(r, document) for r in parsed(resource.get("failureCondition", "")) if r[0]):
+        return "failed"
+    if all(requirement_matches(r, document) for r in parsed(resource["successCondition"])):
+        return "succeeded"
+    return "running"
+
+
+def conditions(*types: str, status: str = "True") -> list[dict]:
+    return [{"type": kind, "status": status} for kind in types]
+
+
+# The statuses each engine writes on the way, as its source at the pinned tag writes them (the training operator's
+# setCondition appends each new condition after Created; Trainer copies JobSet's Complete or Failed), and what the
+# training step must make of each.
+TWO = {"Worker": {"active": 2}}
+ENGINE_STATUSES = {
+    "tfjob": [
+        ({"conditions": conditions("Created")}, "running"),
+        ({"conditions": conditions("Created", "Running"), "replicaStatuses": TWO}, "running"),
+        # A worker preempted and restarted: its failed pod counts, the job goes on.
+        ({"conditions": conditions("Created", "Restarting"), "replicaStatuses": {"Worker": {"failed": 1}}}, "running"),
+        ({"conditions": conditions("Created", "Running") + conditions("Failed")}, "failed"),
+        ({"conditions": conditions("Created", "Suspended", "Running", "Failed")}, "failed"),
+        ({"conditions": conditions("Created", "Restarting", "Failed")}, "failed"),
+        (
+            {
+                "conditions": conditions("Created", "Running", "Succeeded"),
+                "replicaStatuses": {"Worker": {"succeeded": 2}},
+            },
+            "succeeded",
+        ),
+    ],
+    "jobset": [
+        ({"replicatedJobsStatus": [{"name": "worker", "active": 1}]}, "running"),
+        ({"terminalState": "Failed"}, "failed"),
+        ({"terminalState": "Completed"}, "succeeded"),
+    ],
+    "trainjob": [
+        ({}, "running"),
+        # A child Job failed and JobSet recreates it (failurePolicy): not the end.
+        ({"jobsStatus": [{"name": "node", "failed": 1, "active": 0}]}, "running"),
+        ({"conditions": conditions("Failed")}, "failed"),
+        ({"conditions": conditions("Suspended", status="False") + conditions("Failed")}, "failed"),
+        ({"conditions": conditions("Complete"), "jobsStatus": [{"name": "node", "succeeded": 1}]}, "succeeded"),
+    ],
+}
+
+
+def test_each_training_step_ends_as_its_engine_job_does_restarts_included(workflow):
+    engine, document = workflow
+    resource = templates(document)["train-multi-worker-cnn"]["resource"]
+    assert resource.get("failureCondition"), f"{engine}: a training step needs a failure condition"
+    workers = yaml.safe_load(resource["manifest"])
+    if engine == "tfjob":
+        assert workers["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2  # the statuses above are two workers'
+    for status, outcome in ENGINE_STATUSES[engine]:
+        assert argo_outcome(resource, status) == outcome, (engine, status)
+
+
 def test_the_workflow_and_each_object_it_creates_validate_against_their_crds(workflow):
     engine, document = workflow
     crd_schemas.validate(document)
