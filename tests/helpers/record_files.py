@@ -33,4 +33,9 @@ def write_records(
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return record_flags(out)
+
+
+def record_flags(out: pathlib.Path) -> list[str]:
+    """The trainer flags that read the train-* and test-* shards in `out`."""
     return ["--train-files", str(out / "train-*"), "--test-files", str(out / "test-*")]

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 
 import pytest
 import tensorflow as tf
 
 from multiworker import async_cluster, run_group, start, start_servers, stop_servers, tf_config, wait_all
-from record_files import write_records
+from record_files import record_flags, write_records
 from trainer.artifacts import layout
 from trainer.data import corrupt_records
 from trainer.data.record_counts import RecordCounts
@@ -21,12 +22,20 @@ from trainer.errors import ExitCode
 SHARD = "train-00001-of-00004.tfrecord"  # worker 1's first file when two workers share four
 
 
-@pytest.fixture
-def records(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
-    """Four training shards of 64 examples each, one test shard; the record index is written beside them."""
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def sound_records(tmp_path_factory) -> pathlib.Path:
+    """Four training shards of 64 examples each, one test shard and the record index beside them, written once."""
+    data = tmp_path_factory.mktemp("sound") / "data"
     data.mkdir()
-    return data, write_records(data, 256, 4, 32, 1, seed=3)
+    write_records(data, 256, 4, 32, 1, seed=3)
+    return data
+
+
+@pytest.fixture
+def records(sound_records: pathlib.Path, tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
+    """A copy of the sound records for one test to damage; copy2 keeps each file's mtime, so the index holds."""
+    data = shutil.copytree(sound_records, tmp_path / "data")
+    return data, record_flags(data)
 
 
 def trainer_args(files: list[str], model_dir: pathlib.Path, *flags: str) -> list[str]:
