@@ -101,11 +101,16 @@ run-local: install ## run the overlay's pods as local processes under the engine
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
-test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores)
-	$(PY) -m pytest -m "not slow and not image"
+# pytest-xdist processes for make test and test-slow (0: all in one process). Each test file runs whole in one of them
+# (--dist loadfile), so a module's fixtures are built once and one file's processes never race another file's.
+TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these)
-	$(PY) -m pytest -m "slow or image"
+test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores; TEST_WORKERS=)
+	$(PYTEST) -m "not slow and not image"
+
+test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these; TEST_WORKERS=)
+	$(PYTEST) -m "slow or image"
 
 test-all: test test-slow ## everything CI runs
 

@@ -13,8 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from matplotlib import pyplot
 
-from scripts.bench import bench, links, netns
+from scripts.bench import bench, chart, links, netns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 needs_namespaces = pytest.mark.skipif(bool(netns.unavailable()), reason=str(netns.unavailable()))
@@ -124,6 +125,13 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     for index in (0, 1):
         log = (tmp_path / "links-100mbit-one_batch-0" / "try-0" / f"worker-{index}.log").read_text()
         assert f"joining the group led by {netns.SUBNET}.1:" in log, log[-2000:]
+    # The chart's panel for the phase, as make bench draws it from results.json's "links".
+    figure, axis = pyplot.subplots()
+    chart._links(axis, summary, {target["key"]: target["met"] for target in targets})
+    figure.savefig(tmp_path / "links.png")
+    assert (tmp_path / "links.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    # One bar per rate and variant (drawn variant by variant), each as tall as its efficiency.
+    assert sorted(bar.get_height() for bar in axis.patches) == sorted(row["efficiency"] for row in summary["table"])
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,20 @@ def test_k3d_up_applies_no_release_manifest_whose_sha256_is_not_the_recorded_one
     assert complaint in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
 
 
+def test_an_unrecorded_checksum_is_applied_only_when_asked_and_a_changed_one_never(tmp_path):
+    result, applies, _ = k3d_up_with(
+        tmp_path / "a", "tfjob", SERVE="1", CERT_MANAGER_MANIFEST_SHA256="", ALLOW_UNRECORDED_CHECKSUM="1"
+    )
+    assert "--context k3d-distml apply -f SCRATCH/cert-manager.yaml" in [without_scratch(a) for a in applies]
+    assert "applying it anyway (ALLOW_UNRECORDED_CHECKSUM=1)" in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
+    # KServe's script has its sha256 recorded, and the fake download is not it: refused, flag or not.
+    assert result.returncode == 2 and "not the recorded" in result.stderr
+    result, applies, _ = k3d_up_with(
+        tmp_path / "b", "tfjob", SERVE="1", CERT_MANAGER_MANIFEST_SHA256="0" * 64, ALLOW_UNRECORDED_CHECKSUM="1"
+    )
+    assert result.returncode == 2 and [a for a in applies if "cert-manager" in a] == []
+
+
 def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
     """With every checksum as recorded: cert-manager's checked file, KServe's three manifests taken from its checked
     install script, and Argo Workflows from its commit."""
