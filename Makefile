@@ -127,9 +127,9 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows)
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) SERVE=$(SERVE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+	$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
