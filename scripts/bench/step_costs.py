@@ -116,7 +116,13 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         model, optimizer = task.build_model(runner.source), build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
     runner.start(model, optimizer, 0)
-    train_steps, inputs, trainer_iterator = runner.train_steps, runner.inputs, runner.iterator
+    inputs, trainer_iterator = runner.inputs, runner.iterator
+    no_stop, none_skipped = tf.constant(0.0), tf.constant(0.0)
+
+    def train_steps(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
+        """The trainer's own loop over `steps` steps: no stop requested, no step skipped before."""
+        return runner.train_steps(iterator, steps, no_stop, none_skipped)
+
     constant = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
     distributed = iter(strategy.distribute_datasets_from_function(inputs.train_batches(0)))
     barrier = all_reduce_function([tf.zeros(1)])
@@ -134,11 +140,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         return statistics.median(times) if times else 0.0
 
     steps = tf.constant(args.steps)
-    collectives = _collective_ops(
-        tf.function(
-            lambda: train_steps(trainer_iterator, steps, tf.constant(0.0), tf.constant(0.0))
-        ).get_concrete_function()
-    )
+    collectives = _collective_ops(tf.function(lambda: train_steps(trainer_iterator, steps)).get_concrete_function())
     return {
         "collective_ops_in_the_step_function": float(collectives),
         "compute_alone": timed(compute, alone=True),
@@ -146,11 +148,9 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         "allreduce_model": timed(all_reduce_function(gradient_like)),
         "allreduce_model_packed": timed(all_reduce_function(gradient_like, bytes_per_pack=PACK_BYTES)),
         "allreduce_tiny": timed(all_reduce_function([tf.zeros(1)])),
-        "sync_constant": timed(lambda steps: train_steps(constant, steps, tf.constant(0.0), tf.constant(0.0))),
-        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps, tf.constant(0.0), tf.constant(0.0))),
-        "distributed_iterator": timed(
-            lambda steps: train_steps(distributed, steps, tf.constant(0.0), tf.constant(0.0))
-        ),
+        "sync_constant": timed(lambda steps: train_steps(constant, steps)),
+        "trainer": timed(lambda steps: train_steps(trainer_iterator, steps)),
+        "distributed_iterator": timed(lambda steps: train_steps(distributed, steps)),
         "gradient_bytes": float(sum(v.shape.num_elements() * 4 for v in local_model.trainable_variables)),
     }
 
