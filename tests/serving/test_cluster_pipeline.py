@@ -146,7 +146,7 @@ def requirement_matches(requirement: tuple[str, str | None, str | None], documen
 def argo_outcome(resource: dict, status: dict) -> str:
     """Argo v4.1.2's matchConditions: any failure requirement fails the step; all success requirements end it."""
     document = {"status": status}
-    if any(requirement_matches(r, document) for r in parsed(resource.get("failureCondition", "")) if r[0]):
+    if any(requirement_matches(r, document) for r in parsed(resource["failureCondition"])):
         return "failed"
     if all(requirement_matches(r, document) for r in parsed(resource["successCondition"])):
         return "succeeded"

@@ -7,6 +7,7 @@ the tag names it. The real sources were rendered the same way at their commits w
 
 from __future__ import annotations
 
+import copy
 import os
 import pathlib
 import re
@@ -43,6 +44,8 @@ UPSTREAM = {
 
 
 def stand_in(directory: pathlib.Path, source: str) -> None:
+    """A kustomization in `directory` for `source`: a ConfigMap named after it (e.g. default-jobset), and the
+    Namespace and controller Deployment UPSTREAM lists for it."""
     name = source.rstrip("/").split("/")[-1] + "-" + source.split("/")[2].split(".")[0]
     namespace, image = UPSTREAM.get(source, (None, None))
     objects: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}]
@@ -65,7 +68,7 @@ def stand_in(directory: pathlib.Path, source: str) -> None:
         }
         objects.append(deployment)
         if source.endswith("cluster-install"):  # Argo's second :latest image, its server
-            server = yaml.safe_load(yaml.safe_dump(deployment))
+            server = copy.deepcopy(deployment)
             server["metadata"]["name"] = "argo-server"
             server["spec"]["template"]["spec"]["containers"][0]["image"] = "quay.io/argoproj/argocli:latest"
             objects.append(server)
