@@ -80,13 +80,30 @@ def test_k3d_up_says_when_docker_is_installed_but_not_running(tmp_path):
 # What a release manifest download returns in these tests, and its sha256 as the settings would record it.
 FAKE_MANIFEST = "apiVersion: v1\nkind: Namespace\nmetadata: {name: cert-manager}\n"
 FAKE_MANIFEST_SHA256 = hashlib.sha256(FAKE_MANIFEST.encode()).hexdigest()
+# KServe's install script as its release writes it: each manifest a heredoc that a function prints.
+KSERVE_HEREDOCS = {
+    "get_kserve_crd_manifest": ("KSERVE_CRD_MANIFEST_EOF", "kserve-crds.yaml"),
+    "get_kserve_core_manifest": ("KSERVE_CORE_MANIFEST_EOF", "kserve.yaml"),
+    "get_kserve_runtime_manifests": ("KSERVE_RUNTIME_MANIFEST_EOF", "kserve-runtimes.yaml"),
+}
+FAKE_KSERVE_SCRIPT = "#!/bin/bash\nset -e\n" + "".join(
+    f"{function}() {{\n    cat <<'{end}'\nkind: ConfigMap\nmetadata: {{name: {name}}}\n{end}\n}}\n\n"
+    for function, (end, name) in KSERVE_HEREDOCS.items()
+)
+FAKE_KSERVE_SCRIPT_SHA256 = hashlib.sha256(FAKE_KSERVE_SCRIPT.encode()).hexdigest()
 # The tools the install steps use beyond the basics (the checked download, the kustomization copy).
 INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv", "find", "grep")
 
 
-def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = False, **environ: str):
+def k3d_up_with(
+    tmp_path: pathlib.Path,
+    engine: str,
+    standalone_jobset: bool = False,
+    kserve_download: str = FAKE_KSERVE_SCRIPT,
+    **environ: str,
+):
     """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
-    kubectl apply calls, and what each applied kustomization directory held."""
+    kubectl apply calls, and what each applied kustomization directory and file held."""
     tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "kubectl.log"
     seen = tmp_path / "applied"
@@ -94,18 +111,24 @@ def k3d_up_with(tmp_path: pathlib.Path, engine: str, standalone_jobset: bool = F
     jobset_there = 0 if standalone_jobset else 1
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(FAKE_MANIFEST)
+    kserve_script = tmp_path / "kserve-install.sh"
+    kserve_script.write_text(kserve_download)
+    cp = shutil.which("cp")
     stubs = {
         "docker": "exit 0",
         "git": "exit 0",
         "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
         "kubectl": (
             f'echo "$*" >> {log}; '
-            f'for a in "$@"; do [ -d "$a" ] && {shutil.which("cp")} -R "$a"/. {seen}/; done; '
+            f'for a in "$@"; do [ -d "$a" ] && {cp} -R "$a"/. {seen}/; [ -f "$a" ] && {cp} "$a" {seen}/; done; '
             f'case "$*" in *"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
             '*"get deployment jobset-controller-manager"*) exit 1;; esac; exit 0'
         ),
-        # curl ... --output FILE URL: the release manifest, as if downloaded.
-        "curl": f'while [ "$1" != "--output" ]; do shift; done; {shutil.which("cp")} {manifest} "$2"',
+        # curl ... --output FILE URL: KServe's install script or another release manifest, as if downloaded.
+        "curl": (
+            'while [ "$1" != "--output" ]; do shift; done; '
+            f'case "$3" in *kserve*) {cp} {kserve_script} "$2";; *) {cp} {manifest} "$2";; esac'
+        ),
     }
     path = path_with(tmp_path, stubs)
     for tool in INSTALL_TOOLS:
@@ -191,15 +214,37 @@ def test_an_unrecorded_checksum_is_applied_only_when_asked_and_a_changed_one_nev
 
 def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
     """With every checksum as recorded: cert-manager's checked file, KServe's three manifests taken from its checked
-    install script, and Argo Workflows from its commit."""
+    install script (never the script itself), and Argo Workflows from its commit."""
     result, applies, applied = k3d_up_with(
-        tmp_path,
+        tmp_path / "a",
+        "tfjob",
+        SERVE="1",
+        CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
+        KSERVE_INSTALL_SCRIPT_SHA256=FAKE_KSERVE_SCRIPT_SHA256,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [without_scratch(a) for a in applies][1:] == [
+        "--context k3d-distml apply -f SCRATCH/cert-manager.yaml",
+        "--context k3d-distml apply --server-side -f SCRATCH/kserve-crds.yaml",
+        "--context k3d-distml apply --server-side -f SCRATCH/kserve.yaml",
+        "--context k3d-distml apply --server-side -f SCRATCH/kserve-runtimes.yaml",
+        "--context k3d-distml apply -f -",  # the argo namespace
+        "--context k3d-distml apply --server-side -k SCRATCH/engines/argo-workflows",
+    ]
+    for _, name in KSERVE_HEREDOCS.values():  # each manifest is its heredoc's body, nothing of the script around it
+        assert (applied / name).read_text() == f"kind: ConfigMap\nmetadata: {{name: {name}}}\n"
+    refs = re.findall(r"\?ref=(\S+)", (applied / "kustomization.yaml").read_text())
+    assert refs == [settings_file()["ARGO_WORKFLOWS_COMMIT"]]
+    # A download that is not KServe's script (its sha256 recorded as if it were): the manifests are not found in it,
+    # and k3d-up says so and stops before applying any.
+    result, applies, _ = k3d_up_with(
+        tmp_path / "b",
         "tfjob",
         SERVE="1",
         CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
         KSERVE_INSTALL_SCRIPT_SHA256=FAKE_MANIFEST_SHA256,
+        kserve_download=FAKE_MANIFEST,
     )
-    # The fake download is no KServe script, so the manifests are not found in it: k3d-up says so and stops.
     assert result.returncode == 1 and "get_kserve_crd_manifest is not in KServe's install script" in result.stderr
     assert [without_scratch(a) for a in applies][-1] == "--context k3d-distml apply -f SCRATCH/cert-manager.yaml"
 
