@@ -66,7 +66,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -107,7 +107,7 @@ TEST_WORKERS ?= 2
 PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores; TEST_WORKERS=)
-	$(PYTEST) -m "not slow and not image"
+	$(PYTEST) -m "not slow and not image and not cluster"
 
 test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these; TEST_WORKERS=)
 	$(PYTEST) -m "slow or image"
@@ -130,6 +130,19 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue)
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+
+cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+	@$(CHECK_SETTINGS)
+	$(SETTINGS_ENV) scripts/cluster/node/up.sh
+
+cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
+	@$(CHECK_SETTINGS)
+	$(SETTINGS_ENV) scripts/cluster/node/down.sh
+
+# The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
+# kubelet and training operator (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
+test-cluster: install image cluster-up ## run the cluster suite on the local node (as root; tests/cluster/)
+	KUBE_CONTEXT=node-$(CLUSTER_NAME) $(PY) -m pytest -m cluster tests/cluster
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)

@@ -62,6 +62,18 @@ def check_context() -> str:
     return name
 
 
+def import_image_to_node(image: str, container_tool: str, containerd_socket: str) -> None:
+    """Copies the locally built image into the local node's containerd (make cluster-up), under the name the
+    kubelet resolves the manifest's image to (an unqualified name is docker.io/library/NAME)."""
+    if container_tool not in ("podman", "buildah"):
+        raise StepError(f"the local node imports images built with podman or buildah, not {container_tool or 'docker'}")
+    docker_name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
+    with tempfile.TemporaryDirectory(prefix="image-import-") as scratch:
+        archive = os.path.join(scratch, "image.tar")
+        run([container_tool, "push", "--quiet", image, f"docker-archive:{archive}:{docker_name}"])
+        run(["ctr", "--address", containerd_socket, "-n", "k8s.io", "images", "import", archive])
+
+
 def import_image(image: str, cluster: str, container_tool: str) -> None:
     """Copies the locally built image into the k3d cluster's nodes (no registry involved).
 

@@ -27,6 +27,7 @@ _NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a DNS label: a Kubernetes object's n
 _PATH = r"/[A-Za-z0-9._/-]*"
 _VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
 _IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
+_CIDR = r"[0-9]+(\.[0-9]+){3}/[0-9]+"
 GENERAL = r"[A-Za-z0-9._,:/=+@*?\[\]-]*"
 RULES: dict[str, tuple[str, str]] = {
     "JOB_NAME": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
@@ -50,6 +51,16 @@ RULES: dict[str, tuple[str, str]] = {
     "SERVE_BASE_PATH": (r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a relative path of letters, digits and . _ - /"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
+    "TRAINING_OPERATOR_IMAGE": (_IMAGE, "an image reference: name:tag"),
+    # The pause image's tags carry no v: 3.10.1.
+    "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
+    "NODE_CACHE": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "NODE_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "NODE_RUN": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "NODE_POD_CIDR": (_CIDR, "an IPv4 range such as 10.244.0.0/16"),
+    "NODE_SERVICE_CIDR": (_CIDR, "an IPv4 range such as 10.96.0.0/16"),
+    "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    "NODE_API_PORT": (r"[0-9]+", "digits"),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Builds the local node's parts from exact module versions (make cluster-up runs it first): Kubernetes' five
+# binaries, etcd, CoreDNS, the pause and helper images, the local-path provisioner and the training operator. Each
+# lands in NODE_CACHE keyed by its version, so a second run builds nothing. go.sum (ours for the wrapper modules,
+# the module's own for `go install pkg@version`) is checked against the Go checksum database by the go command.
+set -euo pipefail
+
+cd "$(dirname "$0")/../../.."
+# shellcheck source=/dev/null
+source scripts/common/settings.sh
+load_settings k8s/base/settings.env
+check_settings
+
+modules=$PWD/scripts/cluster/node/modules
+cache=${NODE_CACHE:-/var/cache/distml-node}
+bin=$cache/bin
+images=$cache/images
+mkdir -p "$bin" "$images"
+export CGO_ENABLED=0 GOFLAGS=-trimpath
+
+built() { [ -x "$bin/$1" ] && echo "  cached: $1"; }
+
+# Kubernetes reads its version from ldflags; without them clients see v0.0.0-master (hack/lib/version.sh).
+kubernetes() {
+  local v=$NODE_KUBERNETES_VERSION out=$bin/kubernetes-$NODE_KUBERNETES_VERSION minor
+  built "kubernetes-$v/kubelet" && return
+  minor=${v#v*.}
+  minor=${minor%%.*}
+  local ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  echo "  building Kubernetes $v (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy)"
+  mkdir -p "$out.tmp"
+  (cd "$modules/kubernetes" && go build -ldflags "$ldflags" -o "$out.tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+etcd() {
+  built "etcd-$NODE_ETCD_VERSION" && return
+  echo "  building etcd $NODE_ETCD_VERSION"
+  (cd "$modules/etcd" && go build -ldflags "-s -w" -o "$bin/etcd-$NODE_ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
+  mv "$bin/etcd-$NODE_ETCD_VERSION.tmp" "$bin/etcd-$NODE_ETCD_VERSION"
+}
+
+# go_install NAME PACKAGE VERSION: a module with no replace directives builds as itself, with its own go.sum.
+go_install() {
+  local name=$1 pkg=$2 version=$3 tmp
+  built "$name-$version" && return
+  echo "  building $name $version ($pkg)"
+  tmp=$(mktemp -d)
+  GOBIN=$tmp GOFLAGS="$GOFLAGS -mod=mod" go install -ldflags "-s -w" "$pkg@$version"
+  mv "$tmp/$(basename "$pkg")" "$bin/$name-$version"
+  rm -rf "$tmp"
+}
+
+# image NAME USER ENTRYPOINT FILE...: a single-layer image FROM scratch holding the files (SRC:DEST pairs), saved as
+# an OCI archive that cluster-up imports into containerd under exactly NAME, the name the manifests use.
+image() {
+  local name=$1 user=$2 entrypoint=$3 archive ctr
+  shift 3
+  archive=$images/$(printf '%s' "$name" | tr '/:' '__').tar
+  [ -f "$archive" ] && echo "  cached: $name" && return
+  echo "  image $name"
+  ctr=$(buildah from scratch)
+  for pair in "$@"; do buildah copy --quiet "$ctr" "${pair%%:*}" "${pair#*:}" >/dev/null; done
+  buildah config --entrypoint "[\"$entrypoint\"]" --cmd "" --user "$user" --env PATH=/usr/bin:/bin "$ctr"
+  buildah commit --quiet --rm "$ctr" "$name" >/dev/null
+  buildah push --quiet "$name" "oci-archive:$archive.tmp:$name"
+  mv "$archive.tmp" "$archive"
+}
+
+for tool in go gcc buildah; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "error: $tool is not installed: apt-get install golang-go gcc buildah (Go $(sed -n 's/^go //p' "$modules/kubernetes/go.mod") or newer)" >&2
+    exit 1
+  fi
+done
+
+kubernetes
+etcd
+go_install coredns github.com/coredns/coredns "$NODE_COREDNS_VERSION"
+go_install local-path-provisioner github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION"
+go_install training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1 "$TRAINING_OPERATOR_VERSION"
+
+# The pause binary is C: Kubernetes' own source at the pinned version, static, as build/pause/Makefile builds it.
+pause_src=$(cd "$modules/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+if ! built "pause-$NODE_PAUSE_VERSION"; then
+  gcc -Os -Wall -Werror -static -DVERSION="v$NODE_PAUSE_VERSION" -o "$bin/pause-$NODE_PAUSE_VERSION" "$pause_src"
+fi
+image "registry.k8s.io/pause:$NODE_PAUSE_VERSION" 65535:65535 /pause "$bin/pause-$NODE_PAUSE_VERSION:/pause"
+# Its manifest runs the command by name, as its upstream image (from alpine) has it on PATH.
+image "docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION" 0:0 /usr/bin/local-path-provisioner \
+  "$bin/local-path-provisioner-$LOCAL_PATH_PROVISIONER_VERSION:/usr/bin/local-path-provisioner"
+image "$TRAINING_OPERATOR_IMAGE" 65532:65532 /manager "$bin/training-operator-$TRAINING_OPERATOR_VERSION:/manager"
+# local-path's helper pod runs `sh` with mkdir, chmod and rm as root on the node's directory; Debian's static
+# busybox provides them.
+busybox=$(command -v busybox || true)
+if [ -z "$busybox" ] || [[ $(ldd "$busybox" 2>&1 || true) != *"not a dynamic executable"* ]]; then
+  echo "error: a static busybox is needed for local-path's helper image: apt-get install busybox-static" >&2
+  exit 1
+fi
+rootfs=$(mktemp -d)
+mkdir "$rootfs/bin" && cp "$busybox" "$rootfs/bin/busybox"
+for applet in sh mkdir chmod rm ls cat; do ln -s busybox "$rootfs/bin/$applet"; done
+image docker.io/library/busybox:latest 0:0 /bin/sh "$rootfs:/"
+rm -rf "$rootfs"
+echo "node parts ready in $cache"

@@ -1,0 +1,147 @@
+# shellcheck shell=bash
+# Sourced by the local node's scripts (up.sh, down.sh) after load_settings: its names, its processes, its
+# certificates and kubeconfigs. One place for what each process is called and where its files lie.
+NODE_NAME=$CLUSTER_NAME
+# scripts/cluster/submit.py knows the local node by this context name, and imports the image into its containerd.
+NODE_CONTEXT=node-$CLUSTER_NAME
+NODE_BRIDGE=distml0
+PKI=$NODE_ROOT/pki
+BIN=$NODE_CACHE/bin
+K8S_BIN=$BIN/kubernetes-$NODE_KUBERNETES_VERSION
+# Stopped in this order by cluster-down: the node's users first, the store last.
+NODE_PROCESSES=(coredns proxy kubelet scheduler controller-manager apiserver etcd containerd)
+
+kube() { kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" "$@"; }
+
+install_hint() {
+  case $1 in
+    ctr) echo "apt-get install containerd" ;;
+    kubectl) echo "install kubectl: https://kubernetes.io/docs/tasks/tools/" ;;
+    *) echo "apt-get install $1" ;;
+  esac
+}
+
+pid_of() { [ -f "$NODE_RUN/$1.pid" ] && cat "$NODE_RUN/$1.pid"; }
+
+# running NAME: the process cluster-up started under NAME is alive (not merely a pid file left by a crash).
+running() {
+  local pid
+  pid=$(pid_of "$1") || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# launch NAME COMMAND...: starts a node process in its own session, its output in logs/NAME.log.
+launch() {
+  local name=$1
+  shift
+  mkdir -p "$NODE_ROOT/logs" "$NODE_RUN"
+  setsid "$@" >>"$NODE_ROOT/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$NODE_RUN/$name.pid"
+}
+
+# wait_for WHAT COMMAND...: retries COMMAND for up to two minutes; on failure names the log to read.
+wait_for() {
+  local what=$1 tries=120
+  shift
+  until "$@" >/dev/null 2>&1; do
+    tries=$((tries - 1))
+    if [ "$tries" -eq 0 ]; then
+      echo "error: timed out waiting for $what; see the logs in $NODE_ROOT/logs" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+}
+
+port_owner() { ss -Hltnp "sport = :$1" | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -1; }
+port_taken() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
+
+# module_dir MODULE VERSION: the module's files in the Go module cache, downloaded and checked against the Go
+# checksum database by the go command.
+module_dir() {
+  go mod download -json "$1@$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
+# cert NAME CN ORG SANS: a key and a certificate signed by the cluster's CA (ca.crt), for one year.
+cert() {
+  local name=$1 cn=$2 org=$3 sans=$4 subject="/CN=$2"
+  [ -f "$PKI/$name.crt" ] && return
+  [ -z "$org" ] || subject="/O=$org/CN=$cn"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr" 2>/dev/null
+  {
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=serverAuth,clientAuth"
+    [ -z "$sans" ] || echo "subjectAltName=$sans"
+  } >"$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/${5:-ca}.crt" -CAkey "$PKI/${5:-ca}.key" -CAcreateserial \
+    -days 365 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+
+ca() {
+  [ -f "$PKI/$1.crt" ] && return
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI/$1.key" -subj "/CN=$2" -days 3650 \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out "$PKI/$1.crt" 2>/dev/null
+}
+
+# kubeconfig NAME CERT: a kubeconfig for the client certificate CERT, with the CA and the key embedded.
+kubeconfig() {
+  local file=$NODE_ROOT/$1.kubeconfig
+  [ -f "$file" ] && return
+  kubectl config --kubeconfig "$file" set-cluster "$NODE_CONTEXT" --server "https://127.0.0.1:$NODE_API_PORT" \
+    --certificate-authority "$PKI/ca.crt" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$file" set-credentials "$2" --client-certificate "$PKI/$2.crt" \
+    --client-key "$PKI/$2.key" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$file" set-context "$NODE_CONTEXT" --cluster "$NODE_CONTEXT" --user "$2" >/dev/null
+  kubectl config --kubeconfig "$file" use-context "$NODE_CONTEXT" >/dev/null
+}
+
+# The certificates local-up-cluster.sh makes: the API server's with the kubernetes.default names and the service
+# range's first address, one client certificate per component in the group RBAC expects, the kubelet's serving
+# and client certificates, the front proxy's, and the service-account signing key.
+make_pki() {
+  local first_service_ip
+  mkdir -p "$PKI" && chmod 700 "$PKI"
+  first_service_ip=$(python3 -c "import ipaddress,sys; print(ipaddress.ip_network(sys.argv[1])[1])" "$NODE_SERVICE_CIDR")
+  ca ca "$CLUSTER_NAME-ca"
+  ca front-proxy-ca "$CLUSTER_NAME-front-proxy-ca"
+  cert apiserver kube-apiserver "" "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP,IP:$first_service_ip"
+  cert etcd etcd "" "DNS:localhost,IP:127.0.0.1"
+  cert apiserver-etcd kube-apiserver-etcd-client "" ""
+  cert apiserver-kubelet kube-apiserver-kubelet-client "" ""
+  cert kubelet "system:node:$NODE_NAME" system:nodes "DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
+  cert admin kubernetes-admin system:masters ""
+  cert controller-manager system:kube-controller-manager "" ""
+  cert scheduler system:kube-scheduler "" ""
+  cert proxy system:kube-proxy "" ""
+  cert coredns system:coredns "" ""
+  cert front-proxy-client front-proxy-client "" "" front-proxy-ca
+  [ -f "$PKI/sa.key" ] || {
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  }
+  for component in admin controller-manager scheduler proxy coredns kubelet; do kubeconfig "$component" "$component"; done
+}
+
+# add_context: the cluster, user and context node-CLUSTER_NAME in the user's kubeconfig, as k3d adds k3d-NAME;
+# the current context stays as it was.
+add_context() {
+  local config=${KUBECONFIG:-$HOME/.kube/config}
+  config=${config%%:*}
+  mkdir -p "$(dirname "$config")"
+  kubectl config --kubeconfig "$config" set-cluster "$NODE_CONTEXT" --server "https://127.0.0.1:$NODE_API_PORT" \
+    --certificate-authority "$PKI/ca.crt" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$config" set-credentials "$NODE_CONTEXT-admin" --client-certificate "$PKI/admin.crt" \
+    --client-key "$PKI/admin.key" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$config" set-context "$NODE_CONTEXT" --cluster "$NODE_CONTEXT" \
+    --user "$NODE_CONTEXT-admin" >/dev/null
+  echo "kubectl context: $NODE_CONTEXT (the current context is left as it was)"
+}
+
+# render_local_path DIR: local-path-provisioner's own deploy manifest, storing volumes under NODE_ROOT/storage and
+# marked the default class, as k3s ships it.
+render_local_path() {
+  sed -e "s|/opt/local-path-provisioner|$NODE_ROOT/storage|" \
+    -e 's|^  name: local-path$|  name: local-path\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"|' \
+    "$1/deploy/local-path-storage.yaml"
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# make cluster-down: stops the local node's processes and every container they ran, removes its mounts, network
+# namespaces, bridge, iptables rules and state (the volume's data too, as k3d cluster delete does), and its kube
+# context. The built parts stay in NODE_CACHE, so the next cluster-up builds nothing. Safe after a crash.
+set -euo pipefail
+
+cd "$(dirname "$0")/../../.."
+# shellcheck source=/dev/null
+source scripts/common/settings.sh
+load_settings k8s/base/settings.env
+check_settings
+# shellcheck source=/dev/null
+source scripts/cluster/node/common.sh
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "error: cluster-down stops root's containers and mounts: run it as root (sudo make cluster-down)" >&2
+  exit 1
+fi
+
+stop() {
+  local pid tries=20
+  pid=$(pid_of "$1") || return 0
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null && [ "$tries" -gt 0 ]; do sleep 0.5; tries=$((tries - 1)); done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$NODE_RUN/$1.pid"
+}
+
+# The kubelet first, so nothing restarts a container while the containers go.
+stop kubelet
+if [ -S "$NODE_RUN/containerd.sock" ] && running containerd; then
+  for task in $(ctr --address "$NODE_RUN/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
+    ctr --address "$NODE_RUN/containerd.sock" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true
+  done
+fi
+for name in "${NODE_PROCESSES[@]}"; do stop "$name"; done
+# A shim outlives containerd: end those of this node's containerd, and what they run.
+pkill -9 -f "containerd-shim-runc-v2 .*-address $NODE_RUN/containerd.sock" 2>/dev/null || true
+for pid in $(grep -l "$NODE_ROOT/containerd" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3); do
+  [ "$pid" = "$$" ] || kill -9 "$pid" 2>/dev/null || true
+done
+
+# Mounts the containers and the kubelet left, deepest first.
+grep -E " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts | awk '{print $2}' | sort -r | while read -r mount; do
+  umount -l "$mount" 2>/dev/null || true
+done
+# The network namespaces the CNI made for the pods (containerd names them cni-<uuid>), whose bridge is ours.
+for netns in /run/netns/cni-*; do
+  [ -e "$netns" ] && { umount -l "$netns" 2>/dev/null || true; rm -f "$netns"; }
+done
+ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && ip link delete "$NODE_BRIDGE"
+if [[ $(ip -o addr show dev lo) == *" $NODE_IP/32 "* ]]; then ip addr del "$NODE_IP/32" dev lo; fi
+if [ -x "$K8S_BIN/kube-proxy" ]; then
+  "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+fi
+rules=$(iptables-save)
+if [[ $rules == *CNI-* ]]; then grep -v -- "CNI-" <<<"$rules" | iptables-restore; fi
+
+left=$(grep -cE " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts || true)
+if [ "$left" -ne 0 ]; then
+  echo "error: $left mounts under $NODE_ROOT are still busy (grep $NODE_ROOT /proc/mounts); stop what uses them and run cluster-down again" >&2
+  exit 1
+fi
+rm -rf "$NODE_ROOT" "$NODE_RUN"
+
+config=${KUBECONFIG:-$HOME/.kube/config}
+config=${config%%:*}
+if [ -f "$config" ]; then
+  kubectl config --kubeconfig "$config" delete-context "$NODE_CONTEXT" >/dev/null 2>&1 || true
+  kubectl config --kubeconfig "$config" delete-cluster "$NODE_CONTEXT" >/dev/null 2>&1 || true
+  kubectl config --kubeconfig "$config" delete-user "$NODE_CONTEXT-admin" >/dev/null 2>&1 || true
+fi
+echo "cluster $NODE_CONTEXT removed: no process, mount or state left (the built parts stay in $NODE_CACHE)"

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# make cluster-up: a single-node Kubernetes as local processes, in the shape of Kubernetes' own
+# hack/local-up-cluster.sh, for a machine with no Docker engine: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, containerd (Debian's, with runc and the CNI bridge plugins), kubelet, kube-proxy and CoreDNS, then
+# the local-path StorageClass k3d has and the training operator, from images built here (build.sh). Secured as a
+# real cluster: TLS on every connection, Node,RBAC authorization, service-account tokens, PodSecurity admission.
+# Adds the kube context node-CLUSTER_NAME and leaves the current context alone. Idempotent: a second run finds
+# the processes up and only checks them.
+set -euo pipefail
+
+cd "$(dirname "$0")/../../.."
+# shellcheck source=/dev/null
+source scripts/common/settings.sh
+load_settings k8s/base/settings.env
+check_settings
+# shellcheck source=/dev/null
+source scripts/cluster/node/common.sh
+
+preflight() {
+  local problems=0 tool owner_port
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: cluster-up runs containers and sets up networking: run it as root (sudo make cluster-up)" >&2
+    exit 1
+  fi
+  for tool in containerd runc ctr iptables ipset conntrack openssl buildah kubectl; do
+    if ! command -v "$tool" >/dev/null; then
+      echo "error: $tool is not installed: $(install_hint "$tool")" >&2
+      problems=1
+    fi
+  done
+  [ -x /usr/lib/cni/bridge ] || { echo "error: the CNI plugins are missing: apt-get install containernetworking-plugins" >&2; problems=1; }
+  [ "$problems" -eq 0 ] || exit 1
+  local owner port
+  for owner_port in apiserver:"$NODE_API_PORT" etcd:2379 etcd:2380 kubelet:10250 proxy:10256 controller-manager:10257 \
+    scheduler:10259; do
+    owner=${owner_port%%:*} port=${owner_port#*:}
+    if ! running "$owner" && port_taken "$port"; then
+      echo "error: port $port is taken by another process ($(port_owner "$port")): stop it, or run make cluster-down" >&2
+      exit 1
+    fi
+  done
+}
+
+network() {
+  # Pods reach the node at NODE_IP: an address on lo (this kernel has no dummy links), which no other host sees.
+  # (a test, not grep -q in a pipe: under pipefail an early grep exit fails the pipe)
+  [[ $(ip -o addr show dev lo) == *" $NODE_IP/32 "* ]] || ip addr add "$NODE_IP/32" dev lo
+  modprobe br_netfilter 2>/dev/null || true
+  sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+  mkdir -p "$NODE_ROOT/cni"
+  cat >"$NODE_ROOT/cni/10-distml.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "distml", "plugins": [
+  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$NODE_POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": "$NODE_ROOT/cni/ipam"}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+EOF
+}
+
+start_etcd() {
+  running etcd && return
+  launch etcd "$BIN/etcd-$NODE_ETCD_VERSION" --name "$CLUSTER_NAME" --data-dir "$NODE_ROOT/etcd" \
+    --listen-client-urls https://127.0.0.1:2379 --advertise-client-urls https://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381 \
+    --cert-file "$PKI/etcd.crt" --key-file "$PKI/etcd.key" --client-cert-auth --trusted-ca-file "$PKI/ca.crt"
+  wait_for "etcd" curl -sf http://127.0.0.1:2381/health
+}
+
+start_apiserver() {
+  running apiserver && return
+  launch apiserver "$K8S_BIN/kube-apiserver" --etcd-servers https://127.0.0.1:2379 \
+    --etcd-cafile "$PKI/ca.crt" --etcd-certfile "$PKI/apiserver-etcd.crt" --etcd-keyfile "$PKI/apiserver-etcd.key" \
+    --bind-address 0.0.0.0 --secure-port "$NODE_API_PORT" --advertise-address "$NODE_IP" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet.crt" --kubelet-client-key "$PKI/apiserver-kubelet.key" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
+    --service-cluster-ip-range "$NODE_SERVICE_CIDR" --authorization-mode Node,RBAC --allow-privileged=true \
+    --enable-admission-plugins NodeRestriction,PodSecurity \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key"
+  wait_for "kube-apiserver" kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" get --raw /readyz
+}
+
+start_controllers() {
+  running controller-manager || launch controller-manager "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig "$NODE_ROOT/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$NODE_ROOT/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$NODE_ROOT/controller-manager.kubeconfig" \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1 \
+    --service-cluster-ip-range "$NODE_SERVICE_CIDR"
+  running scheduler || launch scheduler "$K8S_BIN/kube-scheduler" --kubeconfig "$NODE_ROOT/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$NODE_ROOT/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$NODE_ROOT/scheduler.kubeconfig" --leader-elect=false --bind-address 127.0.0.1
+}
+
+start_containerd() {
+  running containerd && return
+  mkdir -p "$NODE_ROOT/containerd" "$NODE_RUN"
+  cat >"$NODE_ROOT/containerd.toml" <<EOF
+version = 2
+root = "$NODE_ROOT/containerd"
+state = "$NODE_RUN/containerd"
+[grpc]
+  address = "$NODE_RUN/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:$NODE_PAUSE_VERSION"
+  # The kubelet asks for negative OOM scores, which need CAP_SYS_RESOURCE; these VMs withhold it from root.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$NODE_ROOT/cni"
+EOF
+  launch containerd containerd --config "$NODE_ROOT/containerd.toml"
+  wait_for "containerd" ctr --address "$NODE_RUN/containerd.sock" version
+}
+
+import_images() {
+  local archive
+  for archive in "$NODE_CACHE"/images/*.tar; do
+    ctr --address "$NODE_RUN/containerd.sock" -n k8s.io images import "$archive" >/dev/null
+  done
+}
+
+start_kubelet() {
+  running kubelet && return
+  mkdir -p "$NODE_ROOT/kubelet"
+  cat >"$NODE_ROOT/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $PKI/kubelet.crt
+tlsPrivateKeyFile: $PKI/kubelet.key
+containerRuntimeEndpoint: unix://$NODE_RUN/containerd.sock
+# cgroup v1 is deprecated from 1.35 (KEP-5573); these VMs have it, and cgroupfs is how containerd runs runc here.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+clusterDNS: [$NODE_IP]
+clusterDomain: cluster.local
+resolvConf: ""
+failSwapOn: false
+# A test VM's disk is shared: evict on nothing but real exhaustion, and never collect the imported images.
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+maxPods: 60
+EOF
+  launch kubelet "$K8S_BIN/kubelet" --config "$NODE_ROOT/kubelet.yaml" --kubeconfig "$NODE_ROOT/kubelet.kubeconfig" \
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --root-dir "$NODE_ROOT/kubelet"
+  wait_for "the node $NODE_NAME to be Ready" kube wait --for=condition=Ready "node/$NODE_NAME" --timeout=5s
+}
+
+start_proxy() {
+  running proxy && return
+  cat >"$NODE_ROOT/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $NODE_ROOT/proxy.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $NODE_POD_CIDR
+# A VM's conntrack table is the host's to size.
+conntrack: {maxPerCore: 0}
+EOF
+  launch proxy "$K8S_BIN/kube-proxy" --config "$NODE_ROOT/kube-proxy.yaml"
+}
+
+start_dns() {
+  running coredns && return
+  cat >"$NODE_ROOT/Corefile" <<EOF
+.:53 {
+    bind $NODE_IP
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        endpoint https://127.0.0.1:$NODE_API_PORT
+        kubeconfig $NODE_ROOT/coredns.kubeconfig $NODE_CONTEXT
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 5
+}
+EOF
+  kube apply -f scripts/cluster/node/node-rbac.yaml >/dev/null
+  launch coredns "$BIN/coredns-$NODE_COREDNS_VERSION" -conf "$NODE_ROOT/Corefile"
+}
+
+install_storage() {
+  local provisioner
+  provisioner=$(module_dir github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION")
+  mkdir -p "$NODE_ROOT/storage"
+  render_local_path "$provisioner" | kube apply -f - >/dev/null
+  kube -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s
+}
+
+install_operator() {
+  local operator
+  operator=$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")
+  kube apply --server-side --force-conflicts -k "$operator/manifests/overlays/standalone" >/dev/null
+  kube -n kubeflow rollout status deployment/training-operator --timeout=180s
+}
+
+# After a crash or a reboot (no node process alive, its state left behind), start clean: the old containers, mounts
+# and rules would otherwise stand in the new node's way. A node with some processes alive only gets the missing ones.
+recover() {
+  local name
+  for name in "${NODE_PROCESSES[@]}"; do running "$name" && return; done
+  if [ -d "$NODE_ROOT" ] || [ -d "$NODE_RUN" ]; then
+    echo "no process of the node $NODE_CONTEXT is alive but its state is left: removing it first (make cluster-down)"
+    scripts/cluster/node/down.sh
+  fi
+}
+
+preflight
+recover
+scripts/cluster/node/build.sh
+echo "starting the node $NODE_NAME (logs in $NODE_ROOT/logs)"
+make_pki
+network
+start_etcd
+start_apiserver
+start_controllers
+start_containerd
+import_images
+start_kubelet
+start_proxy
+start_dns
+install_storage
+install_operator
+add_context
+echo "cluster ready: kubectl --context $NODE_CONTEXT; the cluster commands: make submit KUBE_CONTEXT=$NODE_CONTEXT"

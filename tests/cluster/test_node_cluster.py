@@ -1,0 +1,113 @@
+"""End to end on the local node's real Kubernetes (make cluster-up; make test-cluster runs this file).
+
+The user's commands run as a user types them: make submit, status, fetch-model and delete with
+KUBE_CONTEXT=node-<cluster>, against a real API server, kubelet, containerd and the training operator built
+from their pinned modules. Nothing here is emulated: a refusal is the real admission's, a pod is a real container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+from scripts.common import settings as project_settings
+
+pytestmark = pytest.mark.cluster
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SETTINGS = project_settings.load()
+CONTEXT = f"node-{SETTINGS['CLUSTER_NAME']}"
+# A short default job: the synthetic dataset needs no download (no network here), two workers as the card says.
+JOB_ARGS = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 2048 --test-examples 512"]
+
+
+def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "--context", CONTEXT, *args], capture_output=True, text=True, check=check)
+
+
+def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "KUBE_CONTEXT": CONTEXT}
+    result = subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, env=environment, capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"make {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node_is_up() -> None:
+    if kubectl("get", "--raw", "/readyz", check=False).returncode != 0:
+        pytest.fail(f"the local node is not up (context {CONTEXT}): run make cluster-up as root first")
+
+
+def test_clients_read_the_pinned_kubernetes_version() -> None:
+    version = json.loads(kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert version["gitVersion"] == SETTINGS["NODE_KUBERNETES_VERSION"]
+    node = json.loads(kubectl("get", "node", SETTINGS["CLUSTER_NAME"], "-o", "json").stdout)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == SETTINGS["NODE_KUBERNETES_VERSION"]
+
+
+def test_the_restricted_namespace_refuses_a_pod_that_breaks_a_rule() -> None:
+    namespace = "restricted-check"
+    kubectl("create", "namespace", namespace, check=False)
+    kubectl("label", "--overwrite", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runs-as-root"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:" + SETTINGS["NODE_PAUSE_VERSION"]}]},
+    }
+    refused = subprocess.run(
+        ["kubectl", "--context", CONTEXT, "apply", "-n", namespace, "-f", "-"],
+        input=json.dumps(pod), capture_output=True, text=True,
+    )
+    kubectl("delete", "namespace", namespace, "--wait=false")
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr
+    assert "runAsNonRoot" in refused.stderr
+
+
+def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_trained_one(tmp_path) -> None:
+    make("delete", check=False)
+    submitted = make("submit", "ENGINE=tfjob", "STRATEGY=sync", *JOB_ARGS)
+    assert "Succeeded" in submitted.stdout, submitted.stdout[-3000:]
+
+    status = make("status", "ENGINE=tfjob", "STRATEGY=sync")
+    assert "Succeeded" in status.stdout, status.stdout
+
+    # Both workers ran: the operator made one pod per replica and each exited 0.
+    pods = json.loads(kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}",
+                              "-o", "json").stdout)["items"]
+    assert len(pods) == int(SETTINGS["WORKERS"])
+    assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
+
+    # make fetch-model's script, into a directory of the test's own (make fetch-model writes ./artifacts).
+    artifacts = tmp_path / "artifacts"
+    fetched = subprocess.run(["scripts/cluster/fetch-model.sh", str(artifacts)], cwd=ROOT,
+                             env={**os.environ, "KUBE_CONTEXT": CONTEXT}, capture_output=True, text=True)
+    assert fetched.returncode == 0, fetched.stderr
+    model_dir = artifacts / "model"
+    versions = sorted((model_dir / "serving").iterdir())
+    assert versions, f"no SavedModel version under {model_dir / 'serving'}"
+
+    import keras
+    import tensorflow as tf
+
+    trained = keras.saving.load_model(model_dir / "model.keras")
+    served = tf.saved_model.load(str(versions[-1]))
+    serve = served.signatures["serving_default"]
+    rows = np.random.default_rng(0).random((8, *trained.input_shape[1:]), dtype=np.float32)
+    answer = next(iter(serve(tf.constant(rows)).values())).numpy()
+    np.testing.assert_allclose(answer, trained.predict(rows, verbose=0), rtol=1e-5, atol=1e-5)
+
+    make("delete", "ENGINE=tfjob", "STRATEGY=sync")
+    left = kubectl("get", "pods,services", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}",
+                   "-o", "name").stdout
+    assert left.strip() == ""
