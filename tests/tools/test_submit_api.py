@@ -14,6 +14,7 @@ import subprocess
 import threading
 
 import pytest
+import yaml
 
 import fake_api_server
 from fake_api_server import DROP, FakeClock
@@ -192,6 +193,34 @@ def test_a_finished_job_goes_in_the_foreground_and_the_new_one_comes_after_its_p
     # The data Job and the image come before the old job is deleted; the old job's logs stay until then.
     assert cluster_changes(cluster.commands)[0] == "k3d image import"
     assert f"deleting the succeeded TFJob {NAME}" in out and f"created TFJob {NAME}" in out
+
+
+def config_map_refs(value: object) -> set[str]:
+    """The names of every ConfigMap an object's pods take their environment from (envFrom and valueFrom)."""
+    if isinstance(value, dict):
+        own = {value["configMapRef"]["name"]} if "configMapRef" in value else set()
+        return own.union(*(config_map_refs(item) for item in value.values()))
+    if isinstance(value, list):
+        return set().union(*(config_map_refs(item) for item in value))
+    return set()
+
+
+def test_every_config_map_the_job_s_pods_read_is_applied_before_the_job(cluster, monkeypatch, capsys):
+    # A real kubelet refuses to start a container whose envFrom ConfigMap does not exist (CreateContainerConfigError):
+    # the local node showed submit never applied the settings ConfigMap.
+    applied: list[dict] = []
+    recorded = cluster_steps.run
+
+    def run(command, stdin=None, check=True, quiet=False):
+        if command[:2] == ["kubectl", "apply"] and stdin:
+            applied.extend(obj for obj in yaml.safe_load_all(stdin) if obj)
+        return recorded(command, stdin=stdin, check=check, quiet=quiet)
+
+    monkeypatch.setattr(cluster_steps, "run", run)
+    assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_SUCCEEDED, capsys.readouterr()
+    wanted = config_map_refs(cluster.api.job)
+    assert wanted, "the TFJob's pods read no ConfigMap: the test looks in the wrong place"
+    assert wanted <= {obj["metadata"]["name"] for obj in applied if obj["kind"] == "ConfigMap"}
 
 
 @pytest.mark.parametrize("policy", ["Foreground", "Background"])
