@@ -54,23 +54,58 @@ def test_clients_read_the_pinned_kubernetes_version() -> None:
     assert node["status"]["nodeInfo"]["kubeletVersion"] == SETTINGS["NODE_KUBERNETES_VERSION"]
 
 
-def test_the_restricted_namespace_refuses_a_pod_that_breaks_a_rule() -> None:
+def pod_templates(value: object):
+    """Every pod template in a rendered object: a Deployment's, a Job's, each replica's of a TFJob, JobSet or runtime."""
+    if isinstance(value, dict):
+        template = value.get("template")
+        if isinstance(template, dict) and "containers" in template.get("spec", {}):
+            yield template
+        for item in value.values():
+            yield from pod_templates(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from pod_templates(item)
+
+
+def create_pod(namespace: str, pod: dict, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--context", CONTEXT, "create", "-n", namespace, "-f", "-", *extra],
+        input=json.dumps(pod), capture_output=True, text=True,
+    )
+
+
+@pytest.fixture
+def restricted_namespace():
     namespace = "restricted-check"
     kubectl("create", "namespace", namespace, check=False)
     kubectl("label", "--overwrite", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "runs-as-root"},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:" + SETTINGS["NODE_PAUSE_VERSION"]}]},
-    }
-    refused = subprocess.run(
-        ["kubectl", "--context", CONTEXT, "apply", "-n", namespace, "-f", "-"],
-        input=json.dumps(pod), capture_output=True, text=True,
-    )
+    # The service-account controller makes the namespace's default account a moment after the namespace.
+    kubectl("wait", "-n", namespace, "--for=create", "serviceaccount/default", "--timeout=60s")
+    yield namespace
     kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_the_real_admission_admits_every_overlay_s_pods_and_refuses_one_that_breaks_a_rule(restricted_namespace):
+    import yaml
+
+    checked = 0
+    for overlay in sorted((ROOT / "k8s" / "overlays").iterdir()):
+        rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True)
+        for obj in yaml.safe_load_all(rendered.stdout):
+            for template in pod_templates(obj):
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{overlay.name}-{checked}"},
+                       "spec": template["spec"]}
+                # A server-side dry run goes through the real admission chain, PodSecurity included, and stores nothing.
+                admitted = create_pod(restricted_namespace, pod, "--dry-run=server")
+                assert admitted.returncode == 0, f"{overlay.name} {obj['kind']} {obj['metadata']['name']}: {admitted.stderr}"
+                checked += 1
+    assert checked >= 12, f"only {checked} pod templates found in the overlays"
+
+    root_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runs-as-root"},
+                "spec": {"containers": [{"name": "c", "image": f"registry.k8s.io/pause:{SETTINGS['NODE_PAUSE_VERSION']}"}]}}
+    refused = create_pod(restricted_namespace, root_pod)
     assert refused.returncode != 0
-    assert 'violates PodSecurity "restricted:latest"' in refused.stderr
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
     assert "runAsNonRoot" in refused.stderr
 
 
