@@ -33,11 +33,17 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "KUBE_CONTEXT": CONTEXT}
     result = subprocess.run(
-        ["make", "--no-print-directory", *args], cwd=ROOT, env=environment, capture_output=True, text=True,
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
     if check and result.returncode != 0:
-        pytest.fail(f"make {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        pytest.fail(
+            f"make {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
     return result
 
 
@@ -55,7 +61,7 @@ def test_clients_read_the_pinned_kubernetes_version() -> None:
 
 
 def pod_templates(value: object):
-    """Every pod template in a rendered object: a Deployment's, a Job's, each replica's of a TFJob, JobSet or runtime."""
+    """Every pod template in a rendered object: a Deployment's, a Job's, each replica's of a TFJob or JobSet."""
     if isinstance(value, dict):
         template = value.get("template")
         if isinstance(template, dict) and "containers" in template.get("spec", {}):
@@ -70,7 +76,9 @@ def pod_templates(value: object):
 def create_pod(namespace: str, pod: dict, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["kubectl", "--context", CONTEXT, "create", "-n", namespace, "-f", "-", *extra],
-        input=json.dumps(pod), capture_output=True, text=True,
+        input=json.dumps(pod),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -93,16 +101,26 @@ def test_the_real_admission_admits_every_overlay_s_pods_and_refuses_one_that_bre
         rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True)
         for obj in yaml.safe_load_all(rendered.stdout):
             for template in pod_templates(obj):
-                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{overlay.name}-{checked}"},
-                       "spec": template["spec"]}
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{overlay.name}-{checked}"},
+                    "spec": template["spec"],
+                }
                 # A server-side dry run goes through the real admission chain, PodSecurity included, and stores nothing.
                 admitted = create_pod(restricted_namespace, pod, "--dry-run=server")
-                assert admitted.returncode == 0, f"{overlay.name} {obj['kind']} {obj['metadata']['name']}: {admitted.stderr}"
+                assert admitted.returncode == 0, (
+                    f"{overlay.name} {obj['kind']} {obj['metadata']['name']}: {admitted.stderr}"
+                )
                 checked += 1
     assert checked >= 12, f"only {checked} pod templates found in the overlays"
 
-    root_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runs-as-root"},
-                "spec": {"containers": [{"name": "c", "image": f"registry.k8s.io/pause:{SETTINGS['NODE_PAUSE_VERSION']}"}]}}
+    root_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runs-as-root"},
+        "spec": {"containers": [{"name": "c", "image": f"registry.k8s.io/pause:{SETTINGS['NODE_PAUSE_VERSION']}"}]},
+    }
     refused = create_pod(restricted_namespace, root_pod)
     assert refused.returncode != 0
     assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
@@ -118,15 +136,21 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
     assert "Succeeded" in status.stdout, status.stdout
 
     # Both workers ran: the operator made one pod per replica and each exited 0.
-    pods = json.loads(kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}",
-                              "-o", "json").stdout)["items"]
+    pods = json.loads(
+        kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}", "-o", "json").stdout
+    )["items"]
     assert len(pods) == int(SETTINGS["WORKERS"])
     assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
 
     # make fetch-model's script, into a directory of the test's own (make fetch-model writes ./artifacts).
     artifacts = tmp_path / "artifacts"
-    fetched = subprocess.run(["scripts/cluster/fetch-model.sh", str(artifacts)], cwd=ROOT,
-                             env={**os.environ, "KUBE_CONTEXT": CONTEXT}, capture_output=True, text=True)
+    fetched = subprocess.run(
+        ["scripts/cluster/fetch-model.sh", str(artifacts)],
+        cwd=ROOT,
+        env={**os.environ, "KUBE_CONTEXT": CONTEXT},
+        capture_output=True,
+        text=True,
+    )
     assert fetched.returncode == 0, fetched.stderr
     model_dir = artifacts / "model"
     versions = sorted((model_dir / "serving").iterdir())
@@ -138,11 +162,14 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
     trained = keras.saving.load_model(model_dir / "model.keras")
     served = tf.saved_model.load(str(versions[-1]))
     serve = served.signatures["serving_default"]
-    rows = np.random.default_rng(0).random((8, *trained.input_shape[1:]), dtype=np.float32)
-    answer = next(iter(serve(tf.constant(rows)).values())).numpy()
-    np.testing.assert_allclose(answer, trained.predict(rows, verbose=0), rtol=1e-5, atol=1e-5)
+    # The served signature takes raw uint8 images; the reference is the model in memory, called as evaluation calls it.
+    rows = np.random.default_rng(0).integers(0, 256, (8, *trained.input_shape[1:]), dtype=np.uint8)
+    answer = serve(images=tf.constant(rows))["probabilities"].numpy()
+    expected = tf.nn.softmax(tf.cast(trained(rows, training=False), tf.float32)).numpy()
+    np.testing.assert_allclose(answer, expected, rtol=1e-5, atol=1e-5)
 
     make("delete", "ENGINE=tfjob", "STRATEGY=sync")
-    left = kubectl("get", "pods,services", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}",
-                   "-o", "name").stdout
+    left = kubectl(
+        "get", "pods,services", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}", "-o", "name"
+    ).stdout
     assert left.strip() == ""

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the local node's scripts (up.sh, down.sh) after load_settings: its names, its processes, its
 # certificates and kubeconfigs. One place for what each process is called and where its files lie.
+# shellcheck disable=SC2034  # the names below are the sourcing scripts'
 NODE_NAME=$CLUSTER_NAME
 # scripts/cluster/submit.py knows the local node by this context name, and imports the image into its containerd.
 NODE_CONTEXT=node-$CLUSTER_NAME

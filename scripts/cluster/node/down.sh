@@ -36,11 +36,8 @@ if [ -S "$NODE_RUN/containerd.sock" ] && running containerd; then
   done
 fi
 for name in "${NODE_PROCESSES[@]}"; do stop "$name"; done
-# A shim outlives containerd: end those of this node's containerd, and what they run.
+# A shim outlives containerd: end those of this node's containerd (their containers were killed above).
 pkill -9 -f "containerd-shim-runc-v2 .*-address $NODE_RUN/containerd.sock" 2>/dev/null || true
-for pid in $(grep -l "$NODE_ROOT/containerd" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3); do
-  [ "$pid" = "$$" ] || kill -9 "$pid" 2>/dev/null || true
-done
 
 # Mounts the containers and the kubelet left, deepest first.
 grep -E " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts | awk '{print $2}' | sort -r | while read -r mount; do
