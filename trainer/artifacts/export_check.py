@@ -84,9 +84,8 @@ def check(saved_model: str, task: Task, model: keras.Model, features: Any, expec
         "signature": SIGNATURE,
     }
     if not record["passed"]:
-        skewed = ", ".join(
-            f"{name!r} by {diff:.3g}" for name, diff in differences.items() if not diff <= TOLERANCE  # NaN too
-        )
+        # `not <=`: a NaN difference is named too.
+        skewed = ", ".join(f"{name!r} by {diff:.3g}" for name, diff in differences.items() if not diff <= TOLERANCE)
         raise ExportCheckError(
             f"the exported SavedModel's {SIGNATURE} signature answers {examples} test examples differently from "
             f"the model in memory ({skewed or 'outputs ' + ', '.join(extra) + ' that serving_reference lacks'}; "
