@@ -330,3 +330,24 @@ def test_a_version_that_does_not_load_is_skipped_and_the_served_one_keeps_answer
         assert httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["1"]
     finally:
         server.stop()
+
+
+def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp_path):
+    # Before: base/0002 was read as version 2, then loaded from base/2, which does not exist: nothing was served.
+    base_path = tmp_path / "serving"
+    base_path.mkdir()
+    (version,) = [path for path in (image_model / "serving").iterdir() if path.name.isdigit()]
+    publish_version(version, base_path, "0002")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    try:
+        assert httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["2"]
+        publish_version(version, base_path, "0010")  # 10 is above 2 by number, though "0010" < "2" as text
+        for _ in range(300):
+            if httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["10"]:
+                break
+            threading.Event().wait(0.2)
+        zeros = {"name": "images", "shape": [1, 28, 28, 1], "datatype": "UINT8", "data": [0] * 784}
+        answered = post(server, V2, {"inputs": [zeros]}, headers=JSON)
+        assert answered.status_code == 200 and answered.json()["model_version"] == "10", answered.text
+    finally:
+        server.stop()

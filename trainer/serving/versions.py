@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainer.artifacts.layout import numbered_versions
+from trainer.artifacts.layout import numbered_versions, version_folders
 from trainer.errors import ServingError, first_line
 from trainer.serving.signature import Signature, load_signature
 
@@ -31,8 +31,7 @@ class Loaded:
     signature: Signature
 
 
-def load_version(base_path: str, version: int) -> Loaded:
-    path = os.path.join(base_path, str(version))
+def load_version(path: str, version: int) -> Loaded:
     signature = load_signature(path)
     warm_up(signature)
     return Loaded(version, path, signature)
@@ -103,16 +102,16 @@ class VersionWatcher:
     def check_once(self) -> None:
         """Serves the highest version that loads: newer ones as they appear, an older one if the served one
         is deleted."""
-        for version in reversed(numbered_versions(self.base_path)):
+        for version, folder in reversed(version_folders(self.base_path).items()):
             current = self._current
             if current is not None and current.version == version:
                 return
-            path = os.path.join(self.base_path, str(version))
+            path = os.path.join(self.base_path, folder)  # 0002 stays 0002: the number is not the name
             fingerprint = files_fingerprint(path)
             if self._failed.get(version) == fingerprint:
                 continue
             try:
-                loaded = load_version(self.base_path, version)
+                loaded = load_version(path, version)
             except Exception as error:  # noqa: BLE001 (a broken version must not stop the one being served)
                 self._failed[version] = fingerprint
                 log.error("version %d under %s does not load: %s", version, self.base_path, first_line(error)[:500])
