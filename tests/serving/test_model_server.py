@@ -351,3 +351,41 @@ def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp
         assert answered.status_code == 200 and answered.json()["model_version"] == "10", answered.text
     finally:
         server.stop()
+
+
+class TwoSignatures(tf.Module):
+    """A SavedModel whose serve and serving_default answer differently, so a test sees which one answered."""
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 1), tf.float32, name="x")])
+    def double(self, x):
+        return {"y": 2.0 * x}
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 1), tf.float32, name="x")])
+    def triple(self, x):
+        return {"y": 3.0 * x}
+
+
+def test_a_v1_request_is_answered_by_the_signature_it_names(tmp_path):
+    # Before: a request naming serving_default was answered by serve.
+    module = TwoSignatures()
+    base_path = tmp_path / "serving"
+    tf.saved_model.save(
+        module, str(base_path / "1"), signatures={"serve": module.double, "serving_default": module.triple}
+    )
+    server = ServerProcess(base_path, "two", tmp_path / "server.log").wait_ready()
+    try:
+        answered = {}
+        for named in (None, "serve", "serving_default"):
+            body = {"instances": [[1.0]], **({"signature_name": named} if named else {})}
+            answered[named] = post(server, "/v1/models/two:predict", body).json()
+        assert answered == {
+            None: {"predictions": [[2.0]]},
+            "serve": {"predictions": [[2.0]]},
+            "serving_default": {"predictions": [[3.0]]},
+        }
+        refused = post(server, "/v1/models/two:predict", {"instances": [[1.0]], "signature_name": "predict"})
+        assert refused.status_code == 400, refused.text
+        message = refused.json()["error"]
+        assert "signature_name 'predict' is not one of this model's signatures ('serve', 'serving_default')" in message
+    finally:
+        server.stop()

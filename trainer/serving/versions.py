@@ -17,7 +17,7 @@ import numpy as np
 
 from trainer.artifacts.layout import numbered_versions, version_folders
 from trainer.errors import ServingError, first_line
-from trainer.serving.signature import Signature, load_signature
+from trainer.serving.signature import Signature, load_signatures
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +28,15 @@ class Loaded:
 
     version: int
     path: str
-    signature: Signature
+    signature: Signature  # the one served by default
+    signatures: dict[str, Signature]  # every one, by name, the default first
 
 
 def load_version(path: str, version: int) -> Loaded:
-    signature = load_signature(path)
+    signatures = load_signatures(path)
+    signature = next(iter(signatures.values()))
     warm_up(signature)
-    return Loaded(version, path, signature)
+    return Loaded(version, path, signature, signatures)
 
 
 def warm_up(signature: Signature) -> None:
