@@ -6,6 +6,8 @@ a version published while clients keep sending is swapped in with no failed requ
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 
 import grpc
@@ -387,5 +389,41 @@ def test_a_v1_request_is_answered_by_the_signature_it_names(tmp_path):
         assert refused.status_code == 400, refused.text
         message = refused.json()["error"]
         assert "signature_name 'predict' is not one of this model's signatures ('serve', 'serving_default')" in message
+    finally:
+        server.stop()
+
+
+def test_a_version_that_failed_to_load_once_is_tried_again_and_reported_until_it_loads(image_model, tmp_path):
+    # Before: a version that failed once was skipped until its files changed, and only the log said so.
+    base_path = copy_versions(image_model, tmp_path / "serving")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    try:
+        # A transient read error with the same files: saved_model.pb's target is missing, then appears, unchanged in
+        # the files' count and newest modification time (os.walk lists the link; the target's time is the epoch).
+        late = tmp_path / "late" / "saved_model.pb"
+        partial = base_path / ".2.partial"  # published as publish_version does, the link kept a link
+        shutil.copytree(base_path / "1", partial)
+        (partial / "saved_model.pb").unlink()
+        (partial / "saved_model.pb").symlink_to(late)
+        os.replace(partial, base_path / "2")
+        for _ in range(300):
+            statuses = httpx.get(f"{server.url}/v1/models/images").json()["model_version_status"]
+            if len(statuses) == 2:
+                break
+            threading.Event().wait(0.2)
+        failed, served = statuses
+        assert (failed["version"], failed["state"], failed["status"]["error_code"]) == ("2", "END", "UNKNOWN")
+        assert "does not load (try 1; tried again soon" in failed["status"]["error_message"], failed
+        assert served == {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        late.parent.mkdir()
+        shutil.copyfile(base_path / "1" / "saved_model.pb", late)
+        os.utime(late, (0, 0))
+        for _ in range(300):
+            if httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["2"]:
+                break
+            threading.Event().wait(0.2)
+        assert httpx.get(f"{server.url}/v1/models/images").json()["model_version_status"] == [
+            {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
     finally:
         server.stop()
