@@ -137,6 +137,20 @@ def test_each_bad_candidate_is_refused_with_its_reason(tmp_path, case):
     assert refused and reason in refused, refused
 
 
+@pytest.mark.parametrize("old_first", [True, False])
+def test_a_refused_candidate_sets_no_setup_for_the_others_whatever_its_place(tmp_path, old_first):
+    # Before: the old run listed first was refused, yet its test split was the one the valid run was held to.
+    old = candidate(tmp_path, "old", 0.99, export_check=None, config={"test_examples": 128})
+    new = candidate(tmp_path, "new", 0.5)
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, *((old, new) if old_first else (new, old)))
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    assert record["winner"] == str(new)
+    (refused,) = [c["refused"] for c in record["candidates"] if c["model_dir"] == str(old)]
+    assert "export was not checked" in refused if old_first else "test_examples 128" in refused, refused
+
+
 def test_with_no_acceptable_candidate_nothing_is_published_and_every_reason_is_named(tmp_path):
     bad = candidate(tmp_path, "nan", math.nan)
     unfinished = tmp_path / "empty" / "model"

@@ -3,11 +3,11 @@ task's declared objective, published into a served base path under a version hig
 
 Each candidate is judged from its own metrics.json (trainer/artifacts/layout.py, written last by a finished run):
 refused when its run did not finish, when the objective's metric is missing or not finite, when its setup differs
-from the first readable candidate's (another task, or another test split: the numbers would not compare), or
-when its export was not checked (metrics.json "export_check": {"passed": true, ...}). The winner's newest
-SavedModel is copied beside the base path's versions and renamed into place, so a server watching the base path
-sees the whole version or none of it. selection.json, beside the base path, records the decision; running again
-with no new result changes nothing, and ties go to the candidate listed first.
+from the reference's, the first candidate that passes every other check (another task, or another test split: the
+numbers would not compare), or when its export was not checked (metrics.json "export_check": {"passed": true, ...}).
+The winner's newest SavedModel is copied beside the base path's versions and renamed into place, so a server watching
+the base path sees the whole version or none of it. selection.json, beside the base path, records the decision;
+running again with no new result changes nothing, and ties go to the candidate listed first.
 """
 
 from __future__ import annotations
@@ -92,17 +92,19 @@ def objective_of(record: dict[str, Any]) -> Objective:
     return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
 
 
-def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any]) -> None:
-    """Sets candidate.value, or candidate.refused with the reason."""
-    record = candidate.record
+def setup_differences(record: dict[str, Any], reference: dict[str, Any]) -> str | None:
+    """Why a candidate's figures do not compare with the reference's (another task or test split), or None."""
     differences = [
-        f"{key} {value!r} (the first candidate's: {reference.get(key)!r})"
+        f"{key} {value!r} (the reference's, the first candidate that passes: {reference.get(key)!r})"
         for key, value in setup_of(record).items()
         if value != reference.get(key)
     ]
-    if differences:
-        candidate.refused = f"its setup differs: {'; '.join(differences)}"
-        return
+    return f"its setup differs: {'; '.join(differences)}" if differences else None
+
+
+def judge(candidate: Candidate, objective: Objective) -> None:
+    """Sets candidate.value, or candidate.refused with the reason: the checks of a candidate on its own."""
+    record = candidate.record
     value = record.get(objective.key)
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         candidate.refused = f"{objective.key} is missing or not finite ({value!r})"
@@ -133,25 +135,36 @@ def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any])
 def choose(model_dirs: list[str]) -> tuple[list[Candidate], Candidate | None, Objective | None]:
     """Every candidate judged, and the winner (ties: the first listed)."""
     candidates = [Candidate(model_dir) for model_dir in model_dirs]
-    reference: dict[str, Any] | None = None
-    objective: Objective | None = None
+    readable = []
     for candidate in candidates:
         record, problem = read_record(candidate.model_dir)
         if record is None:
             candidate.refused = problem
             continue
         candidate.record = record
-        if reference is None:
-            reference, objective = setup_of(record), objective_of(record)
-    if reference is None or objective is None:
-        return candidates, None, None
-    for candidate in candidates:
+        readable.append(candidate)
+    # The reference is the first candidate that passes on its own: one refused (an old run) sets no setup for the rest.
+    reference: Candidate | None = None
+    for candidate in readable:
+        try:
+            objective = objective_of(candidate.record)
+        except UserError as error:
+            candidate.refused = f"its task cannot be found ({error})"
+            continue
+        candidate.metric = objective.key
+        judge(candidate, objective)
         if candidate.refused is None:
-            candidate.metric = objective.key
-            judge(candidate, objective, reference)
+            reference = candidate
+            break
+    if reference is None:
+        return candidates, None, None
+    setup = setup_of(reference.record)
+    for candidate in readable[readable.index(reference) + 1 :]:
+        candidate.metric = objective.key
+        candidate.refused = setup_differences(candidate.record, setup)
+        if candidate.refused is None:
+            judge(candidate, objective)
     accepted = [candidate for candidate in candidates if candidate.refused is None and candidate.value is not None]
-    if not accepted:
-        return candidates, None, objective
     sign = -1.0 if objective.higher_is_better else 1.0
     winner = min(accepted, key=lambda candidate: sign * (candidate.value or 0.0))  # min keeps the first of equals
     return candidates, winner, objective
