@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
+import threading
 
 import httpx
 import numpy as np
 import pytest
 
 from model_server import ROOT, ServerProcess
+from trainer.serving import select as selection_module
 
 CONFIG = {
     "task": "image_classification",
@@ -102,6 +105,39 @@ def test_a_tie_goes_to_the_candidate_listed_first(tmp_path):
     base_path = tmp_path / "selected" / "serving"
     assert select(base_path, *dirs).returncode == 0
     assert selection(base_path)["winner"] == str(dirs[0])
+
+
+def test_two_selections_at_once_publish_two_versions_and_the_record_names_the_last(tmp_path, monkeypatch):
+    # Before: both took max + 1 while copying, both returned serving/1, and the second copy replaced the first.
+    first, second = candidate(tmp_path, "first", 0.8), candidate(tmp_path, "second", 0.9)
+    base_path = tmp_path / "selected" / "serving"
+    both_copying, copy = threading.Barrier(2, timeout=3), shutil.copytree
+
+    def copy_when_both_copy(*args, **kwargs):
+        try:
+            both_copying.wait()  # the two copies overlap, unless one selection waits for the other
+        except threading.BrokenBarrierError:
+            pass
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copytree", copy_when_both_copy)
+    decisions = {}
+
+    def run_selection(model_dir: pathlib.Path) -> None:
+        decisions[model_dir.parent.name] = selection_module.select([str(model_dir)], str(base_path))
+
+    threads = [threading.Thread(target=run_selection, args=(model_dir,)) for model_dir in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    published = {name: decision["published"] for name, decision in decisions.items()}
+    assert sorted(published.values()) == [str(base_path / "1"), str(base_path / "2")], published
+    for name, folder in published.items():
+        assert (pathlib.Path(folder) / "saved_model.pb").read_text() == name
+    last = max(published, key=lambda name: published[name])
+    assert selection(base_path)["winner"] == str(tmp_path / last / "model")
+    assert sorted(path.name for path in base_path.iterdir()) == ["1", "2"]  # no copy left behind
 
 
 BAD = {

@@ -13,21 +13,24 @@ running again with no new result changes nothing, and ties go to the candidate l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
-import shutil
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectives a candidate may name)
-from trainer.artifacts.atomic_file import replaced_on_success, write_json
+from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.errors import ExitCode, SelectionError, UserError
 from trainer.task import Objective, find
 
 SELECTION = "selection.json"
+SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole selection
 # What makes two candidates' test figures comparable: the same task on the same test split.
 SETUP_KEYS = ("task", "dataset", "dataset_module", "test_files", "test_examples")
 # Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
@@ -183,23 +186,38 @@ def previous_selection(base_path: str) -> dict[str, Any] | None:
     return previous if isinstance(previous, dict) else None
 
 
-def publish(winner: Candidate, base_path: str) -> str:
-    """Copies the winner's newest SavedModel to base_path/<highest + 1>, renamed into place; returns the folder."""
-    source = ModelDir(winner.model_dir).latest_saved_model()
-    version = max(numbered_versions(base_path), default=0) + 1
-    target = os.path.join(base_path, str(version))
+@contextlib.contextmanager
+def selection_lock(base_path: str) -> Iterator[None]:
+    """Held from reading selection.json to writing it: two selections into one base path take turns, so each
+    publishes its own version and the record names the last one published."""
+    directory = os.path.dirname(selection_path(base_path))
     try:
-        with replaced_on_success(target) as partial:
-            shutil.copytree(source, partial)
+        os.makedirs(directory, exist_ok=True)
+        handle = open(os.path.join(directory, SELECTION_LOCK), "a")
+    except OSError as error:
+        raise SelectionError(
+            f"cannot lock {directory} for the selection ({error.strerror}): give a writable base path"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def publish(winner: Candidate, base_path: str) -> str:
+    """Copies the winner's newest SavedModel to base_path/<highest + 1> (the next free number, reserved as it is
+    renamed into place); returns the folder."""
+    source = ModelDir(winner.model_dir).latest_saved_model()
+    try:
+        return copy_tree_to_first_free_number(source, base_path, max(numbered_versions(base_path), default=0) + 1)
     except OSError as error:
         raise SelectionError(
             f"cannot publish {source} into {base_path} ({error.strerror}): give a writable base path"
         ) from None
-    return target
 
 
 def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
-    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json."""
+    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json;
+    under the base path's selection lock."""
     candidates, winner, objective = choose(model_dirs)
     summary = [candidate.summary() for candidate in candidates]
     if winner is None:
@@ -207,26 +225,27 @@ def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
         raise SelectionError(f"no candidate can be served ({reasons})")
     assert objective is not None
     digest = winner.record.get("weights_sha256")
-    previous = previous_selection(base_path)
-    published = previous.get("published") if previous else None
-    unchanged = (
-        previous is not None
-        and previous.get("winner") == winner.model_dir
-        and previous.get("winner_weights_sha256") == digest
-        and isinstance(published, str)
-        and os.path.isdir(published)
-    )
-    if not unchanged:
-        published = publish(winner, base_path)
-    decision = {
-        "candidates": summary,
-        "winner": winner.model_dir,
-        "published": published,
-        "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
-        "winner_weights_sha256": digest,
-    }
-    if decision != previous:
-        write_json(selection_path(base_path), decision, sort_keys=False)
+    with selection_lock(base_path):
+        previous = previous_selection(base_path)
+        published = previous.get("published") if previous else None
+        unchanged = (
+            previous is not None
+            and previous.get("winner") == winner.model_dir
+            and previous.get("winner_weights_sha256") == digest
+            and isinstance(published, str)
+            and os.path.isdir(published)
+        )
+        if not unchanged:
+            published = publish(winner, base_path)
+        decision = {
+            "candidates": summary,
+            "winner": winner.model_dir,
+            "published": published,
+            "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
+            "winner_weights_sha256": digest,
+        }
+        if decision != previous:
+            write_json(selection_path(base_path), decision, sort_keys=False)
     return decision
 
 
