@@ -47,7 +47,7 @@ RULES: dict[str, tuple[str, str]] = {
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
     "SERVE_PORT": (r"[0-9]+", "digits"),
     "SERVE_GRPC_PORT": (r"[0-9]+", "digits"),
-    "SERVE_BASE_PATH": (r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a relative path of letters, digits and . _ - /"),
+    "SELECTION_ROOT": (r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a relative path of letters, digits and . _ - /"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
 }

@@ -6,10 +6,10 @@
 `workflow` prints an Argo Workflow (ARGO_WORKFLOWS_VERSION): the data Job created once, the variants' engine jobs
 created in parallel by resource templates (each its own JOB_NAME-<model> and model dir on the volume, with
 --model <model>), then a pod running the selection, then the InferenceService applied. `inferenceservice` prints
-the ServingRuntime and InferenceService (KServe KSERVE_VERSION, Standard mode) that serve the published base path
-from the volume: storageUri pvc://VOLUME_CLAIM/SERVE_BASE_PATH. The default runtime is this project's image running
-the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving runtime at
-TF_SERVING_VERSION instead (not run here).
+the ServingRuntime and InferenceService (KServe KSERVE_VERSION, Standard mode) that serve the job's published base
+path from the volume: storageUri pvc://VOLUME_CLAIM/SELECTION_ROOT/JOB_NAME/serving. The default runtime is this
+project's image running the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving
+runtime at TF_SERVING_VERSION instead (not run here).
 
 The success and failure conditions read fields each engine sets (CONDITIONS); tests/serving/test_cluster_pipeline.py
 checks each path against the engine's vendored CRD and that Argo's selector parser accepts it.
@@ -63,6 +63,12 @@ RESTRICTED_POD = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def serving_base_path(settings: dict[str, str]) -> str:
+    """The pipeline's published base path on the volume, relative to it: one per job (SELECTION_ROOT/JOB_NAME/serving),
+    so two pipelines never publish into, or serve, each other's."""
+    return f"{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
 
 
 def variant_job(job_name: str, model: str) -> str:
@@ -197,7 +203,7 @@ def workflow(
 
 def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
-    base_path = f"{settings['MOUNT_PATH']}/{settings['SERVE_BASE_PATH']}"
+    base_path = f"{settings['MOUNT_PATH']}/{serving_base_path(settings)}"
     command = ["python", "-m", "trainer.serving.select", "--base-path", base_path, "--candidates"]
     command += [model_dir(settings, job) for job in jobs]
     return {
@@ -218,7 +224,7 @@ def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> di
 
 def inference_service(image: str, settings: dict[str, str], runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the InferenceService, the ServingRuntime it names) serving the published base path from the volume."""
-    storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{settings['SERVE_BASE_PATH']}"
+    storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{serving_base_path(settings)}"
     model: dict[str, Any] = {"modelFormat": {"name": "tensorflow"}, "storageUri": storage_uri}
     if runtime == "project":
         model["runtime"] = SERVING_RUNTIME

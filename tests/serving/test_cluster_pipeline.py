@@ -6,6 +6,7 @@ pipeline's."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,13 +24,14 @@ KIND = {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}
 MODELS = ("cnn", "dropout", "batch_norm")
 
 
-def generated(*args: str) -> list[dict]:
+def generated(*args: str, env: dict[str, str] | None = None) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "scripts.pipeline.cluster", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -256,7 +258,24 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
     assert [path.split("/")[-1] for path in cluster_candidates] == [path.split("/")[-1] for path in local_candidates]
     assert all(path.startswith(SETTINGS["MODEL_ROOT"] + "/") for path in cluster_candidates)
     base_path = selection[selection.index("--base-path") + 1]
-    assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SERVE_BASE_PATH']}"
+    assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
+
+
+def test_two_pipelines_publish_into_and_serve_base_paths_of_their_own():
+    # Before: every pipeline published into SERVE_BASE_PATH, one for all jobs, and each InferenceService served it.
+    published = {}
+    for job in ("team-a", "team-b"):
+        (document,) = generated("workflow", "--image", "img:1", "--models", "cnn", env={"JOB_NAME": job})
+        command = templates(document)["select"]["container"]["command"]
+        published[job] = command[command.index("--base-path") + 1]
+        documents = generated("inferenceservice", "--image", "img:1", env={"JOB_NAME": job})
+        (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
+        on_the_volume = published[job].removeprefix(SETTINGS["MOUNT_PATH"] + "/")
+        assert (
+            service["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{on_the_volume}"
+        )
+    assert published["team-a"] != published["team-b"], published
+    assert all(f"/{job}/" in path for job, path in published.items()), published
 
 
 @pytest.mark.parametrize("runtime", ["project", "tf-serving"])
@@ -274,7 +293,8 @@ def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtim
     assert len(implementations & set(predictor)) == 1 and not predictor.get("containers")
     assert 0 <= predictor["minReplicas"] <= predictor["maxReplicas"]
     model = predictor["model"]
-    assert model["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{SETTINGS['SERVE_BASE_PATH']}"
+    on_the_volume = f"{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
+    assert model["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{on_the_volume}"
     if runtime == "tf-serving":
         assert model["runtime"] == "kserve-tensorflow-serving"
         major_minor = tuple(int(part) for part in model["runtimeVersion"].split(".")[:2])
