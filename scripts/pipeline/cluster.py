@@ -48,6 +48,10 @@ CONDITIONS = {
 # The data Job: Kubernetes counts failed pods against backoffLimit and then stops.
 DATA_CONDITIONS = {"success": "status.succeeded > 0", "failure": "status.failed > {backoff_limit}"}
 TRAIN_DEADLINE_SECONDS = 6 * 3600
+# A finished Workflow is deleted after these (and with it, through their owner references, the jobs it created): an
+# hour after a success, as the data Job's own TTL, and a day after a failure, to read it. Succeeded pods go at once.
+TTL_STRATEGY = {"secondsAfterSuccess": 3600, "secondsAfterFailure": 24 * 3600}
+POD_GC = {"strategy": "OnPodSuccess"}
 RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -110,6 +114,19 @@ def resource_template(
     return {"name": name, "resource": resource}
 
 
+def delete_first(obj: dict[str, Any]) -> dict[str, Any]:
+    """A step deleting an earlier run's object of the same name, so that the step creating it again does not fail
+    on AlreadyExists: Argo runs `kubectl delete --ignore-not-found` (nothing there is no error), and kubectl waits
+    until the object and, in the foreground, its pods are gone."""
+    metadata = {key: obj["metadata"][key] for key in ("name", "namespace") if key in obj["metadata"]}
+    stub = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": metadata}
+    template = resource_template(
+        f"delete-previous-{obj['kind'].lower()}-{metadata['name']}", stub, None, None, "delete"
+    )
+    template["resource"]["flags"] = ["--cascade=foreground"]
+    return template
+
+
 def workflow(
     engine: str,
     image: str,
@@ -140,6 +157,7 @@ def workflow(
             data["failure"].format(backoff_limit=data_job["spec"].get("backoffLimit", 6)),
         )
     )
+    created = [data_job]
     kind = engine_kind(engine)
     jobs = []
     for model in models:
@@ -168,12 +186,16 @@ def workflow(
         )
         train["activeDeadlineSeconds"] = TRAIN_DEADLINE_SECONDS
         templates.append(train)
+        created.append(manifest.the_one(rendered, kind))
     templates.append(select_template(image, jobs, settings))
     service, runtime = inference_service(image, settings, "project")
     templates.append(resource_template("serving-runtime", runtime, None, None, action="apply"))
     templates.append(resource_template("inference-service", service, "status.url", None, action="apply"))
+    # The data Job and the engine jobs have fixed names (the model dirs are keyed by them): an earlier run's go first.
+    templates.extend(delete_first(obj) for obj in created)
     names = [template["name"] for template in templates]
     steps = [
+        [{"name": name, "template": name} for name in names if name.startswith("delete-previous-")],
         [{"name": name, "template": name} for name in names if name.startswith("apply-")],
         [{"name": "prepare-data", "template": "prepare-data"}],
         [{"name": name, "template": name} for name in names if name.startswith("setup-")],
@@ -189,6 +211,8 @@ def workflow(
         "metadata": {"generateName": f"{base}-pipeline-", "namespace": settings["NAMESPACE"]},
         "spec": {
             "entrypoint": "pipeline",
+            "ttlStrategy": TTL_STRATEGY,
+            "podGC": POD_GC,
             # The workflow's pods (the executor, the selection) read nothing from the API but what Argo gives them.
             "serviceAccountName": "argo-pipeline",
             "securityContext": RESTRICTED_POD,
@@ -284,20 +308,20 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
     return service, serving_runtime
 
 
+# What the executor does to a job a step creates: create and watch it, and delete an earlier run's (delete_first).
+JOB_VERBS = ["get", "list", "watch", "create", "delete"]
+
+
 def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
     """The service account the Workflow's pods run as: Argo's executor creates and watches the steps' objects
     (so, unlike the trainer's pods, these pods keep their service account token)."""
     namespace = settings["NAMESPACE"]
     rules = [
         {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
-        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": ["get", "list", "watch", "create"]},
-        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "create"]},
-        {
-            "apiGroups": ["trainer.kubeflow.org"],
-            "resources": ["trainjobs"],
-            "verbs": ["get", "list", "watch", "create"],
-        },
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*JOB_VERBS, "patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": JOB_VERBS},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": JOB_VERBS},
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices", "servingruntimes"],

@@ -261,6 +261,46 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
     assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
 
 
+def run_steps(document: dict, existing: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The objects after the Workflow's resource steps ran in order over `existing`, as the API server answers
+    them: create fails on a name that exists (AlreadyExists), apply creates or updates, delete removes if there."""
+    by_name = templates(document)
+    existing = set(existing)
+    for group in by_name["pipeline"]["steps"]:
+        for step in group:
+            resource = by_name[step["template"]].get("resource")
+            if resource is None:
+                continue
+            obj = yaml.safe_load(resource["manifest"])
+            key = (obj["kind"], obj["metadata"]["name"])
+            if resource["action"] == "create":
+                assert key not in existing, f"step {step['name']}: {key} already exists (AlreadyExists)"
+            if resource["action"] == "delete":
+                existing.discard(key)
+            else:
+                existing.add(key)
+    return existing
+
+
+def test_the_workflow_can_be_submitted_again_and_cleans_up_after_itself(workflow):
+    # Before: a second submission failed on AlreadyExists: the data Job and the engine jobs have fixed names, and the
+    # Workflow, which owns them, was never deleted.
+    engine, document = workflow
+    after_the_first = run_steps(document, set())
+    assert run_steps(document, after_the_first) == after_the_first
+    spec = document["spec"]
+    assert spec["ttlStrategy"]["secondsAfterSuccess"] > 0 and spec["ttlStrategy"]["secondsAfterFailure"] > 0
+    assert spec["podGC"]["strategy"] == "OnPodSuccess"
+    # The executor's delete is `kubectl delete --ignore-not-found` (Argo's workflow/executor/resource.go): the first
+    # submission finds nothing to delete and goes on. The service account may delete what it deletes.
+    (rbac,) = [doc for doc in generated("rbac") if doc["kind"] == "Role"]
+    deletable = {resource for rule in rbac["rules"] if "delete" in rule["verbs"] for resource in rule["resources"]}
+    for template in document["spec"]["templates"]:
+        if template.get("resource", {}).get("action") == "delete":
+            kind = yaml.safe_load(template["resource"]["manifest"])["kind"]
+            assert f"{kind.lower()}s" in deletable, f"{engine}: the Role does not let the executor delete {kind}s"
+
+
 def test_two_pipelines_publish_into_and_serve_base_paths_of_their_own():
     # Before: every pipeline published into SERVE_BASE_PATH, one for all jobs, and each InferenceService served it.
     published = {}
