@@ -207,6 +207,21 @@ def test_each_training_step_ends_as_its_engine_job_does_restarts_included(workfl
         assert argo_outcome(resource, status) == outcome, (engine, status)
 
 
+def test_the_docs_table_of_conditions_says_what_each_training_step_reads(workflow):
+    # Before: docs/serving.md said the TFJob and TrainJob steps had no failure condition; each has one.
+    engine, document = workflow
+    resource = templates(document)["train-multi-worker-cnn"]["resource"]
+    rows = re.findall(r"^\| (\w+) \| (.+) \| (.+) \|$", (ROOT / "docs" / "serving.md").read_text(), re.MULTILINE)
+    (failure,) = [cell for name, _, cell in rows if name == KIND[engine]]
+    keys = [key for key, _, _ in parsed(resource["failureCondition"])]
+    indices = [int(index) for key in keys for index in re.findall(r"\.(\d+)\.", key)]
+    if indices:  # one requirement per index where the condition can stand
+        path = re.sub(r"[.]\d+[.]", ".N.", keys[0])
+        assert failure == f"`{path} == Failed`, N from {min(indices)} to {max(indices)}"
+    else:
+        assert failure == f"`{resource['failureCondition']}`"
+
+
 def test_the_workflow_and_each_object_it_creates_validate_against_their_crds(workflow):
     engine, document = workflow
     crd_schemas.validate(document)
