@@ -355,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
     args = parser.parse_args(argv)
-    settings = project_settings.load()
+    try:
+        settings = project_settings.load()
+    except ValueError as error:  # a setting the manifests cannot hold, named with its fix
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         if args.what == "workflow":
             documents = [
