@@ -37,6 +37,10 @@ def train_step(
     """One replica's training step on its batch: the update applied (unless the guard skips it); returns its
     metrics' sums and counts, then its HEALTH counts."""
     features, targets = task.features_and_targets(batch)
+    # The forward pass in training mode updates the layers' own state (BatchNorm's moving statistics) as it runs, so
+    # a step that may be skipped reads that state first, to put it back: a skipped step leaves no trace.
+    state = floating(model.non_trainable_variables) if guard.skips else []
+    before = [tf.identity(variable.value) for variable in state]
     with tf.GradientTape() as tape:
         outputs = model(features, training=True)
         per_example_loss = tf.cast(task.loss(targets, outputs), tf.float32)
@@ -54,11 +58,18 @@ def train_step(
         skipped = tf.cast(skip, tf.float32) / tf.distribute.get_replica_context().num_replicas_in_sync
         # The choice is made across the replicas (as Keras's loss scaling makes its own): the update all-reduces.
         tf.distribute.get_replica_context().merge_call(_update_unless, args=(skip, optimizer, model, gradients))
+        for variable, value in zip(state, before, strict=True):
+            variable.assign(tf.where(skip, value, variable.value))
     else:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
     sums = sums_and_counts(task, targets, outputs, per_example_loss)
     sums = tf.where(skipped > 0, tf.zeros_like(sums), sums)  # a skipped step counts in no metric
     return tf.concat([sums, health, tf.stack([skipped, 0.0])], 0)
+
+
+def floating(variables: list[Any]) -> list[Any]:
+    """The floating-point ones of `variables` (not a seed generator's integer state, say)."""
+    return [variable for variable in variables if tf.as_dtype(variable.dtype).is_floating]
 
 
 def _update_unless(
@@ -147,10 +158,11 @@ class NonFiniteGuard:
         return total > 0
 
     def weights_health(self, variables: list[Any]) -> tf.Tensor:
-        """1 where a weight is not finite, else 0 (0 when ignoring)."""
+        """1 where any of the variables (give model.variables: the layers' own state too, not only the trainable
+        weights) is not finite, else 0 (0 when ignoring)."""
         if self.action == "ignore":
             return tf.constant(0.0)
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in floating(variables)])
         return tf.cast(tf.logical_not(finite), tf.float32)
 
 
@@ -186,7 +198,8 @@ def check_finite(
     health: dict[str, float], skipped_in_a_row: int, config: Config, steps: tuple[int, int], steps_per_epoch: int
 ) -> None:
     """Raises Diverged where a call's HEALTH says training went non-finite (--on-nonfinite stop), or skipped more
-    than --max-skipped-steps steps in a row (skip). steps: the call's first and last global step."""
+    than --max-skipped-steps steps in a row (skip), or, in every mode but ignore, left a weight or a layer's state
+    non-finite (a skip that let a NaN through must not be saved). steps: the call's first and last global step."""
     what = [
         words
         for key, words in (
@@ -196,18 +209,22 @@ def check_finite(
         )
         if health[key] > 0
     ]
+    weights_bad = health["nonfinite_weights"] > 0
     if config.on_nonfinite == "ignore" or not (
-        (config.on_nonfinite == "stop" and what) or skipped_in_a_row >= config.max_skipped_steps
+        (config.on_nonfinite == "stop" and what) or weights_bad or skipped_in_a_row >= config.max_skipped_steps
     ):
         return
     first, last = steps
     epoch = (first - 1) // steps_per_epoch + 1
     where = f"at step {first}" if first == last else f"in steps {first}-{last}"
-    seen = (
-        f"{' and '.join(what)} went non-finite (NaN or Inf)"
-        if config.on_nonfinite == "stop"
-        else f"{skipped_in_a_row} steps in a row were skipped for a non-finite loss or gradients"
-    )
+    if config.on_nonfinite == "stop":
+        seen = f"{' and '.join(what)} went non-finite (NaN or Inf)"
+    elif weights_bad:
+        seen = (
+            "the weights went non-finite (NaN or Inf) though the steps with a non-finite loss or gradients were skipped"
+        )
+    else:
+        seen = f"{skipped_in_a_row} steps in a row were skipped for a non-finite loss or gradients"
     raise Diverged(
         f"training diverged {where} (epoch {epoch}): {seen}. Likely causes: a NaN or Inf in the data (check the "
         f"examples those steps read: a missing value in a CSV reads as NaN), or a learning rate too high (lower "

@@ -24,7 +24,10 @@ SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"
 # (a JOB_NAME taken from a branch name, say). The Makefile holds every value to GENERAL itself, before it runs a
 # command; this table is stricter per key, checked by the scripts (check, --check) before they act.
 _NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a DNS label: a Kubernetes object's name
-_PATH = r"/[A-Za-z0-9._/-]*"
+# A path's segment: never . or .., which would lead a path out of where it is meant to stay (SELECTION_ROOT=../../etc).
+_SEGMENT = r"(?!\.\.?(/|$))[A-Za-z0-9._-]+"
+_PATH = rf"(/{_SEGMENT})+/?"
+_RELATIVE_PATH = rf"{_SEGMENT}(/{_SEGMENT})*"
 _VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
 _IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
 _CIDR = r"[0-9]+(\.[0-9]+){3}/[0-9]+"
@@ -38,9 +41,9 @@ RULES: dict[str, tuple[str, str]] = {
     "TFJOB_PORT": (r"[0-9]+", "digits"),
     "TRAINER_STATUS_PORT": (r"[0-9]+", "digits"),
     "VOLUME_SIZE": (r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?", "a quantity such as 2Gi"),
-    "MOUNT_PATH": (_PATH, "an absolute path of letters, digits and . _ - /"),
-    "MODEL_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /"),
-    "TRAINER_DATA_DIR": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "MOUNT_PATH": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
+    "MODEL_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
+    "TRAINER_DATA_DIR": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
     "IMAGE_NAME": (_IMAGE, "an image name: lower-case letters, digits and . _ - /"),
     "K3S_IMAGE": (_IMAGE, "an image reference: name:tag"),
     "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
@@ -48,7 +51,7 @@ RULES: dict[str, tuple[str, str]] = {
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
     "SERVE_PORT": (r"[0-9]+", "digits"),
     "SERVE_GRPC_PORT": (r"[0-9]+", "digits"),
-    "SERVE_BASE_PATH": (r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a relative path of letters, digits and . _ - /"),
+    "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
     "TRAINING_OPERATOR_IMAGE": (_IMAGE, "an image reference: name:tag"),
@@ -92,20 +95,20 @@ def rule_of(key: str) -> tuple[str, str]:
 
 
 def problems(settings: Mapping[str, str]) -> list[str]:
-    """One line per setting whose value breaks its key's rule, naming the key, the value and what is allowed."""
+    """One line per setting whose value breaks its key's rule, naming the key, the value and what is allowed. A key
+    may be empty only where its rule allows it (a checksum not recorded yet, the trainer's own defaults): every
+    name, commit, version, port and path the scripts use is required."""
     found = []
     for key, value in settings.items():
         pattern, allowed = rule_of(key)
-        if not re.fullmatch(pattern, value) and not (value == "" and key not in _REQUIRED):
-            found.append(
-                f"setting {key}={value!r} is not allowed: use {allowed} (set in k8s/base/settings.env, the "
-                f"environment or make's command line)"
-            )
+        if re.fullmatch(pattern, value):
+            continue
+        where = "k8s/base/settings.env, the environment or make's command line"
+        if value == "":
+            found.append(f"setting {key} is empty, and the scripts need it: set it to {allowed} ({where})")
+        else:
+            found.append(f"setting {key}={value!r} is not allowed: use {allowed} (set in {where})")
     return found
-
-
-# The settings every command needs; the others may be empty (the trainer's or the tool's default then applies).
-_REQUIRED = ("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM", "WORKERS", "TFJOB_PORT", "MOUNT_PATH")
 
 
 def check(settings: Mapping[str, str]) -> None:
@@ -154,12 +157,17 @@ def kube_context(settings: Mapping[str, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """--check: exit 2 with one line per unsafe setting (the file's values, the environment's over them)."""
+    """--check: exit 2 with one line per unsafe setting (the file's values, the environment's over them). An empty
+    variable counts as given: make passes the settings so (KEY='' when set empty) and pastes that value as it is."""
     if argv != ["--check"]:
         print("usage: python3 -m scripts.common.settings --check", file=sys.stderr)
         return 2
     try:
-        load()
+        defaults = load_file()
+        given = {key: os.environ[key] for key in defaults if key in os.environ}
+        for key, value in given.items():
+            _check(key, value, f"environment variable {key}")
+        check({**defaults, **given})
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

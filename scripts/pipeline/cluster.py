@@ -6,10 +6,10 @@
 `workflow` prints an Argo Workflow (ARGO_WORKFLOWS_VERSION): the data Job created once, the variants' engine jobs
 created in parallel by resource templates (each its own JOB_NAME-<model> and model dir on the volume, with
 --model <model>), then a pod running the selection, then the InferenceService applied. `inferenceservice` prints
-the ServingRuntime and InferenceService (KServe KSERVE_VERSION, Standard mode) that serve the published base path
-from the volume: storageUri pvc://VOLUME_CLAIM/SERVE_BASE_PATH. The default runtime is this project's image running
-the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving runtime at
-TF_SERVING_VERSION instead (not run here).
+the ServingRuntime and InferenceService (KServe KSERVE_VERSION, Standard mode) that serve the job's published base
+path from the volume: storageUri pvc://VOLUME_CLAIM/SELECTION_ROOT/JOB_NAME/serving. The default runtime is this
+project's image running the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving
+runtime at TF_SERVING_VERSION instead (not run here).
 
 The success and failure conditions read fields each engine sets (CONDITIONS); tests/serving/test_cluster_pipeline.py
 checks each path against the engine's vendored CRD and that Argo's selector parser accepts it.
@@ -48,6 +48,10 @@ CONDITIONS = {
 # The data Job: Kubernetes counts failed pods against backoffLimit and then stops.
 DATA_CONDITIONS = {"success": "status.succeeded > 0", "failure": "status.failed > {backoff_limit}"}
 TRAIN_DEADLINE_SECONDS = 6 * 3600
+# A finished Workflow is deleted after these (and with it, through their owner references, the jobs it created): an
+# hour after a success, as the data Job's own TTL, and a day after a failure, to read it. Succeeded pods go at once.
+TTL_STRATEGY = {"secondsAfterSuccess": 3600, "secondsAfterFailure": 24 * 3600}
+POD_GC = {"strategy": "OnPodSuccess"}
 RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -63,6 +67,12 @@ RESTRICTED_POD = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def serving_base_path(settings: dict[str, str]) -> str:
+    """The pipeline's published base path on the volume, relative to it: one per job (SELECTION_ROOT/JOB_NAME/serving),
+    so two pipelines never publish into, or serve, each other's."""
+    return f"{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
 
 
 def variant_job(job_name: str, model: str) -> str:
@@ -104,6 +114,19 @@ def resource_template(
     return {"name": name, "resource": resource}
 
 
+def delete_first(obj: dict[str, Any]) -> dict[str, Any]:
+    """A step deleting an earlier run's object of the same name, so that the step creating it again does not fail
+    on AlreadyExists: Argo runs `kubectl delete --ignore-not-found` (nothing there is no error), and kubectl waits
+    until the object and, in the foreground, its pods are gone."""
+    metadata = {key: obj["metadata"][key] for key in ("name", "namespace") if key in obj["metadata"]}
+    stub = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": metadata}
+    template = resource_template(
+        f"delete-previous-{obj['kind'].lower()}-{metadata['name']}", stub, None, None, "delete"
+    )
+    template["resource"]["flags"] = ["--cascade=foreground"]
+    return template
+
+
 def workflow(
     engine: str,
     image: str,
@@ -134,6 +157,7 @@ def workflow(
             data["failure"].format(backoff_limit=data_job["spec"].get("backoffLimit", 6)),
         )
     )
+    created = [data_job]
     kind = engine_kind(engine)
     jobs = []
     for model in models:
@@ -162,12 +186,16 @@ def workflow(
         )
         train["activeDeadlineSeconds"] = TRAIN_DEADLINE_SECONDS
         templates.append(train)
+        created.append(manifest.the_one(rendered, kind))
     templates.append(select_template(image, jobs, settings))
     service, runtime = inference_service(image, settings, "project")
     templates.append(resource_template("serving-runtime", runtime, None, None, action="apply"))
     templates.append(resource_template("inference-service", service, "status.url", None, action="apply"))
+    # The data Job and the engine jobs have fixed names (the model dirs are keyed by them): an earlier run's go first.
+    templates.extend(delete_first(obj) for obj in created)
     names = [template["name"] for template in templates]
     steps = [
+        [{"name": name, "template": name} for name in names if name.startswith("delete-previous-")],
         [{"name": name, "template": name} for name in names if name.startswith("apply-")],
         [{"name": "prepare-data", "template": "prepare-data"}],
         [{"name": name, "template": name} for name in names if name.startswith("setup-")],
@@ -183,6 +211,8 @@ def workflow(
         "metadata": {"generateName": f"{base}-pipeline-", "namespace": settings["NAMESPACE"]},
         "spec": {
             "entrypoint": "pipeline",
+            "ttlStrategy": TTL_STRATEGY,
+            "podGC": POD_GC,
             # The workflow's pods (the executor, the selection) read nothing from the API but what Argo gives them.
             "serviceAccountName": "argo-pipeline",
             "securityContext": RESTRICTED_POD,
@@ -197,7 +227,7 @@ def workflow(
 
 def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
-    base_path = f"{settings['MOUNT_PATH']}/{settings['SERVE_BASE_PATH']}"
+    base_path = f"{settings['MOUNT_PATH']}/{serving_base_path(settings)}"
     command = ["python", "-m", "trainer.serving.select", "--base-path", base_path, "--candidates"]
     command += [model_dir(settings, job) for job in jobs]
     return {
@@ -218,7 +248,7 @@ def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> di
 
 def inference_service(image: str, settings: dict[str, str], runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the InferenceService, the ServingRuntime it names) serving the published base path from the volume."""
-    storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{settings['SERVE_BASE_PATH']}"
+    storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{serving_base_path(settings)}"
     model: dict[str, Any] = {"modelFormat": {"name": "tensorflow"}, "storageUri": storage_uri}
     if runtime == "project":
         model["runtime"] = SERVING_RUNTIME
@@ -278,20 +308,20 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
     return service, serving_runtime
 
 
+# What the executor does to a job a step creates: create and watch it, and delete an earlier run's (delete_first).
+JOB_VERBS = ["get", "list", "watch", "create", "delete"]
+
+
 def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
     """The service account the Workflow's pods run as: Argo's executor creates and watches the steps' objects
     (so, unlike the trainer's pods, these pods keep their service account token)."""
     namespace = settings["NAMESPACE"]
     rules = [
         {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
-        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": ["get", "list", "watch", "create"]},
-        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "create"]},
-        {
-            "apiGroups": ["trainer.kubeflow.org"],
-            "resources": ["trainjobs"],
-            "verbs": ["get", "list", "watch", "create"],
-        },
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*JOB_VERBS, "patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": JOB_VERBS},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": JOB_VERBS},
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices", "servingruntimes"],
@@ -325,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
     args = parser.parse_args(argv)
-    settings = project_settings.load()
+    try:
+        settings = project_settings.load()
+    except ValueError as error:  # a setting the manifests cannot hold, named with its fix
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         if args.what == "workflow":
             documents = [

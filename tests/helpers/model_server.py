@@ -65,7 +65,7 @@ def copy_versions(model_dir: pathlib.Path, base_path: pathlib.Path) -> pathlib.P
     return base_path
 
 
-def publish_version(source: pathlib.Path, base_path: pathlib.Path, version: int) -> None:
+def publish_version(source: pathlib.Path, base_path: pathlib.Path, version: int | str) -> None:
     """A new version, whole or not at all: copied beside the others under a hidden name, then renamed."""
     partial = base_path / f".{version}.partial"
     shutil.copytree(source, partial)

@@ -6,6 +6,7 @@ pipeline's."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,13 +24,14 @@ KIND = {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}
 MODELS = ("cnn", "dropout", "batch_norm")
 
 
-def generated(*args: str) -> list[dict]:
+def generated(*args: str, env: dict[str, str] | None = None) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "scripts.pipeline.cluster", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -205,6 +207,21 @@ def test_each_training_step_ends_as_its_engine_job_does_restarts_included(workfl
         assert argo_outcome(resource, status) == outcome, (engine, status)
 
 
+def test_the_docs_table_of_conditions_says_what_each_training_step_reads(workflow):
+    # Before: docs/serving.md said the TFJob and TrainJob steps had no failure condition; each has one.
+    engine, document = workflow
+    resource = templates(document)["train-multi-worker-cnn"]["resource"]
+    rows = re.findall(r"^\| (\w+) \| (.+) \| (.+) \|$", (ROOT / "docs" / "serving.md").read_text(), re.MULTILINE)
+    (failure,) = [cell for name, _, cell in rows if name == KIND[engine]]
+    keys = [key for key, _, _ in parsed(resource["failureCondition"])]
+    indices = [int(index) for key in keys for index in re.findall(r"\.(\d+)\.", key)]
+    if indices:  # one requirement per index where the condition can stand
+        path = re.sub(r"[.]\d+[.]", ".N.", keys[0])
+        assert failure == f"`{path} == Failed`, N from {min(indices)} to {max(indices)}"
+    else:
+        assert failure == f"`{resource['failureCondition']}`"
+
+
 def test_the_workflow_and_each_object_it_creates_validate_against_their_crds(workflow):
     engine, document = workflow
     crd_schemas.validate(document)
@@ -256,7 +273,64 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
     assert [path.split("/")[-1] for path in cluster_candidates] == [path.split("/")[-1] for path in local_candidates]
     assert all(path.startswith(SETTINGS["MODEL_ROOT"] + "/") for path in cluster_candidates)
     base_path = selection[selection.index("--base-path") + 1]
-    assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SERVE_BASE_PATH']}"
+    assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
+
+
+def run_steps(document: dict, existing: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The objects after the Workflow's resource steps ran in order over `existing`, as the API server answers
+    them: create fails on a name that exists (AlreadyExists), apply creates or updates, delete removes if there."""
+    by_name = templates(document)
+    existing = set(existing)
+    for group in by_name["pipeline"]["steps"]:
+        for step in group:
+            resource = by_name[step["template"]].get("resource")
+            if resource is None:
+                continue
+            obj = yaml.safe_load(resource["manifest"])
+            key = (obj["kind"], obj["metadata"]["name"])
+            if resource["action"] == "create":
+                assert key not in existing, f"step {step['name']}: {key} already exists (AlreadyExists)"
+            if resource["action"] == "delete":
+                existing.discard(key)
+            else:
+                existing.add(key)
+    return existing
+
+
+def test_the_workflow_can_be_submitted_again_and_cleans_up_after_itself(workflow):
+    # Before: a second submission failed on AlreadyExists: the data Job and the engine jobs have fixed names, and the
+    # Workflow, which owns them, was never deleted.
+    engine, document = workflow
+    after_the_first = run_steps(document, set())
+    assert run_steps(document, after_the_first) == after_the_first
+    spec = document["spec"]
+    assert spec["ttlStrategy"]["secondsAfterSuccess"] > 0 and spec["ttlStrategy"]["secondsAfterFailure"] > 0
+    assert spec["podGC"]["strategy"] == "OnPodSuccess"
+    # The executor's delete is `kubectl delete --ignore-not-found` (Argo's workflow/executor/resource.go): the first
+    # submission finds nothing to delete and goes on. The service account may delete what it deletes.
+    (rbac,) = [doc for doc in generated("rbac") if doc["kind"] == "Role"]
+    deletable = {resource for rule in rbac["rules"] if "delete" in rule["verbs"] for resource in rule["resources"]}
+    for template in document["spec"]["templates"]:
+        if template.get("resource", {}).get("action") == "delete":
+            kind = yaml.safe_load(template["resource"]["manifest"])["kind"]
+            assert f"{kind.lower()}s" in deletable, f"{engine}: the Role does not let the executor delete {kind}s"
+
+
+def test_two_pipelines_publish_into_and_serve_base_paths_of_their_own():
+    # Before: every pipeline published into SERVE_BASE_PATH, one for all jobs, and each InferenceService served it.
+    published = {}
+    for job in ("team-a", "team-b"):
+        (document,) = generated("workflow", "--image", "img:1", "--models", "cnn", env={"JOB_NAME": job})
+        command = templates(document)["select"]["container"]["command"]
+        published[job] = command[command.index("--base-path") + 1]
+        documents = generated("inferenceservice", "--image", "img:1", env={"JOB_NAME": job})
+        (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
+        on_the_volume = published[job].removeprefix(SETTINGS["MOUNT_PATH"] + "/")
+        assert (
+            service["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{on_the_volume}"
+        )
+    assert published["team-a"] != published["team-b"], published
+    assert all(f"/{job}/" in path for job, path in published.items()), published
 
 
 @pytest.mark.parametrize("runtime", ["project", "tf-serving"])
@@ -274,7 +348,8 @@ def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtim
     assert len(implementations & set(predictor)) == 1 and not predictor.get("containers")
     assert 0 <= predictor["minReplicas"] <= predictor["maxReplicas"]
     model = predictor["model"]
-    assert model["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{SETTINGS['SERVE_BASE_PATH']}"
+    on_the_volume = f"{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
+    assert model["storageUri"] == f"pvc://{SETTINGS['VOLUME_CLAIM']}/{on_the_volume}"
     if runtime == "tf-serving":
         assert model["runtime"] == "kserve-tensorflow-serving"
         major_minor = tuple(int(part) for part in model["runtimeVersion"].split(".")[:2])

@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
+import threading
 
 import httpx
 import numpy as np
 import pytest
 
 from model_server import ROOT, ServerProcess
+from trainer.serving import select as selection_module
 
 CONFIG = {
     "task": "image_classification",
@@ -104,6 +107,39 @@ def test_a_tie_goes_to_the_candidate_listed_first(tmp_path):
     assert selection(base_path)["winner"] == str(dirs[0])
 
 
+def test_two_selections_at_once_publish_two_versions_and_the_record_names_the_last(tmp_path, monkeypatch):
+    # Before: both took max + 1 while copying, both returned serving/1, and the second copy replaced the first.
+    first, second = candidate(tmp_path, "first", 0.8), candidate(tmp_path, "second", 0.9)
+    base_path = tmp_path / "selected" / "serving"
+    both_copying, copy = threading.Barrier(2, timeout=3), shutil.copytree
+
+    def copy_when_both_copy(*args, **kwargs):
+        try:
+            both_copying.wait()  # the two copies overlap, unless one selection waits for the other
+        except threading.BrokenBarrierError:
+            pass
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copytree", copy_when_both_copy)
+    decisions = {}
+
+    def run_selection(model_dir: pathlib.Path) -> None:
+        decisions[model_dir.parent.name] = selection_module.select([str(model_dir)], str(base_path))
+
+    threads = [threading.Thread(target=run_selection, args=(model_dir,)) for model_dir in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    published = {name: decision["published"] for name, decision in decisions.items()}
+    assert sorted(published.values()) == [str(base_path / "1"), str(base_path / "2")], published
+    for name, folder in published.items():
+        assert (pathlib.Path(folder) / "saved_model.pb").read_text() == name
+    last = max(published, key=lambda name: published[name])
+    assert selection(base_path)["winner"] == str(tmp_path / last / "model")
+    assert sorted(path.name for path in base_path.iterdir()) == ["1", "2"]  # no copy left behind
+
+
 BAD = {
     "unfinished": ("the run did not finish", {}),
     "nan": ("not finite", {"test_accuracy": math.nan}),
@@ -135,6 +171,20 @@ def test_each_bad_candidate_is_refused_with_its_reason(tmp_path, case):
     assert record["winner"] == str(good)
     refused = record["candidates"][1]["refused"]
     assert refused and reason in refused, refused
+
+
+@pytest.mark.parametrize("old_first", [True, False])
+def test_a_refused_candidate_sets_no_setup_for_the_others_whatever_its_place(tmp_path, old_first):
+    # Before: the old run listed first was refused, yet its test split was the one the valid run was held to.
+    old = candidate(tmp_path, "old", 0.99, export_check=None, config={"test_examples": 128})
+    new = candidate(tmp_path, "new", 0.5)
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, *((old, new) if old_first else (new, old)))
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    assert record["winner"] == str(new)
+    (refused,) = [c["refused"] for c in record["candidates"] if c["model_dir"] == str(old)]
+    assert "export was not checked" in refused if old_first else "test_examples 128" in refused, refused
 
 
 def test_with_no_acceptable_candidate_nothing_is_published_and_every_reason_is_named(tmp_path):

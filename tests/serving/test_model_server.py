@@ -6,6 +6,8 @@ a version published while clients keep sending is swapped in with no failed requ
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 
 import grpc
@@ -328,5 +330,100 @@ def test_a_version_that_does_not_load_is_skipped_and_the_served_one_keeps_answer
         answered = post(server, V1, {"instances": image_examples(1).tolist()})
         assert answered.status_code == 200, answered.text
         assert httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["1"]
+    finally:
+        server.stop()
+
+
+def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp_path):
+    # Before: base/0002 was read as version 2, then loaded from base/2, which does not exist: nothing was served.
+    base_path = tmp_path / "serving"
+    base_path.mkdir()
+    (version,) = [path for path in (image_model / "serving").iterdir() if path.name.isdigit()]
+    publish_version(version, base_path, "0002")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    try:
+        assert httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["2"]
+        publish_version(version, base_path, "0010")  # 10 is above 2 by number, though "0010" < "2" as text
+        for _ in range(300):
+            if httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["10"]:
+                break
+            threading.Event().wait(0.2)
+        zeros = {"name": "images", "shape": [1, 28, 28, 1], "datatype": "UINT8", "data": [0] * 784}
+        answered = post(server, V2, {"inputs": [zeros]}, headers=JSON)
+        assert answered.status_code == 200 and answered.json()["model_version"] == "10", answered.text
+    finally:
+        server.stop()
+
+
+class TwoSignatures(tf.Module):
+    """A SavedModel whose serve and serving_default answer differently, so a test sees which one answered."""
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 1), tf.float32, name="x")])
+    def double(self, x):
+        return {"y": 2.0 * x}
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 1), tf.float32, name="x")])
+    def triple(self, x):
+        return {"y": 3.0 * x}
+
+
+def test_a_v1_request_is_answered_by_the_signature_it_names(tmp_path):
+    # Before: a request naming serving_default was answered by serve.
+    module = TwoSignatures()
+    base_path = tmp_path / "serving"
+    tf.saved_model.save(
+        module, str(base_path / "1"), signatures={"serve": module.double, "serving_default": module.triple}
+    )
+    server = ServerProcess(base_path, "two", tmp_path / "server.log").wait_ready()
+    try:
+        answered = {}
+        for named in (None, "serve", "serving_default"):
+            body = {"instances": [[1.0]], **({"signature_name": named} if named else {})}
+            answered[named] = post(server, "/v1/models/two:predict", body).json()
+        assert answered == {
+            None: {"predictions": [[2.0]]},
+            "serve": {"predictions": [[2.0]]},
+            "serving_default": {"predictions": [[3.0]]},
+        }
+        refused = post(server, "/v1/models/two:predict", {"instances": [[1.0]], "signature_name": "predict"})
+        assert refused.status_code == 400, refused.text
+        message = refused.json()["error"]
+        assert "signature_name 'predict' is not one of this model's signatures ('serve', 'serving_default')" in message
+    finally:
+        server.stop()
+
+
+def test_a_version_that_failed_to_load_once_is_tried_again_and_reported_until_it_loads(image_model, tmp_path):
+    # Before: a version that failed once was skipped until its files changed, and only the log said so.
+    base_path = copy_versions(image_model, tmp_path / "serving")
+    server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
+    try:
+        # A transient read error with the same files: saved_model.pb's target is missing, then appears, unchanged in
+        # the files' count and newest modification time (os.walk lists the link; the target's time is the epoch).
+        late = tmp_path / "late" / "saved_model.pb"
+        partial = base_path / ".2.partial"  # published as publish_version does, the link kept a link
+        shutil.copytree(base_path / "1", partial)
+        (partial / "saved_model.pb").unlink()
+        (partial / "saved_model.pb").symlink_to(late)
+        os.replace(partial, base_path / "2")
+        for _ in range(300):
+            statuses = httpx.get(f"{server.url}/v1/models/images").json()["model_version_status"]
+            if len(statuses) == 2:
+                break
+            threading.Event().wait(0.2)
+        failed, served = statuses
+        assert (failed["version"], failed["state"], failed["status"]["error_code"]) == ("2", "END", "UNKNOWN")
+        assert "does not load (try 1; tried again soon" in failed["status"]["error_message"], failed
+        assert served == {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        late.parent.mkdir()
+        shutil.copyfile(base_path / "1" / "saved_model.pb", late)
+        os.utime(late, (0, 0))
+        for _ in range(300):
+            if httpx.get(f"{server.url}/v2/models/images").json()["versions"] == ["2"]:
+                break
+            threading.Event().wait(0.2)
+        assert httpx.get(f"{server.url}/v1/models/images").json()["model_version_status"] == [
+            {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
     finally:
         server.stop()

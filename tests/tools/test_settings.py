@@ -292,3 +292,32 @@ def test_a_make_target_stops_with_exit_2_naming_the_key_before_its_script_runs()
     result = subprocess.run(["make", "k3d-down", "WORKERS=two"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "setting WORKERS='two' is not allowed: use digits" in result.stderr
     assert "k3d" not in result.stdout
+
+
+# Before: each of these passed; an emptied commit made k3d-up install the operator's default branch, an empty port
+# crashed the cluster generator with a traceback, and ../.. led the published base path off the volume's folder.
+REFUSED = [
+    ("SELECTION_ROOT", "../../etc", "no . or .. segment"),
+    ("SELECTION_ROOT", "selected/./x", "no . or .. segment"),
+    ("MODEL_ROOT", "/mnt/training/../../etc", "no . or .. segment"),
+    ("SERVE_PORT", "", "is empty, and the scripts need it: set it to digits"),
+    ("TRAINING_OPERATOR_COMMIT", "", "is empty, and the scripts need it: set it to a full commit SHA"),
+    ("MOUNT_PATH", "", "is empty, and the scripts need it"),
+]
+
+
+@pytest.mark.parametrize("key, value, says", REFUSED)
+def test_make_refuses_a_path_leaving_its_folder_or_an_emptied_commit_port_or_path(key, value, says):
+    result = subprocess.run(
+        ["make", "k3d-down", f"{key}={value}"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and f"setting {key}" in result.stderr and says in result.stderr, result.stderr
+    assert "k3d" not in result.stdout
+
+
+@pytest.mark.parametrize("key, value, says", REFUSED)
+def test_the_scripts_refuse_the_same_values_from_the_settings_file(tmp_path, key, value, says):
+    edited = tmp_path / "settings.env"
+    edited.write_text("".join(f"{k}={value if k == key else v}\n" for k, v in SETTINGS.items()))
+    with pytest.raises(project_settings.SettingsError, match=re.escape(says)):
+        project_settings.load(edited, environ={})

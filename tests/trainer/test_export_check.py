@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import pathlib
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from multiworker import run_group, start, wait_all
 from trainer.artifacts import export_check, layout
-from trainer.errors import ExitCode
+from trainer.errors import ExitCode, ExportCheckError
 
 TINY = ["--dataset", "synthetic", "--train-examples", "256", "--test-examples", "64", "--epochs", "1",
         "--per-worker-batch-size", "32", "--task-module", "skewed_serving"]  # fmt: skip
@@ -54,6 +56,29 @@ def test_a_faithful_export_is_published_with_its_check_in_metrics_json(tmp_path,
     assert check["signature"] == "serving_default" and check["tolerance"] == export_check.TOLERANCE
     assert 0 <= check["max_abs_diff"] <= check["tolerance"]
     assert published_versions(tmp_path / "model") == [str(metrics["steps"])]
+
+
+class OneInput:
+    """The one thing check() asks of a task here: its serving inputs."""
+
+    def serving_signature(self, model):
+        return [tf.TensorSpec((None, 1), tf.float32, name="x")]
+
+
+class TwoOutputs(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec((None, 1), tf.float32, name="x")])
+    def serve(self, x):
+        return {"exact": x, "not_a_number": x * float("nan")}
+
+
+def test_a_nan_in_any_output_fails_the_check_wherever_it_comes(tmp_path):
+    # Before: max() over the outputs' differences kept the 0.0 of the output before the NaN, and the check passed.
+    module = TwoOutputs()
+    tf.saved_model.save(module, str(tmp_path), signatures={export_check.SIGNATURE: module.serve})
+    features = np.ones((2, 1), np.float32)
+    expected = {"exact": features, "not_a_number": features}  # the NaN's difference comes second
+    with pytest.raises(ExportCheckError, match="'not_a_number' by nan"):
+        export_check.check(str(tmp_path), OneInput(), None, features, expected)
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,7 +15,9 @@ from test_async import run_async
 from multiworker import run_group, trainer_flags
 from trainer.artifacts import layout
 from trainer.artifacts.checkpoint import checkpoint_prefixes
-from trainer.errors import ExitCode
+from trainer.config import Config
+from trainer.errors import Diverged, ExitCode
+from trainer.step import NonFiniteGuard, check_finite
 
 TASK = ["--task-module", "examples.regression", "--task", "regression", "--dataset-module", "poisoned_rows"]
 POISONED = [*TASK, "--dataset", "poisoned_rows", "--poisoned-row", "100"]
@@ -58,6 +61,41 @@ def test_two_workers_skip_the_poisoned_steps_and_count_them(tmp_path):
     assert "steps skipped (non-finite)" in results["worker-0"].output
     model = tf.saved_model.load(layout.ModelDir(str(model_dir)).latest_saved_model())
     assert all(np.all(np.isfinite(v.numpy())) for v in model.variables)
+
+
+def finite_everywhere(model_dir):
+    """Whether every float variable of the newest checkpoint, the SavedModel and model.keras is finite."""
+    dir_layout = layout.ModelDir(str(model_dir))
+    newest = checkpoint_prefixes(dir_layout.checkpoints)[0]
+    values = [tf.train.load_checkpoint(newest).get_tensor(name) for name, _ in tf.train.list_variables(newest)]
+    values += [v.numpy() for v in tf.saved_model.load(dir_layout.latest_saved_model()).variables]
+    values += [np.asarray(v) for v in keras.saving.load_model(dir_layout.keras_model, compile=False).weights]
+    return all(np.all(np.isfinite(v)) for v in values if np.issubdtype(np.asarray(v).dtype, np.floating))
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_skipped_step_leaves_no_nan_in_batch_norms_moving_statistics(tmp_path, workers):
+    # Before: the forward pass put the poisoned batch's NaN mean into moving_mean; the run exited 0 and served a model
+    # that answered the same value for every input.
+    model_dir = tmp_path / "model"
+    flags = ["--task-module", "batch_norm_regression", "--task", "batch_norm_regression", *POISONED[4:]]
+    results = run_group(workers, [*flags, *RUN, "--on-nonfinite", "skip", "--model-dir", str(model_dir)])
+    for result in results.values():
+        assert result.returncode == 0, result.output[-3000:]
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    assert metrics["skipped_steps"] == 3 and np.isfinite(metrics["test_loss"])
+    assert finite_everywhere(model_dir)
+
+
+def test_a_nonfinite_layer_state_stops_a_skipping_run_too():
+    # Before: check_finite ignored non-finite weights unless the mode was stop, and read only the trainable ones.
+    config = Config(on_nonfinite="skip")
+    health = {"nonfinite_loss": 0.0, "nonfinite_gradients": 0.0, "skipped": 0.0, "nonfinite_weights": 1.0}
+    with pytest.raises(Diverged, match="the weights went non-finite"):
+        check_finite(health, 0, config, (5, 8), 32)
+    state = tf.Variable([np.nan], trainable=False)
+    assert float(NonFiniteGuard("skip", loss_scaled=False).weights_health([tf.Variable([1.0]), state])) == 1.0
+    check_finite({**health, "nonfinite_weights": 1.0}, 0, Config(on_nonfinite="ignore"), (5, 8), 32)
 
 
 @pytest.mark.slow

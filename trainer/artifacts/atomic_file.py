@@ -39,6 +39,31 @@ def replaced_on_success(path: str) -> Iterator[str]:
                 os.remove(leftover)
 
 
+def copy_tree_to_first_free_number(source: str, parent: str, first: int) -> str:
+    """Copies the tree `source` to parent/<n>, n the first free number from `first`, whole or not at all: written
+    under a hidden name and flushed, then renamed onto an empty folder made for it by a create that fails if the
+    number is taken (then the next is tried), so two writers never take one number. Returns the new folder."""
+    os.makedirs(parent, exist_ok=True)
+    partial = os.path.join(parent, f".copy.partial-{uuid.uuid4().hex[:12]}")
+    try:
+        shutil.copytree(source, partial)
+        _fsync_tree(partial)
+        number = first
+        while True:
+            target = os.path.join(parent, str(number))
+            try:
+                os.mkdir(target)  # the reservation
+            except FileExistsError:
+                number += 1
+                continue
+            os.replace(partial, target)  # a directory renamed onto an empty one replaces it in one step
+            _fsync(parent)
+            return target
+    finally:
+        if os.path.isdir(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
 def _fsync(path: str) -> None:
     """Flushes a file or a directory (its entries) to the disk."""
     descriptor = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))

@@ -15,6 +15,7 @@ the chief, which publishes, loads the SavedModel back: that part is local and ta
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,7 +74,8 @@ def check(saved_model: str, task: Task, model: keras.Model, features: Any, expec
     examples = len(next(iter(expected.values()))) if expected else 0
     differences = {name: _difference(expected[name], answered.get(name)) for name in expected}
     extra = sorted(set(answered) - set(expected))
-    worst = max(differences.values(), default=0.0)
+    # A NaN compares false with everything, so max() over it depends on the order: any NaN is the worst difference.
+    worst = max((math.inf if math.isnan(diff) else diff for diff in differences.values()), default=0.0)
     record = {
         "passed": worst <= TOLERANCE and not extra,
         "examples": examples,
@@ -82,7 +84,8 @@ def check(saved_model: str, task: Task, model: keras.Model, features: Any, expec
         "signature": SIGNATURE,
     }
     if not record["passed"]:
-        skewed = ", ".join(f"{name!r} by {diff:.3g}" for name, diff in differences.items() if diff > TOLERANCE)
+        # `not <=`: a NaN difference is named too.
+        skewed = ", ".join(f"{name!r} by {diff:.3g}" for name, diff in differences.items() if not diff <= TOLERANCE)
         raise ExportCheckError(
             f"the exported SavedModel's {SIGNATURE} signature answers {examples} test examples differently from "
             f"the model in memory ({skewed or 'outputs ' + ', '.join(extra) + ' that serving_reference lacks'}; "

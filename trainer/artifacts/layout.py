@@ -30,14 +30,24 @@ LOGS = "logs"
 ARTIFACTS = (KERAS_MODEL, SERVING, METRICS, CHECKPOINTS, LOGS)
 
 
-def numbered_versions(base_path: str) -> list[int]:
-    """The version folders under a model base path (a model dir's serving/, or where selection publishes),
-    ascending; hidden and non-numeric names (a copy being written) are not versions."""
+def version_folders(base_path: str) -> dict[int, str]:
+    """{version: its folder's name} under a model base path (a model dir's serving/, or where selection publishes),
+    ascending; hidden and non-numeric names (a copy being written) are not versions. A zero-padded folder (0002) is
+    version 2, as TF Serving reads it, and is found under its own name."""
     try:
         names = os.listdir(base_path)
     except FileNotFoundError:
-        return []
-    return sorted(int(name) for name in names if name.isdigit() and os.path.isdir(os.path.join(base_path, name)))
+        return {}
+    folders: dict[int, str] = {}
+    for name in sorted(names):  # two spellings of one number (2 and 0002): the first by name, every time
+        if name.isascii() and name.isdigit() and os.path.isdir(os.path.join(base_path, name)):
+            folders.setdefault(int(name), name)
+    return dict(sorted(folders.items()))
+
+
+def numbered_versions(base_path: str) -> list[int]:
+    """The version numbers under a model base path, ascending (version_folders)."""
+    return list(version_folders(base_path))
 
 
 class ModelDir:
@@ -59,11 +69,11 @@ class ModelDir:
         return os.path.join(self.serving, str(version))
 
     def latest_saved_model(self) -> str:
-        """The SavedModel a server would load: the highest numeric version under serving/."""
-        versions = [int(name) for name in os.listdir(self.serving) if name.isdigit()]
-        if not versions:
+        """The SavedModel a server would load: the highest numbered version folder under serving/."""
+        folders = version_folders(self.serving)
+        if not folders:
             raise FileNotFoundError(f"no numbered SavedModel under {self.serving}")
-        return self.saved_model(max(versions))
+        return os.path.join(self.serving, folders[max(folders)])
 
     def logs(self, name: str) -> str:
         """TensorBoard directory of one summary stream: train, test or eval."""

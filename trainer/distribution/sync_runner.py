@@ -89,7 +89,7 @@ class SyncRunner(StepRunner):
             def take(stop: tf.Tensor) -> tf.Tensor:
                 # Each replica's weights, once per call; a replica's share of 1, so the group's sum is 1 if all.
                 replicas = tf.distribute.get_replica_context().num_replicas_in_sync
-                weights = guard.weights_health(model.trainable_variables) / replicas
+                weights = guard.weights_health(model.variables) / replicas
                 health = tf.one_hot(slots(task) - 1, slots(task)) * weights
                 taken = tf.concat([tf.reshape(stop, [1]), sums.read_value() + health], 0)
                 with tf.control_dependencies([taken]):

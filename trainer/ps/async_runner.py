@@ -93,7 +93,7 @@ class AsyncRunner(StepRunner):
                 leading += skipped * tf.cast(tf.equal(leading, tf.cast(index, tf.float32)), tf.float32)
                 in_a_row = (in_a_row + 1.0) * skipped
                 longest = tf.maximum(longest, in_a_row)
-            weights = tf.one_hot(slots(task) - 1, slots(task)) * guard.weights_health(model.trainable_variables)
+            weights = tf.one_hot(slots(task) - 1, slots(task)) * guard.weights_health(model.variables)
             return tf.concat([totals + weights, tf.stack([leading, in_a_row, longest])], 0)
 
         self.train_steps = train_steps

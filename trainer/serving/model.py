@@ -74,8 +74,8 @@ class SavedModelVersions(kserve.Model):
             return _v2_response(payload, self.name, served.version, outputs)
         if isinstance(payload, bytes | str):
             raise signature.refuse("the body must be JSON (Content-Type: application/json)")
-        arrays, form = tf_serving_json.decode(payload, signature)
-        return tf_serving_json.encode(await _run(signature, arrays), form)
+        arrays, form, named = tf_serving_json.decode(payload, served.signatures)
+        return tf_serving_json.encode(await _run(named, arrays), form)
 
 
 async def _run(signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

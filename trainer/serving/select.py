@@ -3,31 +3,34 @@ task's declared objective, published into a served base path under a version hig
 
 Each candidate is judged from its own metrics.json (trainer/artifacts/layout.py, written last by a finished run):
 refused when its run did not finish, when the objective's metric is missing or not finite, when its setup differs
-from the first readable candidate's (another task, or another test split: the numbers would not compare), or
-when its export was not checked (metrics.json "export_check": {"passed": true, ...}). The winner's newest
-SavedModel is copied beside the base path's versions and renamed into place, so a server watching the base path
-sees the whole version or none of it. selection.json, beside the base path, records the decision; running again
-with no new result changes nothing, and ties go to the candidate listed first.
+from the reference's, the first candidate that passes every other check (another task, or another test split: the
+numbers would not compare), or when its export was not checked (metrics.json "export_check": {"passed": true, ...}).
+The winner's newest SavedModel is copied beside the base path's versions and renamed into place, so a server watching
+the base path sees the whole version or none of it. selection.json, beside the base path, records the decision;
+running again with no new result changes nothing, and ties go to the candidate listed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
-import shutil
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectives a candidate may name)
-from trainer.artifacts.atomic_file import replaced_on_success, write_json
+from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.errors import ExitCode, SelectionError, UserError
 from trainer.task import Objective, find
 
 SELECTION = "selection.json"
+SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole selection
 # What makes two candidates' test figures comparable: the same task on the same test split.
 SETUP_KEYS = ("task", "dataset", "dataset_module", "test_files", "test_examples")
 # Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
@@ -92,17 +95,19 @@ def objective_of(record: dict[str, Any]) -> Objective:
     return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
 
 
-def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any]) -> None:
-    """Sets candidate.value, or candidate.refused with the reason."""
-    record = candidate.record
+def setup_differences(record: dict[str, Any], reference: dict[str, Any]) -> str | None:
+    """Why a candidate's figures do not compare with the reference's (another task or test split), or None."""
     differences = [
-        f"{key} {value!r} (the first candidate's: {reference.get(key)!r})"
+        f"{key} {value!r} (the reference's, the first candidate that passes: {reference.get(key)!r})"
         for key, value in setup_of(record).items()
         if value != reference.get(key)
     ]
-    if differences:
-        candidate.refused = f"its setup differs: {'; '.join(differences)}"
-        return
+    return f"its setup differs: {'; '.join(differences)}" if differences else None
+
+
+def judge(candidate: Candidate, objective: Objective) -> None:
+    """Sets candidate.value, or candidate.refused with the reason: the checks of a candidate on its own."""
+    record = candidate.record
     value = record.get(objective.key)
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         candidate.refused = f"{objective.key} is missing or not finite ({value!r})"
@@ -133,25 +138,36 @@ def judge(candidate: Candidate, objective: Objective, reference: dict[str, Any])
 def choose(model_dirs: list[str]) -> tuple[list[Candidate], Candidate | None, Objective | None]:
     """Every candidate judged, and the winner (ties: the first listed)."""
     candidates = [Candidate(model_dir) for model_dir in model_dirs]
-    reference: dict[str, Any] | None = None
-    objective: Objective | None = None
+    readable = []
     for candidate in candidates:
         record, problem = read_record(candidate.model_dir)
         if record is None:
             candidate.refused = problem
             continue
         candidate.record = record
-        if reference is None:
-            reference, objective = setup_of(record), objective_of(record)
-    if reference is None or objective is None:
-        return candidates, None, None
-    for candidate in candidates:
+        readable.append(candidate)
+    # The reference is the first candidate that passes on its own: one refused (an old run) sets no setup for the rest.
+    reference: Candidate | None = None
+    for candidate in readable:
+        try:
+            objective = objective_of(candidate.record)
+        except UserError as error:
+            candidate.refused = f"its task cannot be found ({error})"
+            continue
+        candidate.metric = objective.key
+        judge(candidate, objective)
         if candidate.refused is None:
-            candidate.metric = objective.key
-            judge(candidate, objective, reference)
+            reference = candidate
+            break
+    if reference is None:
+        return candidates, None, None
+    setup = setup_of(reference.record)
+    for candidate in readable[readable.index(reference) + 1 :]:
+        candidate.metric = objective.key
+        candidate.refused = setup_differences(candidate.record, setup)
+        if candidate.refused is None:
+            judge(candidate, objective)
     accepted = [candidate for candidate in candidates if candidate.refused is None and candidate.value is not None]
-    if not accepted:
-        return candidates, None, objective
     sign = -1.0 if objective.higher_is_better else 1.0
     winner = min(accepted, key=lambda candidate: sign * (candidate.value or 0.0))  # min keeps the first of equals
     return candidates, winner, objective
@@ -170,23 +186,38 @@ def previous_selection(base_path: str) -> dict[str, Any] | None:
     return previous if isinstance(previous, dict) else None
 
 
-def publish(winner: Candidate, base_path: str) -> str:
-    """Copies the winner's newest SavedModel to base_path/<highest + 1>, renamed into place; returns the folder."""
-    source = ModelDir(winner.model_dir).latest_saved_model()
-    version = max(numbered_versions(base_path), default=0) + 1
-    target = os.path.join(base_path, str(version))
+@contextlib.contextmanager
+def selection_lock(base_path: str) -> Iterator[None]:
+    """Held from reading selection.json to writing it: two selections into one base path take turns, so each
+    publishes its own version and the record names the last one published."""
+    directory = os.path.dirname(selection_path(base_path))
     try:
-        with replaced_on_success(target) as partial:
-            shutil.copytree(source, partial)
+        os.makedirs(directory, exist_ok=True)
+        handle = open(os.path.join(directory, SELECTION_LOCK), "a")
+    except OSError as error:
+        raise SelectionError(
+            f"cannot lock {directory} for the selection ({error.strerror}): give a writable base path"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def publish(winner: Candidate, base_path: str) -> str:
+    """Copies the winner's newest SavedModel to base_path/<highest + 1> (the next free number, reserved as it is
+    renamed into place); returns the folder."""
+    source = ModelDir(winner.model_dir).latest_saved_model()
+    try:
+        return copy_tree_to_first_free_number(source, base_path, max(numbered_versions(base_path), default=0) + 1)
     except OSError as error:
         raise SelectionError(
             f"cannot publish {source} into {base_path} ({error.strerror}): give a writable base path"
         ) from None
-    return target
 
 
 def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
-    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json."""
+    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json;
+    under the base path's selection lock."""
     candidates, winner, objective = choose(model_dirs)
     summary = [candidate.summary() for candidate in candidates]
     if winner is None:
@@ -194,26 +225,27 @@ def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
         raise SelectionError(f"no candidate can be served ({reasons})")
     assert objective is not None
     digest = winner.record.get("weights_sha256")
-    previous = previous_selection(base_path)
-    published = previous.get("published") if previous else None
-    unchanged = (
-        previous is not None
-        and previous.get("winner") == winner.model_dir
-        and previous.get("winner_weights_sha256") == digest
-        and isinstance(published, str)
-        and os.path.isdir(published)
-    )
-    if not unchanged:
-        published = publish(winner, base_path)
-    decision = {
-        "candidates": summary,
-        "winner": winner.model_dir,
-        "published": published,
-        "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
-        "winner_weights_sha256": digest,
-    }
-    if decision != previous:
-        write_json(selection_path(base_path), decision, sort_keys=False)
+    with selection_lock(base_path):
+        previous = previous_selection(base_path)
+        published = previous.get("published") if previous else None
+        unchanged = (
+            previous is not None
+            and previous.get("winner") == winner.model_dir
+            and previous.get("winner_weights_sha256") == digest
+            and isinstance(published, str)
+            and os.path.isdir(published)
+        )
+        if not unchanged:
+            published = publish(winner, base_path)
+        decision = {
+            "candidates": summary,
+            "winner": winner.model_dir,
+            "published": published,
+            "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
+            "winner_weights_sha256": digest,
+        }
+        if decision != previous:
+            write_json(selection_path(base_path), decision, sort_keys=False)
     return decision
 
 

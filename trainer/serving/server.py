@@ -141,9 +141,15 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
         either one reads what it expects. Registered before KServe's own route for the path, so it answers."""
         if model_name != model.name:
             return JSONResponse(status_code=404, content={"error": f"Model with name {model_name} does not exist."})
-        version = str(model.served.version)
-        status = {"version": version, "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": [status]})
+        ok = {"error_code": "OK", "error_message": ""}
+        served = {"version": str(model.served.version), "state": "AVAILABLE", "status": ok}
+        # A version that did not load, as TF Serving reports one: ended, with its error (it is tried again).
+        failed = [
+            {"version": str(version), "state": "END", "status": {"error_code": "UNKNOWN", "error_message": why}}
+            for version, why in sorted(model.watcher.failure_reports().items(), reverse=True)
+        ]
+        statuses = [*failed, served]
+        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": statuses})
 
     app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
     log.info(

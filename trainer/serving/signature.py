@@ -127,8 +127,9 @@ class Signature:
         return {name: tensor.numpy() for name, tensor in outputs.items()}
 
 
-def load_signature(path: str) -> Signature:
-    """The SavedModel at `path` and its serving signature (`serve`, else `serving_default`, else its only one)."""
+def load_signatures(path: str) -> dict[str, Signature]:
+    """Every signature of the SavedModel at `path` by name, the one served by default first (`serve`, else
+    `serving_default`, else its only one); a v1 request's signature_name picks another, as in TF Serving."""
     saved_model = tf.saved_model.load(path)
     names = list(saved_model.signatures.keys())
     chosen = next((name for name in SIGNATURE_NAMES if name in names), names[0] if len(names) == 1 else None)
@@ -136,4 +137,4 @@ def load_signature(path: str) -> Signature:
         raise ValueError(
             f"{path} has signatures {names or 'none'}: export one named {' or '.join(SIGNATURE_NAMES)} to serve it"
         )
-    return Signature(saved_model, chosen)
+    return {name: Signature(saved_model, name) for name in [chosen, *sorted(set(names) - {chosen})]}

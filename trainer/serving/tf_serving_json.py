@@ -3,23 +3,27 @@ TensorFlow runtime works unchanged against this server.
 
 Request, row form:      {"instances": [row, ...]}  a row is the single input's value, or {input name: value}
 Request, columnar form: {"inputs": value}          the single input's batch, or {input name: batch}
-Either may name "signature_name". Response: {"predictions": [...]} for rows (each row the single output's value,
-or {output name: value}); {"outputs": value or {output name: batch}} for columns; errors {"error": "..."}.
+Either may name "signature_name", one of the SavedModel's signatures (else the server's default, `serve`).
+Response: {"predictions": [...]} for rows (each row the single output's value, or {output name: value});
+{"outputs": value or {output name: batch}} for columns; errors {"error": "..."}.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from trainer.serving.signature import SIGNATURE_NAMES, Signature
+from trainer.serving.signature import Signature
 
 ROWS, COLUMNS = "instances", "inputs"
 
 
-def decode(body: Any, signature: Signature) -> tuple[dict[str, np.ndarray], str]:
-    """The checked input arrays of a predict body, and its form (ROWS or COLUMNS)."""
+def decode(body: Any, signatures: Mapping[str, Signature]) -> tuple[dict[str, np.ndarray], str, Signature]:
+    """The checked input arrays of a predict body, its form (ROWS or COLUMNS) and the signature it names (the first
+    of `signatures`, the default, when it names none)."""
+    signature = next(iter(signatures.values()))
     if not isinstance(body, dict):
         raise signature.refuse(f'the body must be a JSON object with "{ROWS}" (rows) or "{COLUMNS}" (columns)')
     forms = [form for form in (ROWS, COLUMNS) if form in body]
@@ -29,12 +33,18 @@ def decode(body: Any, signature: Signature) -> tuple[dict[str, np.ndarray], str]
             f"{' and '.join(forms) if forms else 'neither'}"
         )
     requested = body.get("signature_name")
-    if requested is not None and requested not in (signature.name, *SIGNATURE_NAMES):
-        raise signature.refuse(f"signature_name {requested!r} is not served: this server serves {signature.name!r}")
+    if requested is not None:
+        if not isinstance(requested, str) or requested not in signatures:
+            raise signature.refuse(
+                f"signature_name {requested!r} is not one of this model's signatures "
+                f"({', '.join(repr(name) for name in signatures)}): name one of them, or leave it out for "
+                f"{signature.name!r}"
+            )
+        signature = signatures[requested]
     form = forms[0]
     columns = _rows_to_columns(body[ROWS], signature) if form == ROWS else _named_columns(body[COLUMNS], signature)
     arrays = {name: signature.from_json(signature.input_named(name), value) for name, value in columns.items()}
-    return signature.complete(arrays), form
+    return signature.complete(arrays), form, signature
 
 
 def encode(outputs: dict[str, np.ndarray], form: str) -> dict[str, Any]:

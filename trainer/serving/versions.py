@@ -2,7 +2,9 @@
 
 A watcher thread looks for a new highest version, loads it in the background beside the one being served, calls it
 once, and swaps it in with one assignment: a request holds the version it started with until it finishes, so none
-fails during the swap. A version that does not load is logged and skipped until its files change.
+fails during the swap. A version that does not load is logged, reported in the model's status, and tried again:
+at once when its files change (a copy still being written), else after a wait that doubles with each failure (a
+transient read error), up to RETRY_MAX_SECONDS.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
 
-from trainer.artifacts.layout import numbered_versions
+from trainer.artifacts.layout import numbered_versions, version_folders
 from trainer.errors import ServingError, first_line
-from trainer.serving.signature import Signature, load_signature
+from trainer.serving.signature import Signature, load_signatures
 
 log = logging.getLogger(__name__)
+
+RETRY_MAX_SECONDS = 300.0  # the longest wait between two tries of a version whose files have not changed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +33,15 @@ class Loaded:
 
     version: int
     path: str
-    signature: Signature
+    signature: Signature  # the one served by default
+    signatures: dict[str, Signature]  # every one, by name, the default first
 
 
-def load_version(base_path: str, version: int) -> Loaded:
-    path = os.path.join(base_path, str(version))
-    signature = load_signature(path)
+def load_version(path: str, version: int) -> Loaded:
+    signatures = load_signatures(path)
+    signature = next(iter(signatures.values()))
     warm_up(signature)
-    return Loaded(version, path, signature)
+    return Loaded(version, path, signature, signatures)
 
 
 def warm_up(signature: Signature) -> None:
@@ -47,6 +53,17 @@ def warm_up(signature: Signature) -> None:
         for spec in signature.inputs
     }
     signature.run(arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A version that did not load: why, after how many tries, and when it is tried again (at once if its files
+    change)."""
+
+    fingerprint: tuple[int, float]
+    tries: int
+    retry_at: float  # time.monotonic()
+    error: str
 
 
 def files_fingerprint(path: str) -> tuple[int, float]:
@@ -73,7 +90,7 @@ class VersionWatcher:
         self.poll_seconds = poll_seconds
         self.on_swap = on_swap
         self._current: Loaded | None = None
-        self._failed: dict[int, tuple[int, float]] = {}
+        self._failed: dict[int, Failure] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -83,6 +100,13 @@ class VersionWatcher:
         if loaded is None:
             raise RuntimeError("no version loaded yet")
         return loaded
+
+    def failure_reports(self) -> dict[int, str]:
+        """Why each version above the served one did not load, by version, as it stands now."""
+        return {
+            version: f"does not load (try {failure.tries}; tried again soon, or once its files change): {failure.error}"
+            for version, failure in dict(self._failed).items()  # a copy: the watcher thread changes it
+        }
 
     def load_first(self) -> Loaded:
         """Loads the highest version that loads; ServingError when none does."""
@@ -103,19 +127,34 @@ class VersionWatcher:
     def check_once(self) -> None:
         """Serves the highest version that loads: newer ones as they appear, an older one if the served one
         is deleted."""
-        for version in reversed(numbered_versions(self.base_path)):
+        folders = version_folders(self.base_path)
+        # Only versions still there, above the one served, are still being tried: the others' failures are over.
+        served = self._current.version if self._current is not None else -1
+        self._failed = {v: failure for v, failure in self._failed.items() if v in folders and v > served}
+        for version, folder in reversed(folders.items()):
             current = self._current
             if current is not None and current.version == version:
                 return
-            path = os.path.join(self.base_path, str(version))
+            path = os.path.join(self.base_path, folder)  # 0002 stays 0002: the number is not the name
             fingerprint = files_fingerprint(path)
-            if self._failed.get(version) == fingerprint:
+            failed = self._failed.get(version)
+            if failed is not None and failed.fingerprint == fingerprint and time.monotonic() < failed.retry_at:
                 continue
             try:
-                loaded = load_version(self.base_path, version)
+                loaded = load_version(path, version)
             except Exception as error:  # noqa: BLE001 (a broken version must not stop the one being served)
-                self._failed[version] = fingerprint
-                log.error("version %d under %s does not load: %s", version, self.base_path, first_line(error)[:500])
+                tries = failed.tries + 1 if failed is not None and failed.fingerprint == fingerprint else 1
+                wait = min(self.poll_seconds * 2**tries, RETRY_MAX_SECONDS)
+                message = first_line(error)[:500]
+                self._failed[version] = Failure(fingerprint, tries, time.monotonic() + wait, message)
+                log.error(
+                    "version %d under %s does not load (try %d; tried again in %.0f s, or once its files change): %s",
+                    version,
+                    self.base_path,
+                    tries,
+                    wait,
+                    message,
+                )
                 continue
             self._failed.pop(version, None)
             self._current = loaded  # one assignment: a request reads either the old version or the new one
