@@ -40,20 +40,27 @@ for name in "${NODE_PROCESSES[@]}"; do stop "$name"; done
 pkill -9 -f "containerd-shim-runc-v2 .*-address $NODE_RUN/containerd.sock" 2>/dev/null || true
 
 # Mounts the containers and the kubelet left, deepest first.
-grep -E " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts | awk '{print $2}' | sort -r | while read -r mount; do
+{ grep -E " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts || true; } | awk '{print $2}' | sort -r | while read -r mount; do
   umount -l "$mount" 2>/dev/null || true
 done
 # The network namespaces the CNI made for the pods (containerd names them cni-<uuid>), whose bridge is ours.
+# `ip netns` makes /run/netns a bind mount of itself: one made after the CNI's namespace hides that mount below it,
+# so when the namespace's own unmount cannot see it, the bind goes first (it refuses while others' namespaces are on it).
 for netns in /run/netns/cni-*; do
-  [ -e "$netns" ] && { umount -l "$netns" 2>/dev/null || true; rm -f "$netns"; }
+  [ -e "$netns" ] || continue
+  for _ in 1 2 3; do
+    rm -f "$netns" 2>/dev/null && break
+    umount "$netns" 2>/dev/null || umount /run/netns 2>/dev/null || true
+  done
 done
 ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && ip link delete "$NODE_BRIDGE"
 if [[ $(ip -o addr show dev lo) == *" $NODE_IP/32 "* ]]; then ip addr del "$NODE_IP/32" dev lo; fi
 if [ -x "$K8S_BIN/kube-proxy" ]; then
   "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
+# What kube-proxy's cleanup leaves: the CNI's masquerade chains and the kubelet's own KUBE- chains.
 rules=$(iptables-save)
-if [[ $rules == *CNI-* ]]; then grep -v -- "CNI-" <<<"$rules" | iptables-restore; fi
+if [[ $rules == *CNI-* || $rules == *KUBE-* ]]; then grep -vE -- "CNI-|KUBE-" <<<"$rules" | iptables-restore; fi
 
 left=$(grep -cE " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts || true)
 if [ "$left" -ne 0 ]; then
