@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from pod_security import all_problems, restricted_problems
+from scripts.cluster import steps as cluster_steps
+from scripts.cluster import submit
 from scripts.common import manifest
 from scripts.common import settings as project_settings
 
@@ -221,9 +223,63 @@ def test_the_data_job_admits_nobody_and_tensorboard_its_namespace_on_its_port(re
     assert board["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 6006}]}]
 
 
-def test_make_submit_applies_the_network_policies_with_the_first_objects():
-    source = (ROOT / "scripts" / "cluster" / "submit.py").read_text()
-    assert 'tfjob_manifest.of_kind(objects, "NetworkPolicy")' in source
+class RecordingJob:
+    """The follower submit gets, standing in for the engine's client: no earlier job, and creating the job is an
+    event in the same list as the kubectl calls, so the order of the two is what the cluster would see."""
+
+    def __init__(self, objects: list[dict], events: list[tuple[str, object]]):
+        self.kind = next(obj["kind"] for obj in objects if obj["kind"] in ("TFJob", "JobSet", "TrainJob"))
+        self.name, self.namespace, self.events, self.engine = SETTINGS["JOB_NAME"], SETTINGS["NAMESPACE"], events, self
+
+    def current_state(self):
+        return None
+
+    def pods(self):
+        return []
+
+    def services(self):
+        return []
+
+    def clock(self):
+        return 0.0
+
+    def create(self, objects):
+        self.events.append(("create", self.kind))
+
+    def follow(self, timeout_s=0):
+        return "Succeeded"
+
+
+@pytest.mark.parametrize("engine, strategy", OVERLAYS)
+def test_make_submit_applies_the_network_policies_with_the_first_objects(
+    rendered_overlays, engine, strategy, monkeypatch
+):
+    objects = rendered_overlays[engine, strategy]
+    expected = manifest.of_kind(objects, "NetworkPolicy")
+    assert {policy["metadata"]["labels"]["app.kubernetes.io/component"] for policy in expected} == {
+        "training",
+        "prepare-data",
+        "tensorboard",
+    }
+    events: list[tuple[str, object]] = []
+
+    def run(command, stdin=None, check=True, quiet=False):
+        events.append((" ".join(command[:2]), [doc for doc in yaml.safe_load_all(stdin or "") if doc]))
+        stdout = {"config get-contexts": f"k3d-{SETTINGS['CLUSTER_NAME']}\n", "get job": "Complete\n"}
+        return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[1:3]), ""), stderr="")
+
+    monkeypatch.setattr(cluster_steps, "run", run)
+    monkeypatch.setattr(submit, "follower", lambda objects, namespace: RecordingJob(objects, events))
+    monkeypatch.setattr(submit, "container_tool", lambda: "docker")
+    args = submit.parse_args(["--image", "img:1", "--dataset", "mnist", "--tensorboard"])
+    assert submit.submit(objects, args) == submit.EXIT_SUCCEEDED
+    # What makes pods: the data Job (kubectl create), TensorBoard (a later apply) and the engine's job (create).
+    changes = [(what, docs) for what, docs in events if what in ("kubectl apply", "kubectl create", "create")]
+    (first_what, first_docs), *later = changes
+    assert first_what == "kubectl apply"
+    assert [doc for doc in first_docs if doc["kind"] == "NetworkPolicy"] == expected
+    assert not {doc["kind"] for doc in first_docs} & {"Job", "Deployment", "TFJob", "JobSet", "TrainJob"}
+    assert sorted(what for what, _ in later) == ["create", "kubectl apply", "kubectl create"]
 
 
 def test_k3d_up_leaves_the_current_context_alone(tmp_path):
