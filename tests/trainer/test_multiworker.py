@@ -204,12 +204,19 @@ def sgd_update(strategy, initial, batch, model_name):
 
 
 @pytest.mark.parametrize("model_name", ["cnn", "batch_norm"])
-def test_one_sgd_step_on_two_replicas_moves_the_weights_as_one_replica_on_the_same_global_batch(model_name):
+def test_one_sgd_step_on_two_replicas_moves_the_weights_as_one_replica_on_the_same_global_batch(model_name, request):
     # Under SGD (and --clip-norm) the loss's scale is the step's size: averaging each replica's loss over its own
     # batch instead of the global one sums to twice the update on two replicas, which Adam would divide out
     # (the accuracy comparison above cannot see it). Two logical CPUs: tests/trainer/conftest.py.
+    import keras
+
     from replicas import two_replicas
 
+    # float32 whatever an earlier in-process run left as the global policy, and the same initial weights every run.
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    request.addfinalizer(lambda: keras.mixed_precision.set_global_policy(policy))
+    keras.utils.set_random_seed(5)
     rng = np.random.default_rng(5)
     batch = (
         tf.constant(rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)),
@@ -221,8 +228,14 @@ def test_one_sgd_step_on_two_replicas_moves_the_weights_as_one_replica_on_the_sa
     _, on_one = sgd_update(tf.distribute.OneDeviceStrategy("/cpu:0"), initial, batch, model_name)
     moved = np.sqrt(sum(float(np.sum(u**2)) for u in on_one))
     assert moved > 1e-3  # the step did move the weights
-    for two_update, one_update in zip(on_two, on_one, strict=True):
-        np.testing.assert_allclose(two_update, one_update, rtol=1e-3, atol=1e-6 * moved)
+    # Each variable's update equal within float rounding (the replicas sum in another order; synchronized batch
+    # norm's statistics are all-reduced): under 2% of its size (or of a thousandth of the whole step, for a variable
+    # that hardly moves), where the local-batch bug is 100%.
+    off = [
+        float(np.linalg.norm(two_update - one_update) / max(np.linalg.norm(one_update), 1e-3 * moved))
+        for two_update, one_update in zip(on_two, on_one, strict=True)
+    ]
+    assert max(off) < 0.02, off
 
 
 @pytest.mark.slow  # several processes for long: make test-slow
