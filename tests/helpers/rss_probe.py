@@ -1,8 +1,8 @@
 """Peak RSS of one worker's training pipeline alone: `python -m rss_probe EXAMPLES CACHE BATCHES`.
 
 Builds the synthetic training shard of EXAMPLES examples with the trainer's own pipeline (per-worker
-batch 64, default shuffle buffer), reads BATCHES batches, and prints {"examples", "peak_rss_mb",
-"seconds_to_first_batch"}; the peak is the kernel's figure (getrusage ru_maxrss).
+batch 64, default shuffle buffer, as many epochs as BATCHES needs), reads BATCHES batches, and prints
+{"examples", "peak_rss_mb", "seconds_to_first_batch"}; the peak is the kernel's figure (getrusage ru_maxrss).
 """
 
 import json
@@ -18,13 +18,14 @@ def main(examples: int, cache: str, batches: int) -> None:
     config = Config(dataset="synthetic", train_examples=examples)
     shard = datasets.load(config).train.shard(0, 1)
     steps = shard.size // 64
+    epochs = -(-batches // steps)  # past the end of a small shard: a cache of it would then be full
     dataset = pipeline.train_batches(
         shard,
         0,
         64,
         steps * 64,
         config.seed,
-        1,
+        epochs,
         0,
         steps,
         config.shuffle_buffer,

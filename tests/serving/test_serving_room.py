@@ -19,7 +19,8 @@ def imports_serving(path: pathlib.Path) -> bool:
         names = (
             [alias.name for alias in node.names]
             if isinstance(node, ast.Import)
-            else [node.module or ""]
+            # `from scripts import bench` imports the module scripts.bench too.
+            else [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
             if isinstance(node, ast.ImportFrom) and not node.level
             else []
         )

@@ -103,7 +103,8 @@ def k3d_up_with(
     **environ: str,
 ):
     """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
-    kubectl apply calls, and what each applied kustomization directory and file held."""
+    kubectl apply calls, and what each applied kustomization directory and file held (each directory also on its
+    own, under applied.each/<call number>; and curl.log: the command line of each curl call's parent process)."""
     tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "kubectl.log"
     seen = tmp_path / "applied"
@@ -113,19 +114,21 @@ def k3d_up_with(
     manifest.write_text(FAKE_MANIFEST)
     kserve_script = tmp_path / "kserve-install.sh"
     kserve_script.write_text(kserve_download)
-    cp = shutil.which("cp")
+    cp, mkdir, wc, tr = (shutil.which(tool) for tool in ("cp", "mkdir", "wc", "tr"))
     stubs = {
         "docker": "exit 0",
         "git": "exit 0",
         "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
         "kubectl": (
-            f'echo "$*" >> {log}; '
-            f'for a in "$@"; do [ -d "$a" ] && {cp} -R "$a"/. {seen}/; [ -f "$a" ] && {cp} "$a" {seen}/; done; '
+            f'echo "$*" >> {log}; n=$({wc} -l < {log}); '
+            f'for a in "$@"; do [ -d "$a" ] && {cp} -R "$a"/. {seen}/; [ -f "$a" ] && {cp} "$a" {seen}/; '
+            f'[ -d "$a" ] && {mkdir} -p {seen}.each/$n && {cp} -R "$a"/. {seen}.each/$n/; done; '
             f'case "$*" in *"-n jobset-system get deployment jobset-controller-manager"*) exit {jobset_there};; '
             '*"get deployment jobset-controller-manager"*) exit 1;; esac; exit 0'
         ),
         # curl ... --output FILE URL: KServe's install script or another release manifest, as if downloaded.
         "curl": (
+            f"{tr} '\\0' ' ' < /proc/$PPID/cmdline >> {tmp_path / 'curl.log'}; echo >> {tmp_path / 'curl.log'}; "
             'while [ "$1" != "--output" ]; do shift; done; '
             f'case "$3" in *kserve*) {cp} {kserve_script} "$2";; *) {cp} {manifest} "$2";; esac'
         ),
@@ -249,27 +252,57 @@ def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
     assert [without_scratch(a) for a in applies][-1] == "--context k3d-distml apply -f SCRATCH/cert-manager.yaml"
 
 
+COMMITS = (
+    "TRAINING_OPERATOR_COMMIT",
+    "KUBEFLOW_TRAINER_COMMIT",
+    "JOBSET_COMMIT",
+    "KUEUE_COMMIT",
+    "KSERVE_COMMIT",
+    "ARGO_WORKFLOWS_COMMIT",
+)
+
+
 def test_every_install_source_is_pinned_to_a_commit_or_a_sha256():
     settings = settings_file()
-    for key in (
-        "TRAINING_OPERATOR_COMMIT",
-        "KUBEFLOW_TRAINER_COMMIT",
-        "JOBSET_COMMIT",
-        "KUEUE_COMMIT",
-        "KSERVE_COMMIT",
-        "ARGO_WORKFLOWS_COMMIT",
-    ):
+    for key in COMMITS:
         assert re.fullmatch(r"[0-9a-f]{40}", settings[key]), key
     assert re.fullmatch(r"[0-9a-f]{64}", settings["KSERVE_INSTALL_SCRIPT_SHA256"])
-    script = (ROOT / "scripts" / "cluster" / "k3d-up.sh").read_text()
-    assert "?ref=${TRAINING_OPERATOR_VERSION}" not in script and "?ref=${KUBEFLOW_TRAINER_VERSION}" not in script
-    # Every download goes through the checked download; the only one k3d-up makes by URL is named there.
-    assert "curl" not in script.replace("checked-download.sh", "")
     for kustomization in (ROOT / "k8s" / "engines").rglob("kustomization.yaml"):
         text = kustomization.read_text()
         assert "releases/download" not in text and "http" not in text, kustomization
         for ref in re.findall(r"\?ref=(\S+)", text):
-            assert ref in settings and ref.endswith("_COMMIT") and ref in script, (kustomization, ref)
+            assert ref in settings and ref.endswith("_COMMIT"), (kustomization, ref)
+
+
+@pytest.mark.parametrize("engine", ["tfjob", "jobset", "trainjob"])
+def test_everything_k3d_up_installs_comes_from_a_pinned_commit_or_a_checked_download(tmp_path, engine):
+    """What k3d-up really applies, with every add-on asked for (SERVE=1, KUEUE=1): each kustomization from GitHub
+    names a pinned commit, each local one (k8s/engines, copied) only pinned commits, and every download is made by
+    checked-download.sh."""
+    result, applies, applied = k3d_up_with(
+        tmp_path,
+        engine,
+        SERVE="1",
+        KUEUE="1",
+        CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
+        KSERVE_INSTALL_SCRIPT_SHA256=FAKE_KSERVE_SCRIPT_SHA256,
+    )
+    assert result.returncode == 0, result.stderr
+    settings = settings_file()
+    commits = {settings[key] for key in COMMITS}
+    sources = [call.split(" -k ")[1] for call in applies if " -k " in call]
+    assert len(sources) == {"tfjob": 3, "jobset": 3, "trainjob": 4}[engine]  # the engine, Argo, Kueue
+    for source in sources:
+        if source.startswith("github.com/"):
+            assert source.rsplit("?ref=", 1)[-1] in commits, source
+    copies = sorted((applied.parent / "applied.each").glob("*/kustomization.yaml"))
+    assert len(copies) == sum(not source.startswith("github.com/") for source in sources)
+    for copy in copies:
+        refs = re.findall(r"\?ref=(\S+)", copy.read_text())
+        assert refs and set(refs) <= commits, (copy, refs)
+    downloads = (tmp_path / "curl.log").read_text().splitlines()
+    assert len(downloads) == 2  # cert-manager's manifest and KServe's install script
+    assert all("scripts/cluster/checked-download.sh" in parent for parent in downloads), downloads
 
 
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):

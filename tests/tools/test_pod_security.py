@@ -6,7 +6,6 @@ from the job's own pods only; the namespace example enforces restricted."""
 from __future__ import annotations
 
 import copy
-import os
 import pathlib
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import pytest
 import yaml
 
 from pod_security import all_problems, restricted_problems
+from scripts.cluster import steps as cluster_steps
+from scripts.cluster import submit
 from scripts.common import manifest
 from scripts.common import settings as project_settings
 
@@ -221,19 +222,101 @@ def test_the_data_job_admits_nobody_and_tensorboard_its_namespace_on_its_port(re
     assert board["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 6006}]}]
 
 
-def test_make_submit_applies_the_network_policies_with_the_first_objects():
-    source = (ROOT / "scripts" / "cluster" / "submit.py").read_text()
-    assert 'tfjob_manifest.of_kind(objects, "NetworkPolicy")' in source
+class RecordingJob:
+    """The follower submit gets, standing in for the engine's client: no earlier job, and creating the job is an
+    event in the same list as the kubectl calls, so the order of the two is what the cluster would see."""
+
+    def __init__(self, objects: list[dict], events: list[tuple[str, object]]):
+        self.kind = next(obj["kind"] for obj in objects if obj["kind"] in ("TFJob", "JobSet", "TrainJob"))
+        self.name, self.namespace, self.events, self.engine = SETTINGS["JOB_NAME"], SETTINGS["NAMESPACE"], events, self
+
+    def current_state(self):
+        return None
+
+    def pods(self):
+        return []
+
+    def services(self):
+        return []
+
+    def clock(self):
+        return 0.0
+
+    def create(self, objects):
+        self.events.append(("create", self.kind))
+
+    def follow(self, timeout_s=0):
+        return "Succeeded"
 
 
-def test_k3d_up_leaves_the_current_context_alone(tmp_path):
-    bin_dir, log = tmp_path / "bin", tmp_path / "k3d.log"
+@pytest.mark.parametrize("engine, strategy", OVERLAYS)
+def test_make_submit_applies_the_network_policies_with_the_first_objects(
+    rendered_overlays, engine, strategy, monkeypatch
+):
+    objects = rendered_overlays[engine, strategy]
+    expected = manifest.of_kind(objects, "NetworkPolicy")
+    assert {policy["metadata"]["labels"]["app.kubernetes.io/component"] for policy in expected} == {
+        "training",
+        "prepare-data",
+        "tensorboard",
+    }
+    events: list[tuple[str, object]] = []
+
+    def run(command, stdin=None, check=True, quiet=False):
+        events.append((" ".join(command[:2]), [doc for doc in yaml.safe_load_all(stdin or "") if doc]))
+        stdout = {"config get-contexts": f"k3d-{SETTINGS['CLUSTER_NAME']}\n", "get job": "Complete\n"}
+        return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[1:3]), ""), stderr="")
+
+    monkeypatch.setattr(cluster_steps, "run", run)
+    monkeypatch.setattr(submit, "follower", lambda objects, namespace: RecordingJob(objects, events))
+    monkeypatch.setattr(submit, "container_tool", lambda: "docker")
+    args = submit.parse_args(["--image", "img:1", "--dataset", "mnist", "--tensorboard"])
+    assert submit.submit(objects, args) == submit.EXIT_SUCCEEDED
+    # What makes pods: the data Job (kubectl create), TensorBoard (a later apply) and the engine's job (create).
+    changes = [(what, docs) for what, docs in events if what in ("kubectl apply", "kubectl create", "create")]
+    (first_what, first_docs), *later = changes
+    assert first_what == "kubectl apply"
+    assert [doc for doc in first_docs if doc["kind"] == "NetworkPolicy"] == expected
+    assert not {doc["kind"] for doc in first_docs} & {"Job", "Deployment", "TFJob", "JobSet", "TrainJob"}
+    assert sorted(what for what, _ in later) == ["create", "kubectl apply", "kubectl create"]
+
+
+# k3d's cluster list line for the existing cluster: its servers running/total.
+K3D_BRANCHES = {"creates the cluster": None, "finds it running": "1/1", "finds it stopped": "0/1"}
+
+
+@pytest.mark.parametrize("branch", K3D_BRANCHES)
+def test_k3d_up_leaves_the_current_context_alone(tmp_path, branch):
+    """k3d-up against a kubeconfig whose current context is the user's: k3d stands in as it behaves (create and
+    kubeconfig merge add the cluster's context and switch to it unless told not to), kubectl's config commands are
+    the real kubectl's on that kubeconfig, its other calls are recorded; whichever branch runs, the user's context
+    is still current after it."""
+    bin_dir, log, kubeconfig = tmp_path / "bin", tmp_path / "calls.log", tmp_path / ".kube" / "config"
     bin_dir.mkdir()
+    real_kubectl = shutil.which("kubectl")
+    context = f"k3d-{SETTINGS['CLUSTER_NAME']}"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "ENGINE": "jobset"}
+    for command in (["set-context", "mine", "--cluster=theirs"], ["use-context", "mine"]):
+        subprocess.run([real_kubectl, "config", *command], env=environ, check=True, capture_output=True)
+    servers = K3D_BRANCHES[branch]
+    joins_kubeconfig = (
+        f"{real_kubectl} config set-context {context} >/dev/null; "
+        f'[[ " $* " == *" --kubeconfig-switch-context=false "* ]] || {real_kubectl} config use-context {context}'
+    )
     stubs = {
         "docker": "exit 0",
         "git": "exit 0",
-        "k3d": f'echo "$*" >> {log}; case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
-        "kubectl": "exit 0",
+        "k3d": (
+            f'echo "k3d $*" >> {log}; case "$1 $2" in\n'
+            f'  "cluster get") exit {1 if servers is None else 0};;\n'
+            f'  "cluster list") echo "{SETTINGS["CLUSTER_NAME"]} {servers} 0/0 true";;\n'
+            f'  "cluster create" | "kubeconfig merge") {joins_kubeconfig};;\n'
+            "esac; exit 0"
+        ),
+        "kubectl": (
+            f'echo "kubectl $*" >> {log}; [[ " $* " != *" config "* ]] || exec {real_kubectl} "$@"; '
+            '[[ " $* " != *" get deployment "* ]] || exit 1; exit 0'
+        ),
         "python3": f'exec {sys.executable} "$@"',
     }
     for name, body in stubs.items():
@@ -243,9 +326,19 @@ def test_k3d_up_leaves_the_current_context_alone(tmp_path):
         [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / "k3d-up.sh")],
         capture_output=True,
         text=True,
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "ENGINE": "jobset"},
+        env=environ,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    (create,) = [line for line in log.read_text().splitlines() if line.startswith("cluster create")]
-    assert "--kubeconfig-switch-context=false" in create.split()
+    calls = log.read_text().splitlines()
+    k3d_calls = [call.split()[1:3] for call in calls if call.startswith("k3d ")]
+    if servers is None:
+        assert ["cluster", "create"] in k3d_calls and ["kubeconfig", "merge"] not in k3d_calls
+    else:
+        assert ["kubeconfig", "merge"] in k3d_calls and ["cluster", "create"] not in k3d_calls
+        assert (["cluster", "start"] in k3d_calls) == (servers == "0/1")
+    config = yaml.safe_load(kubeconfig.read_text())
+    assert {entry["name"] for entry in config["contexts"]} == {"mine", context}  # the cluster's context joined
+    assert config["current-context"] == "mine"
+    kubectl_calls = [call.split()[1:] for call in calls if call.startswith("kubectl ")]
+    assert kubectl_calls and all(call[:2] == ["--context", context] for call in kubectl_calls), kubectl_calls

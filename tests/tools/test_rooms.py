@@ -60,7 +60,8 @@ def scripts_imports(path: pathlib.Path) -> set[str]:
         names = (
             [alias.name for alias in node.names]
             if isinstance(node, ast.Import)
-            else [node.module or ""]
+            # `from scripts import bench` imports the module scripts.bench too.
+            else [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
             if isinstance(node, ast.ImportFrom) and not node.level
             else []
         )
@@ -75,18 +76,40 @@ def test_no_tool_room_imports_another_rooms_internals():
         assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}: tools share only scripts/common"
 
 
+def sys_path_uses(tree: ast.AST) -> list[int]:
+    """The lines that reach sys.path: through the module by any name it is imported as, or `from sys import path`."""
+    names = {"sys"} | {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == "sys"
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id in names
+        )
+        or (isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "path" for a in node.names))
+    ]
+
+
 def test_no_module_touches_sys_path():
     for folder in ("scripts", "tests", "trainer"):
         for path in (ROOT / folder).rglob("*.py"):
-            uses = [
-                node.lineno
-                for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.Attribute)
-                and node.attr == "path"
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "sys"
-            ]
+            uses = sys_path_uses(ast.parse(path.read_text()))
             assert not uses, f"{path.relative_to(ROOT)}:{uses[0]} uses sys.path; import through the packages instead"
+
+
+@pytest.mark.parametrize(
+    "source", ["import sys\nsys.path.insert(0, 'x')", "import sys as s\ns.path.append('x')", "from sys import path"]
+)
+def test_the_sys_path_check_sees_every_spelling(source):
+    assert sys_path_uses(ast.parse(source)) == [len(source.splitlines())]
 
 
 @pytest.mark.slow  # several processes for long: make test-slow

@@ -37,6 +37,23 @@ ENGINE_PINS = (
     ("KUBEFLOW_TRAINER_VERSION", "KUBEFLOW_TRAINER_TESTED_KUBERNETES"),
     ("KUEUE_VERSION", "KUEUE_TESTED_KUBERNETES"),  # opt-in, for gang admission
 )
+# Every tested list (the engines' and the serving stack's, tests/serving/test_cluster_pipeline.py) and the setting
+# that records the release whose CI it was read at, with the pinned version that release must be.
+READ_AT = (
+    *((version, tested, tested.replace("_TESTED_KUBERNETES", "_TESTED_AT_VERSION")) for version, tested in ENGINE_PINS),
+    ("KSERVE_VERSION", "KSERVE_TESTED_KUBERNETES", "KSERVE_TESTED_AT_VERSION"),
+    ("ARGO_WORKFLOWS_VERSION", "ARGO_WORKFLOWS_TESTED_KUBERNETES", "ARGO_WORKFLOWS_TESTED_AT_VERSION"),
+)
+
+
+def stale_ranges(settings: dict[str, str]) -> list[str]:
+    """Each tested list read at another release than the one pinned (empty: every list is the pin's)."""
+    return [
+        f"{tested} was read at {settings.get(read_at)!r} ({read_at}), but {version} pins {settings[version]}: read the "
+        f"Kubernetes versions its CI tests at {settings[version]} and record both"
+        for version, tested, read_at in READ_AT
+        if settings.get(read_at) != settings[version]
+    ]
 
 
 def untested_pairs(settings: dict[str, str]) -> list[str]:
@@ -52,6 +69,17 @@ def untested_pairs(settings: dict[str, str]) -> list[str]:
 
 def test_the_k3s_image_runs_a_kubernetes_minor_every_pinned_engine_is_tested_on():
     assert untested_pairs(SETTINGS) == []
+
+
+def test_every_tested_list_was_read_at_the_pinned_version():
+    assert stale_ranges(SETTINGS) == []
+
+
+@pytest.mark.parametrize("version, tested, read_at", READ_AT)
+def test_a_version_bumped_without_its_tested_list_read_again_is_caught(version, tested, read_at):
+    bumped = re.sub(r"\.(\d+)$", lambda m: f".{int(m.group(1)) + 1}", SETTINGS[version])
+    (problem,) = stale_ranges({**SETTINGS, version: bumped})
+    assert problem.startswith(f"{tested} was read at {SETTINGS[version]!r}") and f"{version} pins {bumped}" in problem
 
 
 def test_the_version_check_catches_the_old_pin():

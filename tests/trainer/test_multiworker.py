@@ -155,8 +155,9 @@ def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and
     )
     best = datasets.SYNTHETIC_BEST_ACCURACY
     assert abs(one - two) <= 0.02 and abs(one - best) <= 0.02 and abs(two - best) <= 0.02, (one, two)
-    # Adam divides out any constant gradient scale (2x, the local-instead-of-global batch bug, trains the same);
-    # a scale that sinks the gradients under Adam's epsilon stops learning, and the comparison must see it.
+    # Adam divides out any constant gradient scale (2x, the local-instead-of-global batch bug, trains the same:
+    # the quick SGD check below catches that one); a scale that sinks the gradients under Adam's epsilon stops
+    # learning, and the comparison must see it.
     wrong = accuracy_of(
         run_group(
             2,
@@ -168,6 +169,73 @@ def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and
         tmp_path / "wrong",
     )
     assert abs(wrong - best) > 0.02 and abs(wrong - one) > 0.02, (wrong, one)
+
+
+def sgd_update(strategy, initial, batch, model_name):
+    """The weights' change after one step of the trainer's own step function (trainer.step.train_step) with plain
+    SGD, under strategy, on one global batch that the strategy splits over its replicas."""
+    import keras
+
+    from trainer.data.datasets import Source
+    from trainer.flags import parse_config
+    from trainer.step import NonFiniteGuard, train_step
+    from trainer.task import task_of
+
+    config = parse_config(["--dataset", "synthetic", "--model", model_name], environ={})
+    task = task_of(config)
+    spec = (tf.TensorSpec((28, 28, 1), tf.uint8), tf.TensorSpec((), tf.int64))
+    with strategy.scope():
+        model = task.build_model(Source(train=None, test=None, element_spec=spec, num_classes=10))
+        if initial is not None:
+            model.set_weights(initial)
+        optimizer = keras.optimizers.SGD(learning_rate=0.1)
+        optimizer.build(model.trainable_variables)
+    before = [w.copy() for w in model.get_weights()]
+    guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=False)
+    global_batch = len(batch[1])
+    (distributed,) = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))
+
+    @tf.function(autograph=False)
+    def step(batch):
+        strategy.run(lambda b: train_step(task, model, optimizer, b, global_batch, guard), args=(batch,))
+
+    step(distributed)
+    return before, [after - start for after, start in zip(model.get_weights(), before, strict=True)]
+
+
+@pytest.mark.parametrize("model_name", ["cnn", "batch_norm"])
+def test_one_sgd_step_on_two_replicas_moves_the_weights_as_one_replica_on_the_same_global_batch(model_name, request):
+    # Under SGD (and --clip-norm) the loss's scale is the step's size: averaging each replica's loss over its own
+    # batch instead of the global one sums to twice the update on two replicas, which Adam would divide out
+    # (the accuracy comparison above cannot see it). Two logical CPUs: tests/trainer/conftest.py.
+    import keras
+
+    from replicas import two_replicas
+
+    # float32 whatever an earlier in-process run left as the global policy, and the same initial weights every run.
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    request.addfinalizer(lambda: keras.mixed_precision.set_global_policy(policy))
+    keras.utils.set_random_seed(5)
+    rng = np.random.default_rng(5)
+    batch = (
+        tf.constant(rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)),
+        tf.constant(rng.integers(0, 10, (16,), dtype=np.int64)),
+    )
+    two = two_replicas()
+    assert two.num_replicas_in_sync == 2
+    initial, on_two = sgd_update(two, None, batch, model_name)
+    _, on_one = sgd_update(tf.distribute.OneDeviceStrategy("/cpu:0"), initial, batch, model_name)
+    moved = np.sqrt(sum(float(np.sum(u**2)) for u in on_one))
+    assert moved > 1e-3  # the step did move the weights
+    # Each variable's update equal within float rounding (the replicas sum in another order; synchronized batch
+    # norm's statistics are all-reduced): under 2% of its size (or of a thousandth of the whole step, for a variable
+    # that hardly moves), where the local-batch bug is 100%.
+    off = [
+        float(np.linalg.norm(two_update - one_update) / max(np.linalg.norm(one_update), 1e-3 * moved))
+        for two_update, one_update in zip(on_two, on_one, strict=True)
+    ]
+    assert max(off) < 0.02, off
 
 
 @pytest.mark.slow  # several processes for long: make test-slow

@@ -8,6 +8,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,12 +34,18 @@ def test_the_first_chief_records_its_job_and_pod(tmp_path):
     }
 
 
-def test_a_resubmit_of_the_same_job_claims_it_again_and_keeps_when_it_first_did(tmp_path):
+def test_a_resubmit_of_the_same_job_claims_it_again_and_keeps_when_it_first_did(tmp_path, monkeypatch):
+    # The clock the claims read: the first claim in January, the resubmit two months later (real claims run
+    # milliseconds apart, within the record's one-second resolution, so a rewritten first_claimed would not show).
+    instants = iter([time.gmtime(1_767_225_600), time.gmtime(1_772_323_200)])  # 2026-01-01 and 2026-03-01
+    monkeypatch.setattr(ownership.time, "gmtime", lambda: next(instants))
     first = ownership.claim(str(tmp_path), JOB)
     # make delete, make submit: the engine's object and its pods are new, the job's name and namespace are the same.
     again = ownership.claim(str(tmp_path), {**JOB, "POD_UID": "uid-2"})
-    assert again["pod_uid"] == "uid-2" and again["first_claimed"] == first["first_claimed"]
-    assert owner_of(tmp_path)["pod_uid"] == "uid-2"
+    assert first["first_claimed"] == first["claimed"] == "2026-01-01T00:00:00Z"
+    assert again["pod_uid"] == "uid-2" and again["claimed"] == "2026-03-01T00:00:00Z"
+    assert again["first_claimed"] == "2026-01-01T00:00:00Z"
+    assert owner_of(tmp_path) == again
 
 
 @pytest.mark.parametrize(

@@ -103,27 +103,62 @@ def test_a_read_only_data_folder_keeps_its_index_in_the_model_dir(tmp_path, monk
         os.chmod(data, 0o755)
 
 
-def test_workers_writing_the_index_at_once_never_leave_it_partial_nor_drop_entries(tmp_path):
+def test_workers_writing_the_index_at_once_never_leave_it_partial_nor_drop_entries(tmp_path, monkeypatch):
+    """Four writers, each its own RecordCounts (as each worker process has), store once each, all at the same
+    moment. The read-modify-write window is held open: a writer that has read the index waits until every other
+    writer has read it too or is waiting at the lock, so without the lock all four read the same index before any
+    of them writes, and each write would drop the others' entries. With it, each waits at the lock in turn."""
     files = write_elsewhere(tmp_path, [3] * 8)
     index = tmp_path / record_counts.INDEX_NAME
+    writers: list[threading.Thread] = []
+    have_read, at_the_lock, changed = set(), set(), threading.Condition()
+    real_read, real_flock = record_counts._read, record_counts.fcntl.flock
 
-    def store_many_times(own):
-        counts = record_counts.RecordCounts(None)  # each writer its own, as each worker process has
-        for _ in range(20):
-            counts.store(dict.fromkeys(own, 3))
+    def read_and_hold_the_window_open(path):
+        entries = real_read(path)
+        me = threading.current_thread()
+        if me in writers:
+            with changed:
+                have_read.add(me)
+                changed.notify_all()
+                others = [writer for writer in writers if writer is not me]
+                assert changed.wait_for(lambda: all(w in have_read or w in at_the_lock for w in others), timeout=60)
+        return entries
 
-    writers = [threading.Thread(target=store_many_times, args=(files[worker::4],)) for worker in range(4)]
+    def flock(descriptor, operation):
+        me = threading.current_thread()
+        if operation == record_counts.fcntl.LOCK_EX:
+            with changed:
+                at_the_lock.add(me)
+                changed.notify_all()
+        real_flock(descriptor, operation)
+        with changed:
+            at_the_lock.discard(me)
+
+    monkeypatch.setattr(record_counts, "_read", read_and_hold_the_window_open)
+    monkeypatch.setattr(record_counts.fcntl, "flock", flock)
+    start = threading.Barrier(4)
+    failures = []
+
+    def store_once(own):
+        try:
+            start.wait(timeout=60)
+            record_counts.RecordCounts(None).store(dict.fromkeys(own, 3))
+        except BaseException as error:  # noqa: BLE001 - reported by the test thread below
+            failures.append(error)
+
+    writers += [threading.Thread(target=store_once, args=(files[worker::4],)) for worker in range(4)]
     for writer in writers:
         writer.start()
-    reads = 0
     while any(writer.is_alive() for writer in writers):
         if index.exists():
             json.loads(index.read_text())  # whole, whatever moment it is read at
-            reads += 1
     for writer in writers:
         writer.join()
+    assert failures == []
+    assert have_read == set(writers)  # every writer went through the widened window
     assert set(json.loads(index.read_text())["files"]) == {os.path.basename(path) for path in files}
-    assert reads and not [name for name in os.listdir(tmp_path) if ".partial-" in name]
+    assert not [name for name in os.listdir(tmp_path) if ".partial-" in name]
 
 
 def test_the_data_check_writes_the_index_for_files_written_elsewhere(tmp_path):

@@ -63,15 +63,52 @@ def test_nan_is_written_as_null_in_the_file_and_over_http(tmp_path):
     assert math.isnan(reporter.snapshot()["loss"])  # the live value stays what it is; only JSON spells it null
 
 
-def test_an_atomic_write_flushes_the_file_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
-    flushed = []
-    monkeypatch.setattr(atomic_file, "_fsync", lambda path: flushed.append((path, os.path.exists(target))))
-    target = str(tmp_path / "run-setup.json")
-    atomic_file.write_json(target, {"workers": 2})
-    (partial, existed), (directory, after) = flushed
-    assert os.path.basename(partial).startswith(".run-setup.partial-") and not existed
-    assert directory == str(tmp_path) and after
-    assert json.loads(open(target).read()) == {"workers": 2}
+@pytest.fixture
+def flushed(monkeypatch):
+    """Every os.fsync from here on, as the path its descriptor is open on (the kernel's /proc/self/fd link) and
+    the flush itself done, so the writes really reach the disk."""
+    calls = []
+    real_fsync = os.fsync
+
+    def fsync(descriptor):
+        calls.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_an_atomic_write_flushes_the_file_before_the_rename_and_the_directory_after(tmp_path, flushed):
+    target = tmp_path / "run-setup.json"
+    with atomic_file.replaced_on_success(str(target)) as partial:
+        with open(partial, "w") as handle:
+            json.dump({"workers": 2}, handle)
+        assert flushed == []
+    # The partial file while it had its own name (the rename came after), then the directory holding the new name.
+    assert flushed == [partial, str(tmp_path)]
+    atomic_file.write_json(str(target), {"workers": 3})
+    (written, directory) = flushed[2:]
+    assert os.path.basename(written).startswith(".run-setup.partial-") and directory == str(tmp_path)
+    assert json.loads(target.read_text()) == {"workers": 3}
+
+
+def test_a_saved_models_every_file_and_directory_is_flushed_before_the_rename(tmp_path, flushed):
+    target = tmp_path / "export"
+    tree = ["saved_model.pb", "fingerprint.pb", "variables/variables.index", "variables/variables.data-00000-of-00001"]
+    for version in ("old", "new"):
+        flushed.clear()
+        with atomic_file.replaced_on_success(str(target)) as partial:
+            for name in tree:
+                os.makedirs(os.path.join(partial, os.path.dirname(name)), exist_ok=True)
+                with open(os.path.join(partial, name), "w") as handle:
+                    handle.write(version)
+            os.makedirs(os.path.join(partial, "assets"))
+        *inside, directory = flushed
+        assert directory == str(tmp_path)  # the rename, once the tree is on the disk
+        relative = sorted(os.path.relpath(path, partial) for path in inside)
+        assert relative == sorted([*tree, ".", "variables", "assets"])
+        assert all(path.startswith(partial) for path in inside)  # each before the tree had its final name
+        assert (target / "saved_model.pb").read_text() == version
 
 
 def leave_checkpoints(model_dir, run_setup_text):

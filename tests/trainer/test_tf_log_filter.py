@@ -12,8 +12,42 @@ import pytest
 
 from multiworker import run_group
 
-# TensorFlow's C++ lines at warning, error or fatal level, absl's banner, and Python warnings.
-TF_WARNING_OR_ERROR = re.compile(r"^(?:[WEF]\d{4} [\d:.]+ |WARNING: |ERROR: )|Warning: ")
+# A warning or error in any form a run prints one: TensorFlow's C++ lines at warning, error or fatal level (absl's
+# form, and the older "<date> <time>: W ..." one); a Python logger's warning or error in the trainer's own format
+# (`<date> <time>,<ms> worker-0 WARNING ...`, trainer/__main__.py: TensorFlow's and Keras's Python loggers reach the
+# root handler it sets up) and in logging's default one (`WARNING:tensorflow:...`, and absl's banner); a Python
+# warning (`...: UserWarning: ...`); a traceback.
+TF_WARNING_OR_ERROR = re.compile(
+    r"^(?:[WEF]\d{4} [\d:.]+ "
+    r"|\d{4}-\d\d-\d\d [\d:.]+: [WEF] "
+    r"|\d{4}-\d\d-\d\d [\d:,]+ \S+ (?:WARNING|ERROR|CRITICAL) "
+    r"|(?:WARNING|ERROR|CRITICAL):"
+    r"|Traceback \(most recent call last\):)"
+    r"|Warning: "
+)
+# Lines a run has printed when something was wrong, one of each form, and lines of a healthy run.
+WARNINGS_AND_ERRORS = [
+    "2026-01-01 10:00:00,123 worker-0 WARNING 5 out of the last 5 calls to <function TrainStep.run at 0x7f> "
+    "triggered tf.function retracing. Tracing is expensive and the excessive number of tracings could be due to ...",
+    "2026-01-01 10:00:00,123 worker-1 WARNING Your input ran out of data; interrupting training. Make sure that your "
+    "dataset or generator can generate at least `steps_per_epoch * epochs` batches.",
+    "2026-01-01 10:00:00,123 chief-0 ERROR worker-1: these peers' host names never resolved: worker-1",
+    "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
+    "OUT_OF_RANGE: End of sequence",
+    "E0000 00:00:1796054891.119096   12517 coordination_service_agent.cc:1] StartAbort UNAVAILABLE",
+    "2026-01-01 10:00:00.123456: W tensorflow/core/framework/op_kernel.cc:1] OP_REQUIRES failed",
+    "WARNING:tensorflow:5 out of the last 5 calls to <function f at 0x7f> triggered tf.function retracing.",
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "/venv/lib/python3.11/site-packages/keras/src/trainers/epoch_iterator.py:1: UserWarning: Your input ran out of "
+    "data; interrupting training.",
+    "Traceback (most recent call last):",
+]
+HEALTHY_LINES = [
+    "2026-01-01 10:00:00,123 worker-0 INFO epoch 1/2: loss 0.52, accuracy 0.81",
+    "2026-01-01 10:00:00,123 worker-0 INFO worker-0 finished: test loss 0.40, test accuracy 0.86",
+    "I0000 00:00:1796054796.802611    7248 local_rendezvous.cc:405] Local rendezvous recv item cancelled.",
+    "epoch 1: 0.5 s, no warning",
+]
 NOISE_AND_A_REAL_ERROR = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     "I0000 00:00:1796054215.896370   12603 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
@@ -33,6 +67,11 @@ WRITER = (
 
 def tf_warnings_and_errors(output: str) -> list[str]:
     return [line for line in output.splitlines() if TF_WARNING_OR_ERROR.search(line)]
+
+
+def test_the_check_for_a_clean_run_flags_a_warning_or_error_in_every_form_a_run_prints_one():
+    assert [line for line in WARNINGS_AND_ERRORS if not tf_warnings_and_errors(line)] == []
+    assert tf_warnings_and_errors("\n".join(HEALTHY_LINES)) == []
 
 
 def write_through_the_filter(env: dict[str, str]) -> subprocess.CompletedProcess:
