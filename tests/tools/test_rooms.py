@@ -29,6 +29,7 @@ ROOM_TESTS = {
         "tests/tools/test_submit_engines.py",
         "tests/tools/test_engine_manifests.py",
         "tests/tools/test_cluster_scripts.py",
+        "tests/cluster/test_node_cluster.py",
     ],
 }
 IMPORT_EVERY_MODULE = """
