@@ -6,11 +6,13 @@ built the image), so what runs is what docs/cluster.md tells the user to run by 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -63,14 +65,10 @@ def check_context() -> str:
 
 
 def import_image_to_node(image: str, container_tool: str, containerd_socket: str) -> None:
-    """Copies the locally built image into the local node's containerd (make cluster-up), under the name the
-    kubelet resolves the manifest's image to (an unqualified name is docker.io/library/NAME)."""
+    """Copies the locally built image into the local node's containerd (make cluster-up)."""
     if container_tool not in ("podman", "buildah"):
         raise StepError(f"the local node imports images built with podman or buildah, not {container_tool or 'docker'}")
-    docker_name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
-    with tempfile.TemporaryDirectory(prefix="image-import-") as scratch:
-        archive = os.path.join(scratch, "image.tar")
-        run([container_tool, "push", "--quiet", image, f"docker-archive:{archive}:{docker_name}"])
+    with _docker_archive(image, container_tool) as archive:
         run(["ctr", "--address", containerd_socket, "-n", "k8s.io", "images", "import", archive])
 
 
@@ -85,11 +83,19 @@ def import_image(image: str, cluster: str, container_tool: str) -> None:
         return
     if container_tool not in ("podman", "buildah"):
         raise StepError(f"CONTAINER_TOOL={container_tool!r} is not one of docker, podman, buildah")
+    with _docker_archive(image, container_tool) as archive:
+        run(["k3d", "image", "import", archive, "--cluster", cluster])
+
+
+@contextlib.contextmanager
+def _docker_archive(image: str, container_tool: str) -> Iterator[str]:
+    """The image saved as a docker-archive under the name a kubelet resolves it to (an unqualified name is
+    docker.io/library/NAME), for as long as the block that imports it runs."""
     docker_name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
     with tempfile.TemporaryDirectory(prefix="image-import-") as scratch:
         archive = os.path.join(scratch, "image.tar")
         run([container_tool, "push", image, f"docker-archive:{archive}:{docker_name}"])
-        run(["k3d", "image", "import", archive, "--cluster", cluster])
+        yield archive
 
 
 def apply(objects: list[Manifest], namespace: str) -> None:
