@@ -20,6 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 REGRESSION = ["--task-module", "examples.regression", "--task", "regression", "--dataset-module", "examples.regression"]
 REGRESSION_DATA = ["--dataset", "linear_features", "--train-examples", "256", "--test-examples", "64"]
 IMAGE_DATA = ["--dataset", "synthetic", "--train-examples", "128", "--test-examples", "64"]
+EXAMPLES = 8
 
 
 def train(model_dir: pathlib.Path, *flags: str, timeout: float = 300) -> pathlib.Path:
@@ -55,6 +56,27 @@ def add_export_check(model_dir: pathlib.Path, passed: bool = True) -> None:
         {"passed": passed, "examples": 64, "max_abs_diff": 0.0, "tolerance": 1e-5, "signature": "serve"},
     )
     path.write_text(json.dumps(record))
+
+
+def image_examples(count: int = EXAMPLES):
+    """`count` test images of the synthetic dataset the image model was trained on, each different."""
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
+
+    example = synthetic_example_fn(42)
+    return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
+
+
+def in_process(base_path: pathlib.Path, **inputs) -> dict:
+    """What version 1's serve signature computes for these inputs, called in this process."""
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(str(base_path / "1")).signatures["serve"]
+    return {
+        name: tensor.numpy() for name, tensor in signature(**{k: tf.constant(v) for k, v in inputs.items()}).items()
+    }
 
 
 def copy_versions(model_dir: pathlib.Path, base_path: pathlib.Path) -> pathlib.Path:
@@ -120,3 +142,45 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+
+def save_rows_model(path: pathlib.Path, factor: float) -> pathlib.Path:
+    """A SavedModel whose every row is easy to check and whose call time a client picks: `serve` takes x (float32
+    [-1, 1]) and pause_us (int64 [-1]), sleeps the largest pause_us (a timer, no CPU), refuses a negative x when called
+    (the model's own error, after any checks of the request) and returns y = factor * x."""
+    import tensorflow as tf
+
+    class Rows(tf.Module):
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec((None, 1), tf.float32, name="x"),
+                tf.TensorSpec((None,), tf.int64, name="pause_us"),
+            ]
+        )
+        def serve(self, x, pause_us):
+            tf.debugging.assert_non_negative(x, message="x must not be negative")
+            sleeping = tf.raw_ops.SleepDataset(
+                input_dataset=tf.data.experimental.to_variant(tf.data.Dataset.range(1)),
+                sleep_microseconds=tf.reduce_max(tf.concat([pause_us, [0]], 0)),
+                output_types=[tf.int64],
+                output_shapes=[[]],
+            )
+            # take(1): the sleep runs before each element asked for, and reduce would ask once more for the end.
+            slept = tf.data.experimental.from_variant(sleeping, tf.TensorSpec([], tf.int64)).take(1).reduce(
+                tf.constant(0, tf.int64), lambda total, value: total + value
+            )
+            return {"y": factor * x + tf.cast(slept, tf.float32)}
+
+    module = Rows()
+    tf.saved_model.save(module, str(path), signatures={"serve": module.serve})
+    return path
+
+
+def metrics(server: ServerProcess) -> dict[str, float]:
+    """The server's Prometheus samples by name, labels included as written (serving_batch_requests_bucket{le="4.0"})."""
+    samples = {}
+    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples

@@ -18,15 +18,8 @@ import tensorflow as tf
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 
-from model_server import ServerProcess, copy_versions, publish_version
-from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
-
-EXAMPLES = 8
-
-
-def image_examples(count: int = EXAMPLES) -> np.ndarray:
-    example = synthetic_example_fn(42)
-    return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
+from model_server import EXAMPLES, ServerProcess, copy_versions, image_examples, in_process, publish_version
+from trainer.data.datasets import TEST_INDEX_OFFSET
 
 
 def regression_examples(count: int = EXAMPLES) -> np.ndarray:
@@ -34,13 +27,6 @@ def regression_examples(count: int = EXAMPLES) -> np.ndarray:
 
     example = linear_features_example(42)
     return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
-
-
-def in_process(base_path, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-    signature = tf.saved_model.load(str(base_path / "1")).signatures["serve"]
-    return {
-        name: tensor.numpy() for name, tensor in signature(**{k: tf.constant(v) for k, v in inputs.items()}).items()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +216,39 @@ def test_a_grpc_message_over_the_limit_is_refused_and_the_next_one_is_answered(l
         grpc_infer(limited_server, "images", np.zeros((100, 28, 28, 1), np.uint8), "UINT8")  # 78,400 bytes > 64 KiB
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert grpc_infer(limited_server, "images", image_examples(1), "UINT8").model_version == "1"
+
+
+def grpc_refused(server: ServerProcess) -> None:
+    with pytest.raises(grpc.RpcError):
+        grpc_infer(server, "images", np.zeros((1, 28, 28), np.uint8), "UINT8")
+
+
+REFUSALS_LOGGED = {
+    "v1 wrong shape": (lambda s: post(s, V1, {"instances": [[1, 2, 3]]}), "refused with 400: input 'images' has shape"),
+    "v2 not a request": (lambda s: post(s, V2, {"input": []}, headers=JSON), "refused with 400: the body is not a v2"),
+    "body over the limit": (lambda s: post(s, V1, b" " * (64 * 1024 + 1)), "refused with 413: the request body"),
+    "unknown model": (lambda s: httpx.get(f"{s.url}/v1/models/other"), "refused with 404: Model with name other"),
+    "unknown path": (lambda s: httpx.get(f"{s.url}/v3/nothing"), "refused with 404: Not Found"),
+    "gRPC wrong shape": (grpc_refused, "refused with INVALID_ARGUMENT: input 'images' has shape [1, 28, 28]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS_LOGGED))
+def test_a_refused_request_is_one_log_line_with_its_status_and_reason(limited_server, case):
+    # Before: KServe logged a full traceback for each refusal, and REST two timing lines and the access line besides.
+    refuse, says = REFUSALS_LOGGED[case]
+    assert post(limited_server, V1, {"instances": image_examples(1).tolist()}).status_code == 200
+    before = len(limited_server.log.read_text())
+    refuse(limited_server)
+    marker = '"GET /v2/health/live HTTP/1.1" 200'  # the next request's access line: the refusal's lines are above it
+    assert httpx.get(f"{limited_server.url}/v2/health/live").status_code == 200
+    for _ in range(100):
+        written = limited_server.log.read_text()[before:]
+        if marker in written:
+            break
+        threading.Event().wait(0.05)
+    lines = written[: written.index(marker)].splitlines()[:-1]  # the marker's own line starts with its time stamp
+    assert len(lines) == 1 and says in lines[0] and "WARNING" in lines[0], lines
 
 
 def test_health_readiness_metadata_and_metrics(image_server):

@@ -14,6 +14,7 @@ from kserve.utils.numpy_codec import from_np_dtype
 from prometheus_client import Counter, Gauge
 
 from trainer.serving import tf_serving_json
+from trainer.serving.batching import Batcher, BatchingOptions
 from trainer.serving.signature import Signature
 from trainer.serving.versions import Loaded, VersionWatcher
 
@@ -26,10 +27,12 @@ class SavedModelVersions(kserve.Model):
     """One model name, served from the highest numbered SavedModel under a base path; a newer version is loaded
     in the background and swapped in while requests keep being answered."""
 
-    def __init__(self, name: str, base_path: str, poll_seconds: float) -> None:
+    def __init__(self, name: str, base_path: str, poll_seconds: float, batching: BatchingOptions | None = None) -> None:
         super().__init__(name)
         self.base_path = base_path
         self.watcher = VersionWatcher(base_path, poll_seconds, on_swap=self._swapped)
+        self.batching = batching
+        self.batcher = Batcher(batching) if batching is not None else None
 
     def load(self) -> bool:
         self.watcher.load_first()
@@ -70,17 +73,19 @@ class SavedModelVersions(kserve.Model):
         signature = served.signature
         if isinstance(payload, InferRequest):
             arrays = signature.complete(_v2_arrays(payload, signature))
-            outputs = await _run(signature, arrays)
+            outputs = await self._run(signature, arrays)
             return _v2_response(payload, self.name, served.version, outputs)
         if isinstance(payload, bytes | str):
             raise signature.refuse("the body must be JSON (Content-Type: application/json)")
         arrays, form, named = tf_serving_json.decode(payload, served.signatures)
-        return tf_serving_json.encode(await _run(named, arrays), form)
+        return tf_serving_json.encode(await self._run(named, arrays), form)
 
-
-async def _run(signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    # In the default executor: TensorFlow releases the GIL, so the event loop keeps accepting requests meanwhile.
-    return await asyncio.get_running_loop().run_in_executor(None, signature.run, arrays)
+    async def _run(self, signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs for checked inputs: joined with other requests' when batching is on, else a call of their own."""
+        if self.batcher is not None:
+            return await self.batcher.run(signature, arrays)
+        # In the default executor: TensorFlow releases the GIL, so the event loop keeps accepting requests meanwhile.
+        return await asyncio.get_running_loop().run_in_executor(None, signature.run, arrays)
 
 
 def _v2_arrays(request: InferRequest, signature: Signature) -> dict[str, np.ndarray]:

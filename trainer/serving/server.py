@@ -6,7 +6,8 @@ its own extension points:
   middleware answering 413, at the same limit as gRPC;
 - refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
   request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput;
-- TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness.
+- TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness;
+- one log line per refused request, and a 503 or RESOURCE_EXHAUSTED for a full queue (trainer/serving/refusals.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER, MAX_GRPC_MESSAGE_LENGTH, PredictorProtocol
-from kserve.errors import InvalidInput
+from kserve.errors import InvalidInput, ModelNotFound
 from kserve.protocol.dataplane import JSON_HEADERS, DataPlane
 from kserve.protocol.rest.v2_datamodels import InferenceRequest
 from pydantic import ValidationError
 
+from trainer.serving import refusals
+from trainer.serving.batching import describe
 from trainer.serving.model import SavedModelVersions
 
 log = logging.getLogger(__name__)
@@ -78,7 +81,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send, int(declared))
+            await self._refuse(scope, send, int(declared))
             return
         # Read the whole body (chunked ones too) up to the limit, then hand it on as one message.
         chunks, size, more = [], 0, True
@@ -91,15 +94,16 @@ class BodyLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.limit:
-                await self._refuse(send, size)
+                await self._refuse(scope, send, size)
                 return
         await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}]), send)
 
-    async def _refuse(self, send: Any, size: int) -> None:
+    async def _refuse(self, scope: dict[str, Any], send: Any, size: int) -> None:
         message = (
             f"the request body ({size} bytes or more) is over this server's limit of {self.limit} bytes "
             f"(--max-request-bytes): send fewer examples per request; {self.expected()}"
         )
+        refusals.logged(f"{scope.get('method')} {scope.get('path')}", 413, message)
         body = json.dumps({"error": message}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
@@ -125,13 +129,11 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
     server.dataplane = VersionedDataPlane(server.registered_models, model)
     app = kserve.model_server.app
     app.add_middleware(BodyLimit, limit=max_request_bytes, expected=model.expected)
+    refusals.install(app)
 
-    async def malformed(_: Request, error: RequestValidationError) -> JSONResponse:
-        return JSONResponse(
-            status_code=400,
-            content={
-                "error": f"the body is not a v2 inference request ({_problems(error.errors())}); {model.expected()}"
-            },
+    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
+        return refusals.rest_answer(
+            request, 400, f"the body is not a v2 inference request ({_problems(error.errors())}); {model.expected()}"
         )
 
     app.add_exception_handler(RequestValidationError, malformed)
@@ -140,7 +142,7 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
         """KServe's v1 readiness ({"name", "ready"}) with TF Serving's model status beside it, so a client that polls
         either one reads what it expects. Registered before KServe's own route for the path, so it answers."""
         if model_name != model.name:
-            return JSONResponse(status_code=404, content={"error": f"Model with name {model_name} does not exist."})
+            raise ModelNotFound(model_name)
         ok = {"error_code": "OK", "error_message": ""}
         served = {"version": str(model.served.version), "state": "AVAILABLE", "status": ok}
         # A version that did not load, as TF Serving reports one: ended, with its error (it is tried again).
@@ -153,11 +155,12 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
 
     app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
     log.info(
-        "serving %s (version %d) from %s: REST on port %d, gRPC on port %d",
+        "serving %s (version %d) from %s: REST on port %d, gRPC on port %d, %s",
         model.name,
         model.served.version,
         model.base_path,
         http_port,
         grpc_port,
+        describe(model.batching),
     )
     server.start([model])
