@@ -224,9 +224,13 @@ serve-cluster: install ## apply the InferenceService (KServe, Standard mode) ser
 	$(KUBECTL) wait -n $(NAMESPACE) --for=condition=Ready --timeout=600s inferenceservice/$(JOB_NAME)
 	$(KUBECTL) get -n $(NAMESPACE) inferenceservice/$(JOB_NAME)
 
-serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2)
+# The server's batching flags, each only when its setting is set (empty: the server's default); the cluster's
+# ServingRuntime passes the same ones (scripts/pipeline/cluster.py SERVER_FLAGS; a test holds the two equal).
+SERVE_BATCHING = $(if $(SERVE_MAX_BATCH_SIZE),--max-batch-size $(SERVE_MAX_BATCH_SIZE)) $(if $(SERVE_BATCH_TIMEOUT_MS),--batch-timeout-ms $(SERVE_BATCH_TIMEOUT_MS)) $(if $(SERVE_MAX_QUEUED_EXAMPLES),--max-queued-examples $(SERVE_MAX_QUEUED_EXAMPLES))
+
+serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2); SERVE_MAX_BATCH_SIZE= turns batching on
 	@$(CHECK_SETTINGS)
-	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT)
+	$(PY) -m trainer.serving --model-base-path $(SERVE_FROM) --model-name $(SERVE_MODEL) --rest-port $(SERVE_PORT) --grpc-port $(SERVE_GRPC_PORT) $(strip $(SERVE_BATCHING))
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache

@@ -51,6 +51,12 @@ RULES: dict[str, tuple[str, str]] = {
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
     "SERVE_PORT": (r"[0-9]+", "digits"),
     "SERVE_GRPC_PORT": (r"[0-9]+", "digits"),
+    "SERVE_MAX_BATCH_SIZE": (r"[0-9]*", "digits, or empty for the server's default (batching off)"),
+    "SERVE_BATCH_TIMEOUT_MS": (
+        r"([0-9]+(\.[0-9]+)?)?",
+        "milliseconds such as 2 or 0.5, or empty for the server's default",
+    ),
+    "SERVE_MAX_QUEUED_EXAMPLES": (r"[0-9]*", "digits, or empty for the server's default"),
     "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),

@@ -246,6 +246,19 @@ def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> di
     }
 
 
+# The model server's flags that settings.env sets, each passed only when its setting is not empty (the Makefile's
+# SERVE_BATCHING passes the same to make serve).
+SERVER_FLAGS = {
+    "SERVE_MAX_BATCH_SIZE": "--max-batch-size",
+    "SERVE_BATCH_TIMEOUT_MS": "--batch-timeout-ms",
+    "SERVE_MAX_QUEUED_EXAMPLES": "--max-queued-examples",
+}
+
+
+def server_flags(settings: dict[str, str]) -> list[str]:
+    return [part for key, flag in SERVER_FLAGS.items() if settings.get(key) for part in (flag, settings[key])]
+
+
 def inference_service(image: str, settings: dict[str, str], runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the InferenceService, the ServingRuntime it names) serving the published base path from the volume."""
     storage_uri = f"pvc://{settings['VOLUME_CLAIM']}/{serving_base_path(settings)}"
@@ -289,7 +302,7 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.serving"],
                     "args": ["--model-base-path", "/mnt/models", "--model-name", "{{.Name}}"]
-                    + ["--rest-port", rest, "--grpc-port", grpc],
+                    + ["--rest-port", rest, "--grpc-port", grpc, *server_flags(settings)],
                     # KServe's Service: port 80 to the first port; each further port as itself, a "grpc" name
                     # marking it h2c (service_reconciler.go at KSERVE_VERSION).
                     "ports": [

@@ -400,3 +400,35 @@ def test_the_pinned_stack_is_tested_on_the_clusters_kubernetes_minor():
     for key in ("KSERVE_TESTED_KUBERNETES", "ARGO_WORKFLOWS_TESTED_KUBERNETES"):
         minors = {re.search(r"v(\d+\.\d+)", version).group(1) for version in SETTINGS[key].split(",")}
         assert k3s_minor in minors, f"{key} ({SETTINGS[key]}) does not include the cluster's {k3s_minor}"
+
+
+BATCHING = {"SERVE_MAX_BATCH_SIZE": "32", "SERVE_BATCH_TIMEOUT_MS": "2.5", "SERVE_MAX_QUEUED_EXAMPLES": "256"}
+
+
+@pytest.mark.parametrize("chosen", [BATCHING, {}], ids=["batching set", "defaults"])
+def test_the_batching_settings_reach_make_serve_and_the_serving_runtime_alike(chosen):
+    documents = generated("inferenceservice", "--image", "img:1", env=chosen)
+    (serving_runtime,) = [doc for doc in documents if doc["kind"] == "ServingRuntime"]
+    (container,) = serving_runtime["spec"]["containers"]
+    cluster = container["args"][container["args"].index("--grpc-port") + 2 :]
+    assignments = [f"{key}={value}" for key, value in chosen.items()]
+    (serve,) = [
+        line
+        for line in make_dry_run("-o", ".venv/.installed", "serve", *assignments).splitlines()
+        if "-m trainer.serving" in line
+    ]
+    local = serve.split()[serve.split().index("--grpc-port") + 2 :]
+    flags = {"SERVE_MAX_BATCH_SIZE": "--max-batch-size", "SERVE_BATCH_TIMEOUT_MS": "--batch-timeout-ms"}
+    flags["SERVE_MAX_QUEUED_EXAMPLES"] = "--max-queued-examples"
+    assert cluster == local == [part for key, value in chosen.items() for part in (flags[key], value)]
+    from trainer.serving.__main__ import parse  # the server takes them as given
+
+    parsed = parse(["--model-base-path", "/mnt/models", *cluster])
+    assert (parsed.max_batch_size, parsed.max_queued_examples) == ((32, 256) if chosen else (0, None))
+
+
+def test_a_batching_setting_that_is_not_a_number_is_refused_naming_the_key():
+    refused = subprocess.run(
+        ["make", "k3d-down", "SERVE_BATCH_TIMEOUT_MS=2ms"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and "setting SERVE_BATCH_TIMEOUT_MS='2ms' is not allowed" in refused.stderr
