@@ -10,7 +10,15 @@ across the swap. In a separate process the SavedModel's signature is called dire
 Reported: requests/s, examples/s, p50 and p99 latency, failures, versions seen; and the ratio of the fastest
 protocol's examples/s at the largest batch to the in-process call's.
 
-Run alone with tiny counts: python -m scripts.bench.serving_load --serving-requests 8 --serving-clients 1,2
+Then batching (the server's --max-batch-size): one server with batching off and one per --batching setting
+(MAX_BATCH:TIMEOUT_MS), all running at once, measured interleaved, cell by cell (the order flipped every other cell,
+so a drift in the machine's load falls on both): batch-1 requests from each --batching-clients count, over both
+protocols; reported with the mean batch the server formed (its /metrics). Last, load shedding: --shed-clients gRPC
+clients against a server whose queue holds --shed-queue-limit examples, reporting how fast the shed requests were
+answered, whether any admitted request failed, and the server's memory before and after.
+
+Run alone (make bench-serving); with tiny counts: python -m scripts.bench.serving_load --serving-requests 8
+--serving-clients 1,2 --batching-requests 8 --batching-clients 1,2 --shed-clients 4 --shed-requests 16
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ from .runs import BenchError, clean_environment, log_tail
 PROTOCOLS = ("v1_json", "grpc_v2")
 # At the largest batch, the fastest protocol serves at least this share of the in-process examples/s.
 TARGET_SHARE = 0.5
+# Batching's targets (issue 35): at this many clients gRPC v2 serves this many times the requests/s of batching off,
+# with a p99 no worse; at one client its p50 is at most the batch timeout above batching off's; shed requests are
+# answered within this many milliseconds.
+SPEEDUP_CLIENTS, TARGET_SPEEDUP = 32, 3.0
+TARGET_SHED_MS = 10.0
 IMAGE_SHAPE = (28, 28, 1)
 
 
@@ -45,6 +58,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--serving-requests", type=int, default=400, help="requests per cell (protocol, batch, clients)")
     group.add_argument("--serving-clients", default="1,8,32", help="concurrent clients, comma-separated")
     group.add_argument("--serving-batches", default="1,32", help="examples per request, comma-separated")
+    group.add_argument(
+        "--batching",
+        default="32:2",
+        help="batching settings measured against batching off, MAX_BATCH:TIMEOUT_MS, comma-separated",
+    )
+    group.add_argument("--batching-clients", default="1,8,32,128", help="concurrent clients in the batching cells")
+    group.add_argument("--batching-requests", type=int, default=1000, help="batch-1 requests per batching cell")
+    group.add_argument("--shed-clients", type=int, default=128, help="concurrent gRPC clients in the shedding cell")
+    group.add_argument("--shed-queue-limit", type=int, default=32, help="the shedding server's --max-queued-examples")
+    group.add_argument("--shed-requests", type=int, default=4000, help="requests in the shedding cell, shed included")
 
 
 def counts(text: str, flag: str) -> list[int]:
@@ -55,6 +78,19 @@ def counts(text: str, flag: str) -> list[int]:
     if not values or min(values) < 1:
         raise BenchError(f"{flag} must be positive integers separated by commas, got {text!r}")
     return values
+
+
+def batching_settings(text: str) -> list[tuple[int, float]]:
+    settings = []
+    for part in filter(None, text.split(",")):
+        size, _, timeout = part.partition(":")
+        try:
+            settings.append((int(size), float(timeout or 0)))
+        except ValueError:
+            raise BenchError(f"--batching takes MAX_BATCH:TIMEOUT_MS pairs separated by commas, got {text!r}") from None
+    if not settings or min(size for size, _ in settings) < 1:
+        raise BenchError(f"--batching needs at least one MAX_BATCH:TIMEOUT_MS with MAX_BATCH >= 1, got {text!r}")
+    return settings
 
 
 def available() -> bool:
@@ -82,6 +118,7 @@ async def load_cell(
 
     images = image_batch(batch)
     latencies: list[float] = []
+    shed: list[float] = []  # the latencies of requests the server refused for a full queue
     failures: list[str] = []
     versions: dict[str, int] = {}
     remaining = iter(range(requests))
@@ -99,6 +136,9 @@ async def load_cell(
             try:
                 if protocol == "v1_json":
                     response = await http.post(f"{url}/v1/models/{model}:predict", content=v1_body)
+                    if response.status_code == 503 and "retry-after" in response.headers:
+                        shed.append(time.perf_counter() - started)
+                        continue
                     if response.status_code != 200:
                         failures.append(f"{response.status_code} {response.text[:200]}")
                         continue
@@ -106,7 +146,13 @@ async def load_cell(
                 else:
                     reply = await stub.ModelInfer(grpc_request, timeout=60)
                     version = reply.model_version
-            except (httpx.HTTPError, grpc.RpcError) as error:
+            except grpc.RpcError as error:
+                if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    shed.append(time.perf_counter() - started)
+                else:
+                    failures.append(repr(error)[:200])
+                continue
+            except httpx.HTTPError as error:
                 failures.append(repr(error)[:200])
                 continue
             latencies.append(time.perf_counter() - started)
@@ -119,7 +165,21 @@ async def load_cell(
             stub = GRPCInferenceServiceStub(channel)
             await asyncio.gather(*(one_client(http, stub) for _ in range(clients)))
     elapsed = time.perf_counter() - started
-    return summarize_cell(protocol, batch, clients, latencies, failures, versions, elapsed)
+    cell = summarize_cell(protocol, batch, clients, latencies, failures, versions, elapsed)
+    if shed:
+        cell.update(
+            requests=cell["requests"] + len(shed),
+            shed=len(shed),
+            shed_p50_ms=quantile(sorted(shed), 0.50),
+            shed_p99_ms=quantile(sorted(shed), 0.99),
+            shed_max_ms=1000 * max(shed),
+        )
+    return cell
+
+
+def quantile(ordered: list[float], share: float) -> float | None:
+    """The share-quantile of sorted seconds, in milliseconds."""
+    return 1000 * ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else None
 
 
 def summarize_cell(
@@ -132,10 +192,6 @@ def summarize_cell(
     elapsed: float,
 ) -> dict[str, Any]:
     ordered = sorted(latencies)
-
-    def quantile(share: float) -> float | None:
-        return 1000 * ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else None
-
     return {
         "protocol": protocol,
         "batch": batch,
@@ -145,8 +201,8 @@ def summarize_cell(
         "failures": failures[:5],
         "requests_per_second": len(latencies) / elapsed if elapsed else None,
         "examples_per_second": batch * len(latencies) / elapsed if elapsed else None,
-        "p50_ms": quantile(0.50),
-        "p99_ms": quantile(0.99),
+        "p50_ms": quantile(ordered, 0.50),
+        "p99_ms": quantile(ordered, 0.99),
         "versions_seen": versions,
         "seconds": elapsed,
     }
@@ -192,12 +248,14 @@ def train_model(scratch: pathlib.Path, timeout: float) -> pathlib.Path:
     return base_path
 
 
-def start_server(base_path: pathlib.Path, log: pathlib.Path, timeout: float) -> tuple[subprocess.Popen, str, str]:
+def start_server(
+    base_path: pathlib.Path, log: pathlib.Path, timeout: float, flags: list[str] | None = None
+) -> tuple[subprocess.Popen, str, str]:
     import httpx
 
     rest, grpc_port = free_ports(2)
     command = [sys.executable, "-m", "trainer.serving", "--model-base-path", str(base_path), "--model-name", "bench"]
-    command += ["--rest-port", str(rest), "--grpc-port", str(grpc_port), "--poll-seconds", "0.5"]
+    command += ["--rest-port", str(rest), "--grpc-port", str(grpc_port), "--poll-seconds", "0.5", *(flags or [])]
     with log.open("w") as out:
         server = subprocess.Popen(command, cwd=ROOT, env=clean_environment(), stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{rest}"
@@ -250,12 +308,83 @@ def run_serving(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, An
                     if last:
                         cells[-1]["version_published_halfway"] = 2
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    return summarize(cells, in_process_rows)
+        stop_server(server)
+    batching = run_batching(args, base_path, scratch)
+    return summarize(cells, in_process_rows, batching)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def batch_counts(url: str) -> tuple[float, float]:
+    """(examples, model calls) the server's batcher has made so far, from its /metrics."""
+    import httpx
+
+    samples = dict(
+        line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines() if line[:1] != "#"
+    )
+    return float(samples.get("serving_batch_examples_sum", 0)), float(samples.get("serving_batch_examples_count", 0))
+
+
+def memory_mb(server: subprocess.Popen) -> dict[str, float]:
+    """The server's resident memory now and at its peak (Linux /proc), in MiB."""
+    try:
+        status = pathlib.Path(f"/proc/{server.pid}/status").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM") if key in fields}
+
+
+def run_batching(args: argparse.Namespace, base_path: pathlib.Path, scratch: pathlib.Path) -> dict[str, Any]:
+    """Batch-1 requests against batching off and each --batching setting, interleaved cell by cell; then shedding."""
+    settings = batching_settings(args.batching)
+    client_counts = counts(args.batching_clients, "--batching-clients")
+    modes: dict[str, list[str]] = {"off": []}
+    for size, timeout_ms in settings:
+        modes[f"on {size}:{timeout_ms:g}"] = ["--max-batch-size", str(size), "--batch-timeout-ms", f"{timeout_ms:g}"]
+    servers: dict[str, tuple[subprocess.Popen, str, str]] = {}
+    cells = []
+    try:
+        for mode, flags in modes.items():
+            log = scratch / f"server-{mode.replace(' ', '-').replace(':', '-')}.log"
+            servers[mode] = start_server(base_path, log, args.timeout, flags)
+        step = 0
+        for protocol in PROTOCOLS:
+            for clients in client_counts:
+                order = list(modes) if step % 2 == 0 else list(reversed(modes))
+                step += 1
+                for mode in order:
+                    _, url, target = servers[mode]
+                    print(f"[serving] batching {mode}, {protocol}, {clients} client(s) ...", flush=True)
+                    examples, calls = batch_counts(url)
+                    cell = asyncio.run(load_cell(protocol, url, target, "bench", 1, clients, args.batching_requests))
+                    examples_after, calls_after = batch_counts(url)
+                    made = calls_after - calls
+                    cell["mode"] = mode
+                    cell["mean_batch"] = (examples_after - examples) / made if made else 1.0
+                    cells.append(cell)
+    finally:
+        for server, _, _ in servers.values():
+            stop_server(server)
+    size, timeout_ms = settings[0]
+    flags = ["--max-batch-size", str(size), "--batch-timeout-ms", f"{timeout_ms:g}"]
+    flags += ["--max-queued-examples", str(args.shed_queue_limit)]
+    print(f"[serving] shedding: {args.shed_clients} gRPC clients, queue limit {args.shed_queue_limit} ...", flush=True)
+    server, url, target = start_server(base_path, scratch / "server-shed.log", args.timeout, flags)
+    try:
+        before = memory_mb(server)
+        shed = asyncio.run(load_cell("grpc_v2", url, target, "bench", 1, args.shed_clients, args.shed_requests))
+        shed.update(mode=f"on {size}:{timeout_ms:g}, queue {args.shed_queue_limit}", memory_before_mb=before)
+        shed["memory_after_mb"] = memory_mb(server)
+    finally:
+        stop_server(server)
+    return {"settings": list(modes), "cells": cells, "shedding": shed, "timeout_ms": timeout_ms}
 
 
 def publish(base_path: pathlib.Path, version: int, url: str, timeout: float) -> None:
@@ -273,7 +402,9 @@ def publish(base_path: pathlib.Path, version: int, url: str, timeout: float) -> 
     raise BenchError(f"version {version} was not served {timeout:g} s after it was published")
 
 
-def summarize(cells: list[dict[str, Any]], in_process_rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(
+    cells: list[dict[str, Any]], in_process_rows: list[dict[str, Any]], batching: dict[str, Any] | None = None
+) -> dict[str, Any]:
     largest = max(row["batch"] for row in in_process_rows)
     reference = next(row for row in in_process_rows if row["batch"] == largest)["examples_per_second"]
     at_largest = [cell for cell in cells if cell["batch"] == largest]
@@ -290,7 +421,19 @@ def summarize(cells: list[dict[str, Any]], in_process_rows: list[dict[str, Any]]
         },
         "failed_requests": sum(cell["failed"] for cell in cells),
         "swap": None if swap is None else {"failed": swap["failed"], "versions_seen": swap["versions_seen"]},
+        "batching": batching,
     }
+
+
+def batching_cell(batching: dict[str, Any], mode: str, protocol: str, clients: int) -> dict[str, Any] | None:
+    return next(
+        (
+            cell
+            for cell in batching["cells"]
+            if (cell["mode"], cell["protocol"], cell["clients"]) == (mode, protocol, clients)
+        ),
+        None,
+    )
 
 
 def check_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -311,7 +454,58 @@ def check_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "target": "0, with version 2 seen",
             "met": summary["failed_requests"] == 0 and swap_seen,
         },
+        *batching_targets(summary.get("batching")),
     ]
+
+
+def batching_targets(batching: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The first batching setting against batching off: the speed-up at SPEEDUP_CLIENTS, the cost at one client,
+    and the shedding cell."""
+    if not batching:
+        return []
+    on = batching["settings"][1]
+    targets = []
+    off_cell = batching_cell(batching, "off", "grpc_v2", SPEEDUP_CLIENTS)
+    on_cell = batching_cell(batching, on, "grpc_v2", SPEEDUP_CLIENTS)
+    if off_cell and on_cell:
+        speedup = (on_cell["requests_per_second"] or 0.0) / (off_cell["requests_per_second"] or float("inf"))
+        p99_held = (on_cell["p99_ms"] or float("inf")) <= (off_cell["p99_ms"] or 0.0)
+        targets.append(
+            {
+                "key": "serving_batching_speedup",
+                "name": f"serving: gRPC v2 batch-1 requests/s at {SPEEDUP_CLIENTS} clients, batching {on} over off "
+                f"(p99 on {on_cell['p99_ms'] or 0:.1f} ms, off {off_cell['p99_ms'] or 0:.1f} ms)",
+                "measured": speedup,
+                "target": f">= {TARGET_SPEEDUP}, p99 no worse",
+                "met": speedup >= TARGET_SPEEDUP and p99_held,
+            }
+        )
+    for protocol in PROTOCOLS:
+        off_cell, on_cell = batching_cell(batching, "off", protocol, 1), batching_cell(batching, on, protocol, 1)
+        if off_cell and on_cell:
+            added = (on_cell["p50_ms"] or float("inf")) - (off_cell["p50_ms"] or 0.0)
+            targets.append(
+                {
+                    "key": f"serving_batching_one_client_{protocol}",
+                    "name": f"serving: {protocol} p50 at one client, batching {on} minus off (ms)",
+                    "measured": added,
+                    "target": f"<= {batching['timeout_ms']:g} (the batch timeout)",
+                    "met": added <= batching["timeout_ms"],
+                }
+            )
+    shed = batching["shedding"]
+    shed_p99 = shed.get("shed_p99_ms")
+    targets.append(
+        {
+            "key": "serving_shed_answer",
+            "name": f"serving: p99 of the shed answers at {shed['clients']} clients (ms; {shed.get('shed', 0)} shed, "
+            f"{shed['failed']} admitted requests failed)",
+            "measured": shed_p99,
+            "target": f"<= {TARGET_SHED_MS:g}, with requests shed and none admitted failing",
+            "met": shed_p99 is not None and shed_p99 <= TARGET_SHED_MS and shed["failed"] == 0,
+        }
+    )
+    return targets
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -328,6 +522,24 @@ def print_summary(summary: dict[str, Any]) -> None:
     print(
         f"fastest at the largest batch: {fastest['protocol']} with {fastest['clients']} clients, "
         f"{(fastest['share_of_in_process'] or 0):.2f}x the in-process examples/s; swap: {summary['swap']}"
+    )
+    batching = summary.get("batching")
+    if not batching:
+        return
+    header = f"{'batching':<12}{'protocol':<10}{'clients':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+    print(f"\n{header}{'batch':>7}{'failed':>7}")
+    for row in batching["cells"]:
+        print(
+            f"{row['mode']:<12}{row['protocol']:<10}{row['clients']:>8}{row['requests_per_second'] or 0:>9,.0f}"
+            f"{row['p50_ms'] or 0:>9.2f}{row['p99_ms'] or 0:>9.2f}{row['mean_batch']:>7.1f}{row['failed']:>7}"
+        )
+    shed = batching["shedding"]
+    print(
+        f"shedding ({shed['mode']}, {shed['clients']} gRPC clients): {shed.get('shed', 0)} of {shed['requests']} "
+        f"shed, answered in p50 {shed.get('shed_p50_ms') or 0:.2f} / p99 {shed.get('shed_p99_ms') or 0:.2f} / max "
+        f"{shed.get('shed_max_ms') or 0:.2f} ms; admitted {shed['requests_per_second'] or 0:,.0f} req/s, p99 "
+        f"{shed['p99_ms'] or 0:.1f} ms, {shed['failed']} failed; server memory {shed['memory_before_mb']} -> "
+        f"{shed['memory_after_mb']} MiB"
     )
 
 

@@ -166,8 +166,10 @@ def save_rows_model(path: pathlib.Path, factor: float) -> pathlib.Path:
                 output_shapes=[[]],
             )
             # take(1): the sleep runs before each element asked for, and reduce would ask once more for the end.
-            slept = tf.data.experimental.from_variant(sleeping, tf.TensorSpec([], tf.int64)).take(1).reduce(
-                tf.constant(0, tf.int64), lambda total, value: total + value
+            slept = (
+                tf.data.experimental.from_variant(sleeping, tf.TensorSpec([], tf.int64))
+                .take(1)
+                .reduce(tf.constant(0, tf.int64), lambda total, value: total + value)
             )
             return {"y": factor * x + tf.cast(slept, tf.float32)}
 

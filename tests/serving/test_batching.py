@@ -321,7 +321,7 @@ def test_a_request_waits_at_most_the_timeout_when_idle_and_the_timeout_plus_the_
         behind_latency = time.perf_counter() - behind_started
         blocker.result()
     assert lone.ys == [2.0] and behind.ys == [4.0]
-    assert timeout <= idle_latency <= timeout + ALLOWANCE_SECONDS, idle_latency
+    assert 0.9 * timeout <= idle_latency <= timeout + ALLOWANCE_SECONDS, idle_latency  # it waited for company
     assert behind_latency <= BLOCKER_SECONDS + timeout + ALLOWANCE_SECONDS, behind_latency
 
 

@@ -35,6 +35,10 @@ from trainer.serving.signature import Signature
 
 log = logging.getLogger(__name__)
 
+# asyncio's epoll wait rounds up to whole milliseconds: a batch goes once its deadline is nearer than that, so the
+# wake-up that follows never puts a request past its timeout.
+TIMER_SLACK_SECONDS = 0.001
+
 # One model per server process, so no model label.
 BATCH_EXAMPLES = Histogram(
     "serving_batch_examples",
@@ -217,9 +221,9 @@ class Batcher:
                 await changed.wait()
                 continue
             head = self._queue[0]
-            if not head.closed and loop.time() < head.deadline:
+            if not head.closed and loop.time() < head.deadline - TIMER_SLACK_SECONDS:
                 changed.clear()
-                timer = loop.call_at(head.deadline, changed.set)
+                timer = loop.call_at(head.deadline - TIMER_SLACK_SECONDS, changed.set)
                 await changed.wait()
                 timer.cancel()
                 continue

@@ -86,7 +86,9 @@ class Signature:
     def checked(self, spec: TensorInfo, array: np.ndarray) -> np.ndarray:
         """`array` cast to the input's dtype, refused where the cast would change a value or the shape differs."""
         target = np.dtype(spec.dtype)
-        if target.kind in "iu":
+        if array.dtype == target:
+            pass  # no cast, so no value can change: the value checks below are for casts
+        elif target.kind in "iu":
             if array.dtype.kind == "b":
                 raise self.refuse(f"input {spec.name!r} takes {spec.dtype} integers, got booleans")
             if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.round(array))):
