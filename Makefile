@@ -66,7 +66,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -175,6 +175,9 @@ fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
+
+bench-serving: install ## the serving bench alone: load by protocol, batching off against on (interleaved), shedding (BENCH_ARGS=)
+	$(PY) -m scripts.bench.serving_load $(BENCH_ARGS)
 
 # A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
 # runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (docs/local-runner.md).

@@ -1,6 +1,7 @@
 """make bench's serving phase with tiny counts: every cell (protocol, batch, clients) is measured with no failed
-request, the version published halfway through the last gRPC cell is served, and the targets are reported. The
-figures themselves mean nothing here (a busy machine, a handful of requests)."""
+request, the version published halfway through the last gRPC cell is served, batching off and on are measured cell
+by cell with the batch each formed, the shedding cell sheds with no admitted request failing, and the targets are
+reported. The figures themselves mean nothing here (a busy machine, a handful of requests)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from model_server import ROOT
 def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
     done = subprocess.run(
         [sys.executable, "-m", "scripts.bench.serving_load", "--serving-requests", "8"]
-        + ["--serving-clients", "1,2", "--serving-batches", "1,4"],
+        + ["--serving-clients", "1,2", "--serving-batches", "1,4", "--batching", "4:2", "--batching-clients", "1,4"]
+        + ["--batching-requests", "16", "--shed-clients", "16", "--shed-queue-limit", "4", "--shed-requests", "200"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,6 +34,16 @@ def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
     }
     assert all(row[-1] == "0" for row in rows), done.stdout
     assert "'2'" in done.stdout.split("swap:")[1]  # the version published halfway was served
+    batching = [line.split() for line in done.stdout.splitlines() if line.startswith(("off ", "on 4:2 "))]
+    cells = {(row[0] if row[0] == "off" else " ".join(row[:2]), row[-7], row[-6]) for row in batching}
+    modes = ("off", "on 4:2")
+    assert cells == {
+        (mode, protocol, clients) for mode in modes for protocol in ("v1_json", "grpc_v2") for clients in "14"
+    }
+    assert all(row[-1] == "0" for row in batching), done.stdout
+    assert any(float(row[-2]) > 1 for row in batching if row[0] == "on"), "no batch joined two requests"
+    shedding = next(line for line in done.stdout.splitlines() if line.startswith("shedding"))
+    assert " 0 failed" in shedding and not shedding.split("): ")[1].startswith("0 of"), shedding
     targets = json.loads(done.stdout.splitlines()[-1])["targets"]
     assert [target["met"] for target in targets][1] is True
     assert targets[0]["measured"] > 0
