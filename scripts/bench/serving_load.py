@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--serving-batches", default="1,32", help="examples per request, comma-separated")
     group.add_argument(
         "--batching",
-        default="32:2",
+        default="32:2,32:0",
         help="batching settings measured against batching off, MAX_BATCH:TIMEOUT_MS, comma-separated",
     )
     group.add_argument("--batching-clients", default="1,8,32,128", help="concurrent clients in the batching cells")
