@@ -23,10 +23,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
+from trainer.base.errors import ConfigError, DataError
 from trainer.data import datasets
-from trainer.errors import ConfigError, DataError
-from trainer.options import option
+from trainer.settings.config import Config
+from trainer.settings.options import option
 from trainer.task import Task, register
 
 

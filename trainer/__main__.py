@@ -19,15 +19,16 @@ import os  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from trainer.config import Config  # noqa: E402
-from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
-from trainer.errors import (  # noqa: E402
+import trainer.tasks  # noqa: E402, F401 (registers the built-in tasks)
+from trainer import task  # noqa: E402
+from trainer.base.errors import (  # noqa: E402
     ClusterConfigError,
     ConfigError,
     Diverged,
@@ -35,7 +36,10 @@ from trainer.errors import (  # noqa: E402
     UserError,
     volume_full,
 )
-from trainer.flags import parse_config  # noqa: E402
+from trainer.data import datasets  # noqa: E402
+from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
+from trainer.settings import flags  # noqa: E402
+from trainer.settings.config import Config  # noqa: E402
 
 log = logging.getLogger("trainer")
 
@@ -65,6 +69,28 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if outcome.status is not None:
             outcome.status.close()
+
+
+def parse_config(
+    argv: Sequence[str] | None = None, environ: dict[str, str] | None = None, with_task: bool = True
+) -> Config:
+    """The trainer's settings: the core knobs, every dataset kind's options and the chosen task's, flags over
+    TRAINER_* variables over defaults, validated. Raises ConfigError (DataError for a --dataset-module that cannot be
+    imported).
+
+    with_task=False reads the core options and the built-in dataset kinds' only, leaving the task's flags for later
+    and its module and the dataset module unimported (so no TensorFlow): run() checks TF_CONFIG with it before
+    anything heavy starts."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ if environ is None else environ)
+    core = flags.parse(argv, environ, datasets.option_groups(), partial=True, add_help=False)
+    if not with_task:
+        return core
+    datasets.import_dataset_module(core.dataset_module)
+    chosen = task.find(core.task, core.task_module)
+    config = flags.parse(argv, environ, [*datasets.option_groups(), (f"task {core.task}", chosen.Options)])
+    chosen.check_options(config.group(chosen.Options))
+    return config
 
 
 def run(argv: list[str] | None, outcome: Outcome) -> int:
@@ -119,10 +145,9 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     from trainer import loop
     from trainer.distribution.preemption import Preempted
     from trainer.distribution.sync_runner import SyncRunner
-    from trainer.task import task_of
 
     check_inputs_before_the_group_forms(config, cluster)
-    task = task_of(config)
+    chosen = task.task_of(config)
     if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
@@ -131,18 +156,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     if cluster.is_evaluator:
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        ps.evaluator.follow_checkpoints(config, task, cluster)
+        ps.evaluator.follow_checkpoints(config, chosen, cluster)
         return ExitCode.OK
     try:
         if cluster.is_async:
             strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
             runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
-            loop.train_and_evaluate(config, task, cluster, strategy, runner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, status)
         else:
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             startup.reached("group_formed")
-            loop.train_and_evaluate(config, task, cluster, strategy, SyncRunner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, status)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -193,8 +218,6 @@ def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> Non
     """Raises the UserError of the first input that cannot work. Run before the group forms, so a typo in a flag
     costs one process start, not a group start-up (and on a cluster, not a wait for every pod). The task's options
     were checked as they were parsed."""
-    from trainer.data import datasets
-
     if cluster.is_async and (config.gradient_compression != "none" or config.gradient_bucket_bytes):
         raise ConfigError(
             "--gradient-compression and --gradient-bucket-bytes shape the all-reduce of sync training; under "

@@ -22,12 +22,12 @@ from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resum
 from trainer.artifacts.progress import Progress, Startup, Throughput
 from trainer.artifacts.report import Report
 from trainer.artifacts.status import StatusReporter
-from trainer.config import Config
 from trainer.data import corrupt_records, datasets
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
 from trainer.optimizer import build_optimizer, learning_rate_words
+from trainer.settings.config import Config
 from trainer.step import StepRunner, Totals, check_finite, metric_names
 from trainer.task import Task
 

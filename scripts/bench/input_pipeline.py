@@ -15,8 +15,8 @@ import json
 import sys
 import time
 
+from trainer.__main__ import parse_config
 from trainer.data import datasets, pipeline
-from trainer.flags import parse_config
 
 
 def measure(files: str, workers: int, batch: int, steps: int, warmup_steps: int, image_shape: str) -> dict:

@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from trainer.artifacts.atomic_file import write_json
-from trainer.config import Config
+from trainer.settings.config import Config
 
 from . import netns
 from .chart import TARGETS

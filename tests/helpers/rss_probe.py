@@ -10,8 +10,8 @@ import resource
 import sys
 import time
 
-from trainer.config import Config
 from trainer.data import datasets, pipeline
+from trainer.settings.config import Config
 
 
 def main(examples: int, cache: str, batches: int) -> None:

@@ -11,10 +11,10 @@ import sys
 
 import tensorflow as tf
 
+from trainer.__main__ import parse_config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy
-from trainer.flags import parse_config
 
 
 def main(out_path: str, argv: list[str]) -> None:

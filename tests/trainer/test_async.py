@@ -24,8 +24,8 @@ from multiworker import (
     wait_for_step,
 )
 from trainer.artifacts import layout, status
+from trainer.base.errors import ExitCode
 from trainer.data import datasets
-from trainer.errors import ExitCode
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = [

@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.config import Config
+from trainer.__main__ import parse_config
+from trainer.base.errors import ConfigError
 from trainer.data import datasets
 from trainer.data.datasets import RecordOptions, TfdsOptions
-from trainer.errors import ConfigError
-from trainer.flags import build_parser, parse_config
-from trainer.options import option, option_fields
+from trainer.settings.config import Config
+from trainer.settings.flags import build_parser
+from trainer.settings.options import option, option_fields
 from trainer.tasks.image_classification import ImageClassificationOptions
 
 

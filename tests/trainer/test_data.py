@@ -10,10 +10,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
-from trainer.config import Config
+from trainer.base.errors import DataError
 from trainer.data import __main__ as data
 from trainer.data import datasets, pipeline
-from trainer.errors import DataError
+from trainer.settings.config import Config
 
 
 def config(data_dir="unused", download=False, **overrides):

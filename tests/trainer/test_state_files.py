@@ -18,7 +18,7 @@ import pytest
 from multiworker import ROOT, free_ports
 from trainer.artifacts import atomic_file, checkpoint, status
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ModelDirError
+from trainer.base.errors import ModelDirError
 
 
 def strict_json(text):

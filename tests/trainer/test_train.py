@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 
 from replicas import two_replicas
+from trainer.__main__ import parse_config
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
 from trainer.artifacts.status import StatusReporter
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
-from trainer.flags import parse_config
 from trainer.loop import train_and_evaluate
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS

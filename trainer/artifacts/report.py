@@ -17,7 +17,7 @@ from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import Progress, Throughput, figures
 from trainer.artifacts.status import StatusReporter
-from trainer.config import Config
+from trainer.settings.config import Config
 from trainer.step import Totals, keyed
 
 

@@ -24,7 +24,7 @@ import prometheus_client
 
 from trainer.artifacts.atomic_file import json_safe, write_json
 from trainer.artifacts.layout import STATUS, ModelDir
-from trainer.errors import StatusPortError
+from trainer.base.errors import StatusPortError
 
 STATES = ("starting", "running", "preempted", "succeeded", "failed", "diverged")
 

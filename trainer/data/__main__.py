@@ -2,7 +2,8 @@
 data-preparation Job runs it). A TFDS dataset is downloaded and prepared once under --data-dir, so workers
 never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
 beside them, trainer/data/record_counts.py) and reported in one line, so a job never starts on missing data.
-It reads the trainer's flags and TRAINER_* variables.
+It reads the trainer's flags and TRAINER_* variables: the core ones and every dataset kind's; the task's own flags
+are left to `python -m trainer`, which checks them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer.config import Config
+from trainer.base.errors import UserError, first_line
 from trainer.data import datasets
-from trainer.errors import UserError, first_line
-from trainer.flags import parse_config
+from trainer.settings import flags
+from trainer.settings.config import Config
 
 
 def prepare(dataset: str, data_dir: str) -> str:
@@ -46,9 +47,18 @@ def check_files(config: Config) -> str:
     return f"dataset tfrecord is ready: {', '.join(parts)}"
 
 
+def read_config(argv: list[str]) -> Config:
+    """The core and dataset settings of the trainer's command line, after importing the modules that may register
+    datasets: --dataset-module, and --task-module, which may register its own."""
+    core = flags.parse(argv, None, datasets.option_groups(), partial=True, add_help=False)
+    datasets.import_dataset_module(core.dataset_module)
+    datasets.import_dataset_module(core.task_module, "--task-module")
+    return flags.parse(argv, None, datasets.option_groups(), partial=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = parse_config(argv)
+        config = read_config(sys.argv[1:] if argv is None else argv)
         datasets.check_dataset(config)
         if config.dataset == "tfrecord":
             print(check_files(config), flush=True)

@@ -28,9 +28,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainer.config import Config
-from trainer.errors import ConfigError, DataError
-from trainer.options import Registry, option
+from trainer.base.errors import ConfigError, DataError
+from trainer.settings.config import Config
+from trainer.settings.options import Registry, option
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -114,7 +114,7 @@ DATASET_OPTIONS: dict[str, type] = {}  # a registered dataset's option group, wh
 
 def register(name: str, options: type | None = None) -> Callable[[SourceBuilder], SourceBuilder]:
     """A decorator: @register("name") makes a function (config) -> Source --dataset name. options: its option
-    group, a frozen dataclass of trainer.options.option(...) fields: flags and TRAINER_* variables under
+    group, a frozen dataclass of trainer.settings.options.option(...) fields: flags and TRAINER_* variables under
     "dataset <name>" in --help, read in the function as config.group(options)."""
 
     def add(builder: SourceBuilder) -> SourceBuilder:
@@ -135,15 +135,15 @@ def option_groups() -> list[tuple[str, type]]:
     ]
 
 
-def import_dataset_module(module: str) -> None:
-    """Imports --dataset-module, which registers its datasets (and their option groups)."""
+def import_dataset_module(module: str, flag: str = "--dataset-module") -> None:
+    """Imports the module `flag` names, which registers its datasets (and their option groups)."""
     if not module:
         return
     try:
         importlib.import_module(module)
     except ImportError as error:
         raise DataError(
-            f"--dataset-module {module}: cannot import it ({error}); put its directory on PYTHONPATH or install "
+            f"{flag} {module}: cannot import it ({error}); put its directory on PYTHONPATH or install "
             f"it in the trainer's environment"
         ) from None
 

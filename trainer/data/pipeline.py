@@ -22,8 +22,8 @@ import tempfile
 
 import tensorflow as tf
 
+from trainer.base.errors import DataError
 from trainer.data.datasets import Shard
-from trainer.errors import DataError
 
 # --cache auto keeps a worker's decoded shard in memory below this size: small data stays fast.
 AUTO_CACHE_BYTES = 256 * 1024 * 1024

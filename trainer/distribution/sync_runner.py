@@ -17,10 +17,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
+from trainer.base.errors import ModelDirError
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.errors import ModelDirError
+from trainer.settings.config import Config
 from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_step, train_step
 from trainer.task import Task
 

@@ -23,9 +23,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
+from trainer.settings.config import Config
 from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_totals, train_step
 from trainer.task import Task
 

@@ -22,10 +22,10 @@ from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import figures
 from trainer.artifacts.status import read_status
-from trainer.config import Config
+from trainer.base.errors import DataError, first_line
 from trainer.data import datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.errors import DataError, first_line
+from trainer.settings.config import Config
 from trainer.step import Totals, keyed, metric_names, test_totals
 from trainer.task import Task
 

@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.errors import ConfigError, DataError
-from trainer.options import Registry, option
+from trainer.base.errors import ConfigError, DataError
+from trainer.settings.options import Registry, option
 from trainer.task import Objective, Task, register
 
 if TYPE_CHECKING:

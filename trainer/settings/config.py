@@ -1,7 +1,7 @@
 """Every core knob of the trainer, with its default: the data, the optimisation, the loop, the distribution and the
-artifacts. Each field is a flag and a TRAINER_* variable (trainer/options.py says how). The options of a dataset
-kind or of a task are groups of their own, declared beside the code that reads them and read with
-`config.group(Options)`; the entry point's parser (trainer/flags.py) gathers them beside these.
+artifacts. Each field is a flag and a TRAINER_* variable (options.py says how). The options of a dataset kind or of a
+task are groups of their own, declared beside the code that reads them and read with `config.group(Options)`; the
+parser (flags.py) reads them beside these.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from trainer.errors import ConfigError
-from trainer.options import check_choices, flag, option, option_fields
+from trainer.base.errors import ConfigError
+from trainer.settings.options import check_choices, flag, option, option_fields
 
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")

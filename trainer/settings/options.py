@@ -5,8 +5,8 @@ Each field is a command-line flag (`--per-worker-batch-size`) and an environment
 environment, then the default. A field's type is its real annotation: bool, int, float or str; any other type is
 refused when the parser is built, so a list or optional field can never silently arrive as a string.
 
-The core's knobs (trainer/config.py), each dataset kind's and each task's options are such dataclasses; the
-entry point's parser (trainer/flags.py) gathers them. `Registry` is the name -> builder table behind --task,
+The core's knobs (trainer/settings/config.py), each dataset kind's and each task's options are such dataclasses; the
+entry point's parser (trainer/settings/flags.py) gathers them. `Registry` is the name -> builder table behind --task,
 --dataset and --model. This module imports nothing of the trainer but its errors.
 """
 
@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from trainer.errors import ConfigError
+from trainer.base.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
 OPTION_TYPES = (bool, int, float, str)
