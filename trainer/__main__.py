@@ -36,7 +36,7 @@ from trainer.base.errors import (  # noqa: E402
     UserError,
     volume_full,
 )
-from trainer.data import datasets  # noqa: E402
+from trainer.data import catalog, tfds, tfrecord  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
 from trainer.settings import flags  # noqa: E402
 from trainer.settings.config import Config  # noqa: E402
@@ -83,12 +83,12 @@ def parse_config(
     anything heavy starts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
-    core = flags.parse(argv, environ, datasets.option_groups(), partial=True, add_help=False)
+    core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
     if not with_task:
         return core
-    datasets.import_dataset_module(core.dataset_module)
+    catalog.import_dataset_module(core.dataset_module)
     chosen = task.find(core.task, core.task_module)
-    config = flags.parse(argv, environ, [*datasets.option_groups(), (f"task {core.task}", chosen.Options)])
+    config = flags.parse(argv, environ, [*catalog.option_groups(), (f"task {core.task}", chosen.Options)])
     chosen.check_options(config.group(chosen.Options))
     return config
 
@@ -106,9 +106,7 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     # Every task says what it waits for while the group forms (and what it serves): that is where a stuck start shows.
     for joining in ("trainer.distribution.strategy", "trainer.ps.strategy"):
         logging.getLogger(joining).setLevel(logging.INFO)
-    from trainer.data.datasets import TfdsOptions  # no TensorFlow yet: the module imports it where it is used
-
-    if core.group(TfdsOptions).download and cluster.is_distributed:
+    if core.group(tfds.TfdsOptions).download and cluster.is_distributed:
         raise ConfigError(
             "--download in a group of workers would download the same files concurrently. Prepare the "
             "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
@@ -223,12 +221,12 @@ def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> Non
             "--gradient-compression and --gradient-bucket-bytes shape the all-reduce of sync training; under "
             "parameter servers each worker sends its gradients to the ps tasks as they are: drop both flags"
         )
-    if cluster.is_async and config.group(datasets.RecordOptions).on_corrupt_record == "skip":
+    if cluster.is_async and config.group(tfrecord.RecordOptions).on_corrupt_record == "skip":
         raise ConfigError(
             "--on-corrupt-record skip counts what each worker's input drops, which parameter-server workers cannot "
             "report back: fix the files (the error names them), or train with all-reduce workers"
         )
-    datasets.check_dataset(config)
+    catalog.check_dataset(config)
 
 
 def exit_without_teardown(code: int) -> NoReturn:

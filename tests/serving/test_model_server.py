@@ -19,13 +19,14 @@ from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 
 from model_server import ServerProcess, copy_versions, publish_version
-from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
+from trainer.data.datasets import TEST_INDEX_OFFSET
+from trainer.data.synthetic import example_fn
 
 EXAMPLES = 8
 
 
 def image_examples(count: int = EXAMPLES) -> np.ndarray:
-    example = synthetic_example_fn(42)
+    example = example_fn(42)
     return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
 
 

@@ -9,8 +9,9 @@ import pytest
 from multiworker import ROOT
 from trainer.__main__ import parse_config
 from trainer.base.errors import ConfigError
-from trainer.data import datasets
-from trainer.data.datasets import RecordOptions, TfdsOptions
+from trainer.data import catalog
+from trainer.data.tfds import TfdsOptions
+from trainer.data.tfrecord import RecordOptions
 from trainer.settings.config import Config
 from trainer.settings.flags import build_parser
 from trainer.settings.options import option, option_fields
@@ -18,9 +19,9 @@ from trainer.tasks.image_classification import ImageClassificationOptions
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():
-    groups = [*datasets.option_groups(), ("task image_classification", ImageClassificationOptions)]
+    groups = [*catalog.option_groups(), ("task image_classification", ImageClassificationOptions)]
     text = " ".join(build_parser({}, groups).format_help().split())
-    for options in (Config, ImageClassificationOptions, datasets.RecordOptions, datasets.TfdsOptions):
+    for options in (Config, ImageClassificationOptions, RecordOptions, TfdsOptions):
         for field in option_fields(options):
             flag = "--" + field.name.replace("_", "-")
             assert flag in text, flag
@@ -174,7 +175,7 @@ def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_
     assert not hasattr(config, "num_classes") and config.to_dict()["train_files"] == ""
     core = parse_config(["--download"], {}, with_task=False)  # __main__ refuses --download in a group with it
     assert core.group(TfdsOptions).download
-    text = " ".join(build_parser({}, datasets.option_groups()).format_help().split())
+    text = " ".join(build_parser({}, catalog.option_groups()).format_help().split())
     assert "dataset tfrecord (your TFRecord files): --train-files" in text
     assert "TFDS datasets (--dataset <a TFDS name>): --data-dir" in text
 

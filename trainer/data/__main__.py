@@ -12,7 +12,8 @@ import os
 import sys
 
 from trainer.base.errors import UserError, first_line
-from trainer.data import datasets
+from trainer.data import catalog, datasets, tfrecord
+from trainer.data.tfds import TfdsOptions
 from trainer.settings import flags
 from trainer.settings.config import Config
 
@@ -34,7 +35,7 @@ def check_files(config: Config) -> str:
     from trainer.data.record_counts import RecordCounts
 
     counts = RecordCounts(config.model_dir)
-    options = config.group(datasets.RecordOptions)
+    options = config.group(tfrecord.RecordOptions)
     # A corrupt file fails the check as it would fail the trainer; under skip it is logged and counted as readable.
     skipped = SkippedRecords() if options.on_corrupt_record == "skip" else None
     parts = []
@@ -42,7 +43,7 @@ def check_files(config: Config) -> str:
         ("train", options.train_files, "--train-files"),
         ("test", options.test_files, "--test-files"),
     ):
-        files = datasets.glob_files(pattern, flag)
+        files = tfrecord.glob_files(pattern, flag)
         parts.append(f"{split} {len(files)} files {sum(counts.counts(files, skipped))} examples")
     return f"dataset tfrecord is ready: {', '.join(parts)}"
 
@@ -50,16 +51,16 @@ def check_files(config: Config) -> str:
 def read_config(argv: list[str]) -> Config:
     """The core and dataset settings of the trainer's command line, after importing the modules that may register
     datasets: --dataset-module, and --task-module, which may register its own."""
-    core = flags.parse(argv, None, datasets.option_groups(), partial=True, add_help=False)
-    datasets.import_dataset_module(core.dataset_module)
-    datasets.import_dataset_module(core.task_module, "--task-module")
-    return flags.parse(argv, None, datasets.option_groups(), partial=True)
+    core = flags.parse(argv, None, catalog.option_groups(), partial=True, add_help=False)
+    catalog.import_dataset_module(core.dataset_module)
+    catalog.import_dataset_module(core.task_module, "--task-module")
+    return flags.parse(argv, None, catalog.option_groups(), partial=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         config = read_config(sys.argv[1:] if argv is None else argv)
-        datasets.check_dataset(config)
+        catalog.check_dataset(config)
         if config.dataset == "tfrecord":
             print(check_files(config), flush=True)
             return 0
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 0
-    data_dir = config.group(datasets.TfdsOptions).data_dir
+    data_dir = config.group(TfdsOptions).data_dir
     try:
         path = prepare(config.dataset, data_dir)
     except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)

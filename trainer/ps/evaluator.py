@@ -23,7 +23,7 @@ from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import figures
 from trainer.artifacts.status import read_status
 from trainer.base.errors import DataError, first_line
-from trainer.data import datasets, pipeline
+from trainer.data import catalog, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.settings.config import Config
 from trainer.step import Totals, keyed, metric_names, test_totals
@@ -42,7 +42,7 @@ def follow_checkpoints(
     layout = ModelDir(config.model_dir)
     keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
-    source = datasets.load(config)
+    source = catalog.load(config)
     test_shard = source.test.shard(0, 1)
     test_size = min(test_shard.size, config.test_examples or test_shard.size)
     if not test_size:
