@@ -45,9 +45,9 @@ log = logging.getLogger("trainer")
 
 
 class Outcome:
-    """What main() needs to end the run: the chief's status reporter once it exists, and the model dir."""
+    """What main() needs to end the run: the run's reporter once it exists, and the model dir."""
 
-    status: Any = None
+    reporter: Any = None
     model_dir: str = "."
 
 
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv, outcome)
     except UserError as error:
-        if outcome.status is not None:
-            outcome.status.failed(str(error), ExitCode.BAD_CONFIG)
+        if outcome.reporter is not None:
+            outcome.reporter.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     except Exception as error:
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {full}", file=sys.stderr)  # one line, not a traceback: the operator's fix is in it
         return ExitCode.VOLUME_FULL
     finally:
-        if outcome.status is not None:
-            outcome.status.close()
+        if outcome.reporter is not None:
+            outcome.reporter.close()
 
 
 def parse_config(
@@ -114,15 +114,15 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         )
 
     from trainer.artifacts import ownership, saving
-    from trainer.artifacts.status import StatusReporter
+    from trainer.artifacts.report import Reporter
 
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
         ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
-    outcome.status = status = StatusReporter(core.model_dir, enabled=cluster.is_chief)
-    status.update(state="starting", workers=cluster.num_workers)
-    # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
-    status.serve(core.status_host, core.status_port)
+    outcome.reporter = reporter = Reporter(
+        core.model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator
+    )
+    reporter.starting(cluster.num_workers, core.status_host, core.status_port)
     config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
     from trainer.artifacts.progress import Startup
@@ -154,18 +154,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     if cluster.is_evaluator:
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        ps.evaluator.follow_checkpoints(config, chosen, cluster)
+        ps.evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
         return ExitCode.OK
     try:
         if cluster.is_async:
             strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
             runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
-            loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, reporter)
         else:
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             startup.reached("group_formed")
-            loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, reporter)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -175,19 +175,19 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         )
         return ExitCode.PREEMPTED
     except Diverged as diverged:
-        status.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
+        reporter.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
         print(f"error: {diverged}", file=sys.stderr)
         return ExitCode.DIVERGED
     except BaseException as error:
         if not is_group_failure(error):
             full = volume_full(error, core.model_dir)
             if full is not None:  # main() reports it in one line; the status write may well fail too
-                status.failed(str(full), ExitCode.VOLUME_FULL)
+                reporter.failed(str(full), ExitCode.VOLUME_FULL)
             elif not isinstance(error, UserError):  # main() reports a UserError, with its message alone
-                status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
+                reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         message = lost_group_message(error, cluster)
-        status.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
+        reporter.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
         print(f"error: {message}", file=sys.stderr)
         return ExitCode.GROUP_FAILED
     if cluster.is_distributed:

@@ -11,7 +11,7 @@ from replicas import two_replicas
 from trainer.__main__ import parse_config
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
-from trainer.artifacts.status import StatusReporter
+from trainer.artifacts.report import Reporter
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
 from trainer.loop import train_and_evaluate
@@ -38,13 +38,13 @@ TINY = [
 
 def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
-    status = StatusReporter(config.model_dir, enabled=True)
+    reporter = Reporter(config.model_dir, SINGLE_PROCESS.name, is_chief=True)
     try:
         return train_and_evaluate(
-            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), status=status
+            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), reporter
         )
     finally:
-        status.close()
+        reporter.close()
 
 
 @pytest.fixture(scope="module")
