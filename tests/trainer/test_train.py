@@ -81,6 +81,14 @@ def test_metrics_json_holds_what_the_readme_promises(one_epoch):
     assert len(metrics["weights_sha256"]) == 64
 
 
+def test_the_status_and_tensorboard_tell_the_same_run_as_metrics_json(one_epoch):
+    model_dir, returned = one_epoch
+    status = json.loads((model_dir / layout.STATUS).read_text())
+    assert status["state"] == "succeeded" and status["global_step"] == status["checkpoint_step"] == returned["steps"]
+    assert status["test_loss"] == returned["test_loss"] and status["test_accuracy"] == returned["test_accuracy"]
+    assert os.listdir(layout.ModelDir(str(model_dir)).logs("test"))
+
+
 def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):
     model_dir, first = one_epoch
     second = train(model_dir, "--epochs", "2")
