@@ -22,6 +22,7 @@ ROOM_TESTS = {
         "tests/tools/test_bench_async.py",
         "tests/tools/test_bench_links.py",
         "tests/serving/test_bench_serving.py",
+        "tests/helpers/bench_runs.py",
     ],
     "cluster": [
         "tests/tools/test_submit.py",
