@@ -67,7 +67,8 @@ class Task:
 
     @classmethod
     def check_options(cls, options: Any) -> None:
-        """Raises ConfigError for hyperparameters that cannot work (called before TensorFlow starts)."""
+        """Raises ConfigError for hyperparameters that cannot work together (called before TensorFlow starts); one
+        value's choices and bounds are its option's own: option(..., choices=..., at_least=..., below=...)."""
 
     def describe(self) -> str:
         """A few words for the run's first line, e.g. the model's name."""

@@ -110,11 +110,20 @@ def test_boolean_flags_from_environment():
         (["--train-examples", "-1"], "--train-examples must be 0"),
         (["--status-port", "70000"], "--status-port must be a TCP port"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
+        # The task's own options, bounded where they are declared.
+        (["--dense-units", "0"], "--dense-units must be at least 1"),
+        (["--conv-dropout", "1"], r"--conv-dropout must be in \[0, 1\), got 1.0"),
+        (["--dense-dropout", "-0.5"], r"--dense-dropout must be in \[0, 1\)"),
     ],
 )
 def test_bad_values_are_refused_with_the_flag_named(argv, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(argv, {})
+
+
+def test_a_bound_holds_a_variable_too():
+    with pytest.raises(ConfigError, match="--steps-per-loop must be at least 1, got 0"):
+        parse_config([], {"TRAINER_STEPS_PER_LOOP": "0"})
 
 
 def test_bad_environment_value_names_the_variable():

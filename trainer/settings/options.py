@@ -37,9 +37,17 @@ class Registry(dict[str, Builder], Generic[Builder]):
         return add
 
 
-def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
-    """A field of an option dataclass: its default, its --help text and, for a str, its choices."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def option(
+    default: Any,
+    help: str,
+    choices: Sequence[str] | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """A field of an option dataclass: its default, its --help text and, for a str, its choices; for a number, the
+    least value it takes and the one it stays below, where it has them (checked with the choices)."""
+    bounds = {"at_least": at_least, "below": below}
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **bounds})
 
 
 def option_fields(options_class: type) -> list[dataclasses.Field]:
@@ -68,15 +76,18 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-def check_choices(options: Any) -> None:
-    """Refuses a value outside its option's choices (a variable's value never went through argparse's check)."""
+def check_values(options: Any) -> None:
+    """Refuses a value outside its option's choices (a variable's value never went through argparse's check) or
+    bounds."""
     for field in option_fields(type(options)):
-        choices = field.metadata["choices"]
-        if choices and getattr(options, field.name) not in choices:
-            raise ConfigError(
-                f"--{flag(field.name)}: unknown value {getattr(options, field.name)!r}; "
-                f"choose one of {', '.join(choices)}"
-            )
+        value, choices = getattr(options, field.name), field.metadata["choices"]
+        at_least, below = field.metadata.get("at_least"), field.metadata.get("below")
+        if choices and value not in choices:
+            raise ConfigError(f"--{flag(field.name)}: unknown value {value!r}; choose one of {', '.join(choices)}")
+        if at_least is not None and below is not None and not at_least <= value < below:
+            raise ConfigError(f"--{flag(field.name)} must be in [{at_least}, {below}), got {value}")
+        if at_least is not None and value < at_least:
+            raise ConfigError(f"--{flag(field.name)} must be at least {at_least}, got {value}")
 
 
 def add_options(
