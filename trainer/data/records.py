@@ -2,7 +2,7 @@
 format `--dataset tfrecord` reads (tf.train.Example with `image`: encoded PNG or raw uint8 bytes,
 `label`: int64, and `index`: int64, the example's position in its split, for checks).
 
-The examples are the synthetic task's (trainer/data/datasets.py), so a model trained on the files reaches the
+The examples are the synthetic task's (trainer/data/synthetic.py), so a model trained on the files reaches the
 same documented best accuracy. Used by the tests and the benchmark; also a template for exporting your
 own data:
 

@@ -5,9 +5,10 @@ Each field is a command-line flag (`--per-worker-batch-size`) and an environment
 environment, then the default. A field's type is its real annotation: bool, int, float or str; any other type is
 refused when the parser is built, so a list or optional field can never silently arrive as a string.
 
-The core's knobs (trainer/settings/config.py), each dataset kind's and each task's options are such dataclasses; the
-entry point's parser (trainer/settings/flags.py) gathers them. `Registry` is the name -> builder table behind --task,
---dataset and --model. This module imports nothing of the trainer but its errors.
+The core's knobs (config.py), each dataset kind's and each task's options are such dataclasses; the parser
+(flags.py) gathers them. A field may bound its value (`at_least`, `below`) beside its choices. `Registry` is the
+name -> builder table behind --task, --dataset and --model. This module imports nothing of the trainer but its
+errors.
 """
 
 from __future__ import annotations
