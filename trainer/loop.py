@@ -42,11 +42,10 @@ def train_and_evaluate(
     strategy: tf.distribute.Strategy,
     runner_factory: RunnerFactory,
     startup: Startup,
-    reporter: Reporter | None = None,
+    reporter: Reporter,
 ) -> dict[str, Any]:
     """Trains (resuming from the newest checkpoint) and evaluates, telling the reporter what happens; the chief
     saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
-    reporter = reporter or Reporter(config.model_dir, cluster.name, cluster.is_chief, config.verbose_workers)
     requested, workers = config, cluster.num_workers
     config, learning_rate = resumed_batch_and_rate(config, cluster)
     keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
