@@ -131,17 +131,19 @@ k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the trai
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
-cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (and KUEUE=1: Kueue) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/cluster/node/up.sh
+	$(SETTINGS_ENV) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/node/up.sh
 
 cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
 	@$(CHECK_SETTINGS)
 	$(SETTINGS_ENV) scripts/cluster/node/down.sh
 
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
-# kubelet and training operator (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
-test-cluster: install image cluster-up ## run the cluster suite on the local node (as root; tests/cluster/)
+# kubelet and the engines' controllers (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
+test-cluster: install image ## run the cluster suite on the local node, with every engine and Kueue (as root; tests/cluster/)
+	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob
+	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) $(PY) -m pytest -m cluster tests/cluster
 
 k3d-down: ## delete the k3d cluster
