@@ -29,6 +29,7 @@ _SEGMENT = r"(?!\.\.?(/|$))[A-Za-z0-9._-]+"
 _PATH = rf"(/{_SEGMENT})+/?"
 _RELATIVE_PATH = rf"{_SEGMENT}(/{_SEGMENT})*"
 _VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
+_CPU = r"[0-9]+(\.[0-9]+)?m?"
 _IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
 _CIDR = r"[0-9]+(\.[0-9]+){3}/[0-9]+"
 GENERAL = r"[A-Za-z0-9._,:/=+@*?\[\]-]*"
@@ -64,6 +65,8 @@ RULES: dict[str, tuple[str, str]] = {
     "NODE_SERVICE_CIDR": (_CIDR, "an IPv4 range such as 10.96.0.0/16"),
     "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
     "NODE_API_PORT": (r"[0-9]+", "digits"),
+    "WORKER_CPU_REQUEST": (_CPU, "a CPU quantity such as 1, 0.5 or 250m"),
+    "PS_EVALUATOR_CPU_REQUEST": (_CPU, "a CPU quantity such as 1, 0.5 or 250m"),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")

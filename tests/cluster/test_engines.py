@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.cluster.node import SHORT_JOB, fetch_model, make, pods
 
 pytestmark = pytest.mark.cluster
