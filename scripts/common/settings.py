@@ -61,6 +61,7 @@ RULES: dict[str, tuple[str, str]] = {
     "NODE_CACHE": (_PATH, "an absolute path of letters, digits and . _ - /"),
     "NODE_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /"),
     "NODE_RUN": (_PATH, "an absolute path of letters, digits and . _ - /"),
+    "NODE_CNI_BIN": (_PATH, "an absolute path of letters, digits and . _ - /"),
     "NODE_POD_CIDR": (_CIDR, "an IPv4 range such as 10.244.0.0/16"),
     "NODE_SERVICE_CIDR": (_CIDR, "an IPv4 range such as 10.96.0.0/16"),
     "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),

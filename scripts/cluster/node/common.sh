@@ -17,6 +17,8 @@ kube() { kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" "$@"; }
 install_hint() {
   case $1 in
     ctr) echo "apt-get install containerd" ;;
+    go) echo "install Go $(sed -n 's/^go //p' scripts/cluster/node/modules/kubernetes/go.mod) or newer: https://go.dev/dl/" ;;
+    ss) echo "apt-get install iproute2" ;;
     kubectl) echo "install kubectl: https://kubernetes.io/docs/tasks/tools/" ;;
     *) echo "apt-get install $1" ;;
   esac
@@ -54,7 +56,11 @@ wait_for() {
   done
 }
 
-port_owner() { ss -Hltnp "sport = :$1" | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -1; }
+port_owner() {
+  local owner
+  owner=$(ss -Hltnp "sport = :$1" | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -1)
+  echo "${owner:-ss -ltnp names it, as root}"
+}
 port_taken() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
 
 # module_dir MODULE VERSION: the module's files in the Go module cache, downloaded and checked against the Go

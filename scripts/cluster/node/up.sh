@@ -18,29 +18,34 @@ source scripts/cluster/node/common.sh
 # shellcheck source=/dev/null
 source scripts/cluster/install-engines.sh
 
+# Every problem at once, each in one line with its fix: not root, a missing tool, a port another process holds.
 preflight() {
-  local problems=0 tool owner_port
+  local problems=0 tool owner port owner_port
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: cluster-up runs containers and sets up networking: run it as root (sudo make cluster-up)" >&2
-    exit 1
+    problems=1
   fi
-  for tool in containerd runc ctr iptables ipset conntrack openssl buildah kubectl; do
+  for tool in go containerd runc ctr iptables ipset conntrack openssl buildah kubectl ss; do
     if ! command -v "$tool" >/dev/null; then
       echo "error: $tool is not installed: $(install_hint "$tool")" >&2
       problems=1
     fi
   done
-  [ -x /usr/lib/cni/bridge ] || { echo "error: the CNI plugins are missing: apt-get install containernetworking-plugins" >&2; problems=1; }
+  if [ ! -x "$NODE_CNI_BIN/bridge" ]; then
+    echo "error: the CNI plugins are not in $NODE_CNI_BIN: apt-get install containernetworking-plugins, or set NODE_CNI_BIN" >&2
+    problems=1
+  fi
+  if command -v ss >/dev/null; then
+    for owner_port in apiserver:"$NODE_API_PORT" etcd:2379 etcd:2380 kubelet:10250 proxy:10256 \
+      controller-manager:10257 scheduler:10259 policy:20244; do
+      owner=${owner_port%%:*} port=${owner_port#*:}
+      if ! running "$owner" && port_taken "$port"; then
+        echo "error: port $port is taken by another process ($(port_owner "$port")): stop it, or run make cluster-down" >&2
+        problems=1
+      fi
+    done
+  fi
   [ "$problems" -eq 0 ] || exit 1
-  local owner port
-  for owner_port in apiserver:"$NODE_API_PORT" etcd:2379 etcd:2380 kubelet:10250 proxy:10256 controller-manager:10257 \
-    scheduler:10259 policy:20244; do
-    owner=${owner_port%%:*} port=${owner_port#*:}
-    if ! running "$owner" && port_taken "$port"; then
-      echo "error: port $port is taken by another process ($(port_owner "$port")): stop it, or run make cluster-down" >&2
-      exit 1
-    fi
-  done
 }
 
 network() {
@@ -122,7 +127,7 @@ state = "$NODE_RUN/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$NODE_CNI_BIN"
     conf_dir = "$NODE_ROOT/cni"
 EOF
   launch containerd containerd --config "$NODE_ROOT/containerd.toml"
