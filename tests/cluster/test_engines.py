@@ -29,7 +29,7 @@ def test_each_engine_and_shape_trains_to_succeeded_and_leaves_its_model_on_the_v
     job = [f"ENGINE={engine}", f"STRATEGY={strategy}", f"JOB_NAME={job_name}"]
     make("delete", *job, check=False)
     submitted = make("submit", *job, *SHORT_JOB)
-    assert "Succeeded" in submitted.stdout, submitted.stdout[-3000:]
+    assert "succeeded; the model is on volume" in submitted.stdout, submitted.stdout[-3000:]
     assert "Succeeded" in make("status", *job).stdout
 
     model_dir = fetch_model(tmp_path / "artifacts", job_name)

@@ -95,6 +95,6 @@ def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees
     finally:
         if submitted.poll() is None:
             submitted.kill()
-    assert "Succeeded" in log.read_text()
+    assert "succeeded; the model is on volume" in log.read_text()
     assert condition(workload_of_the_jobset(), "Admitted").get("status") == "True"
     make("delete", *JOB)

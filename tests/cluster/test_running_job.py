@@ -18,10 +18,10 @@ pytestmark = pytest.mark.cluster
 
 JOB = ["ENGINE=tfjob", "STRATEGY=sync", "JOB_NAME=e2e-faults"]
 CHECKPOINT_EVERY = 20
-# Long enough to be hit twice: two epochs of 64 steps at the group's batch of 2 x 64, a checkpoint every 20.
+# Long enough to be hit twice: three epochs of 64 steps at the group's batch of 2 x 64, a checkpoint every 20.
 LONG_JOB = [
     "DATASET=synthetic",
-    "EPOCHS=2",
+    "EPOCHS=3",
     f"ARGS=--train-examples 8192 --test-examples 512 --checkpoint-every {CHECKPOINT_EVERY} --log-every 5",
 ]
 WORKER_1 = "training.kubeflow.org/job-name=e2e-faults,training.kubeflow.org/replica-index=1"
@@ -68,7 +68,7 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_two_faults_and_
     submitted = start_make("submit", *JOB, *LONG_JOB, log=submit_log)
     try:
         status = live_status()
-        assert status["workers"] == 2 and status["total_steps"] == 128
+        assert status["workers"] == 2 and status["total_steps"] == 192
 
         again = make("submit", *JOB, *LONG_JOB, check=False)
         assert again.returncode != 0
@@ -89,11 +89,11 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_two_faults_and_
     finally:
         if submitted.poll() is None:
             submitted.kill()
-    assert "Succeeded" in submit_log.read_text()
+    assert "succeeded; the model is on volume" in submit_log.read_text()
     followed = (tmp_path / "logs.log").read_text()
-    assert "epoch 2/2" in followed, followed[-2000:]
+    assert "epoch 3/3 done" in followed, followed[-2000:]
 
     metrics = json.loads((fetch_model(tmp_path / "artifacts", "e2e-faults") / "metrics.json").read_text())
-    assert metrics["steps"] == 2 * metrics["steps_per_epoch"] == 128, "the job ends at the step it planned"
+    assert metrics["steps"] == 3 * metrics["steps_per_epoch"] == 192, "the job ends at the step it planned"
     assert metrics["restarts"] >= 2 and metrics["resumed_from_step"] >= CHECKPOINT_EVERY
     make("delete", *JOB)
