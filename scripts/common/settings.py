@@ -29,6 +29,7 @@ _SEGMENT = r"(?!\.\.?(/|$))[A-Za-z0-9._-]+"
 _PATH = rf"(/{_SEGMENT})+/?"
 _RELATIVE_PATH = rf"{_SEGMENT}(/{_SEGMENT})*"
 _VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
+_CPU = r"[0-9]+(\.[0-9]+)?m?"
 _IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
 _CIDR = r"[0-9]+(\.[0-9]+){3}/[0-9]+"
 GENERAL = r"[A-Za-z0-9._,:/=+@*?\[\]-]*"
@@ -44,7 +45,8 @@ RULES: dict[str, tuple[str, str]] = {
         _DIGITS_RULE,
     ),
     **dict.fromkeys(
-        ("MOUNT_PATH", "MODEL_ROOT", "TRAINER_DATA_DIR", "NODE_CACHE", "NODE_ROOT", "NODE_RUN"), _PATH_RULE
+        ("MOUNT_PATH", "MODEL_ROOT", "TRAINER_DATA_DIR", "NODE_CACHE", "NODE_ROOT", "NODE_RUN", "NODE_CNI_BIN"),
+        _PATH_RULE,
     ),
     **dict.fromkeys(("K3S_IMAGE", "TRAINING_OPERATOR_IMAGE"), _IMAGE_REFERENCE_RULE),
     **dict.fromkeys(("NODE_POD_CIDR", "NODE_SERVICE_CIDR"), (_CIDR, "an IPv4 range such as 10.244.0.0/16")),
@@ -62,6 +64,9 @@ RULES: dict[str, tuple[str, str]] = {
     # The pause image's tags carry no v: 3.10.1.
     "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
     "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    **dict.fromkeys(
+        ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST"), (_CPU, "a CPU quantity such as 1, 0.5 or 250m")
+    ),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")
