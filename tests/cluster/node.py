@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -114,6 +115,20 @@ def project_image() -> str:
         text=True,
         check=True,
     ).stdout.strip()
+
+
+def clear_model_dir(job_name: str) -> None:
+    """A fresh start for JOB_NAME: its model directory removed from the volume, on the node's disk (local-path keeps
+    the claim there), as a rerun of the suite on the same node would otherwise resume an earlier run's checkpoints."""
+    claim = json.loads(
+        kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout or "{}"
+    )
+    volume = claim.get("spec", {}).get("volumeName")
+    if not volume:
+        return  # no claim yet: nothing was trained on it
+    root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
+    model_root = pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"])
+    shutil.rmtree(pathlib.Path(root, model_root, job_name), ignore_errors=True)
 
 
 def fetch_model(destination: pathlib.Path, job_name: str | None = None) -> pathlib.Path:

@@ -12,18 +12,29 @@ import signal
 
 import pytest
 
-from tests.cluster.node import NAMESPACE, fetch_model, kubectl, make, pods, start_make, trainer_host_pid, wait_until
+from tests.cluster.node import (
+    NAMESPACE,
+    clear_model_dir,
+    fetch_model,
+    kubectl,
+    make,
+    pods,
+    start_make,
+    trainer_host_pid,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
 
 JOB = ["ENGINE=tfjob", "STRATEGY=sync", "JOB_NAME=e2e-faults"]
-CHECKPOINT_EVERY = 20
-# Long enough to be hit twice: three epochs of 64 steps at the group's batch of 2 x 64, a checkpoint every 20.
+CHECKPOINT_EVERY = 50
+# Long enough to be hit twice, with a recovery after each: three epochs of 512 steps at the group's batch of 2 x 64.
 LONG_JOB = [
     "DATASET=synthetic",
     "EPOCHS=3",
-    f"ARGS=--train-examples 8192 --test-examples 512 --checkpoint-every {CHECKPOINT_EVERY} --log-every 5",
+    f"ARGS=--train-examples 65536 --test-examples 512 --checkpoint-every {CHECKPOINT_EVERY}",
 ]
+TOTAL_STEPS = 3 * 512
 WORKER_1 = "training.kubeflow.org/job-name=e2e-faults,training.kubeflow.org/replica-index=1"
 
 
@@ -64,11 +75,12 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_two_faults_and_
     tmp_path,
 ) -> None:
     make("delete", *JOB, check=False)
+    clear_model_dir("e2e-faults")
     submit_log = tmp_path / "submit.log"
     submitted = start_make("submit", *JOB, *LONG_JOB, log=submit_log)
     try:
         status = live_status()
-        assert status["workers"] == 2 and status["total_steps"] == 192
+        assert status["workers"] == 2 and status["total_steps"] == TOTAL_STEPS
 
         again = make("submit", *JOB, *LONG_JOB, check=False)
         assert again.returncode != 0
@@ -94,6 +106,6 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_two_faults_and_
     assert "epoch 3/3 done" in followed, followed[-2000:]
 
     metrics = json.loads((fetch_model(tmp_path / "artifacts", "e2e-faults") / "metrics.json").read_text())
-    assert metrics["steps"] == 3 * metrics["steps_per_epoch"] == 192, "the job ends at the step it planned"
+    assert metrics["steps"] == 3 * metrics["steps_per_epoch"] == TOTAL_STEPS, "the job ends at the step it planned"
     assert metrics["restarts"] >= 2 and metrics["resumed_from_step"] >= CHECKPOINT_EVERY
     make("delete", *JOB)
