@@ -117,18 +117,23 @@ def project_image() -> str:
     ).stdout.strip()
 
 
-def clear_model_dir(job_name: str) -> None:
-    """A fresh start for JOB_NAME: its model directory removed from the volume, on the node's disk (local-path keeps
-    the claim there), as a rerun of the suite on the same node would otherwise resume an earlier run's checkpoints."""
-    claim = json.loads(
-        kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout or "{}"
-    )
-    volume = claim.get("spec", {}).get("volumeName")
+def model_dir_on_node(job_name: str) -> pathlib.Path | None:
+    """JOB_NAME's model directory as the node's disk holds it (local-path keeps the claim there); None before the
+    claim is bound."""
+    claim = kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout
+    volume = json.loads(claim or "{}").get("spec", {}).get("volumeName")
     if not volume:
-        return  # no claim yet: nothing was trained on it
+        return None
     root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
-    model_root = pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"])
-    shutil.rmtree(pathlib.Path(root, model_root, job_name), ignore_errors=True)
+    return pathlib.Path(root, pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"]), job_name)
+
+
+def clear_model_dir(job_name: str) -> None:
+    """A fresh start for JOB_NAME: a rerun of the suite on the same node would otherwise meet an earlier run's
+    checkpoints, which the trainer refuses."""
+    model_dir = model_dir_on_node(job_name)
+    if model_dir is not None:
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 def fetch_model(destination: pathlib.Path, job_name: str | None = None) -> pathlib.Path:
