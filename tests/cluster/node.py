@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -114,6 +115,25 @@ def project_image() -> str:
         text=True,
         check=True,
     ).stdout.strip()
+
+
+def model_dir_on_node(job_name: str) -> pathlib.Path | None:
+    """JOB_NAME's model directory as the node's disk holds it (local-path keeps the claim there); None before the
+    claim is bound."""
+    claim = kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout
+    volume = json.loads(claim or "{}").get("spec", {}).get("volumeName")
+    if not volume:
+        return None
+    root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
+    return pathlib.Path(root, pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"]), job_name)
+
+
+def clear_model_dir(job_name: str) -> None:
+    """A fresh start for JOB_NAME: a rerun of the suite on the same node would otherwise meet an earlier run's
+    checkpoints, which the trainer refuses."""
+    model_dir = model_dir_on_node(job_name)
+    if model_dir is not None:
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 def fetch_model(destination: pathlib.Path, job_name: str | None = None) -> pathlib.Path:

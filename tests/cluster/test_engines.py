@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.cluster.node import SHORT_JOB, fetch_model, make, pods
+from tests.cluster.node import SHORT_JOB, clear_model_dir, fetch_model, make, pods
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +28,7 @@ def test_each_engine_and_shape_trains_to_succeeded_and_leaves_its_model_on_the_v
     job_name = f"e2e-{engine}-{strategy}"
     job = [f"ENGINE={engine}", f"STRATEGY={strategy}", f"JOB_NAME={job_name}"]
     make("delete", *job, check=False)
+    clear_model_dir(job_name)
     submitted = make("submit", *job, *SHORT_JOB)
     assert "succeeded; the model is on volume" in submitted.stdout, submitted.stdout[-3000:]
     assert "Succeeded" in make("status", *job).stdout

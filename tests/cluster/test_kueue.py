@@ -10,7 +10,18 @@ import time
 
 import pytest
 
-from tests.cluster.node import NAMESPACE, ROOT, SETTINGS, SHORT_JOB, kubectl, make, pods, start_make, wait_until
+from tests.cluster.node import (
+    NAMESPACE,
+    ROOT,
+    SETTINGS,
+    SHORT_JOB,
+    clear_model_dir,
+    kubectl,
+    make,
+    pods,
+    start_make,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -76,6 +87,7 @@ def queues():
 
 def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(queues, tmp_path) -> None:
     make("delete", *JOB, check=False)
+    clear_model_dir(JOB_NAME)
     kubectl("apply", "-f", "-", stdin=json.dumps(HOLDER))
     wait_until("Kueue to admit the quota holder", holder_admitted, 120)
 

@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, fetch_model, kubectl, make
+from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
 
 pytestmark = pytest.mark.cluster
 
@@ -89,6 +89,7 @@ def test_the_real_admission_admits_every_overlay_s_pods_and_refuses_one_that_bre
 
 def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_trained_one(tmp_path) -> None:
     make("delete", check=False)
+    clear_model_dir(SETTINGS["JOB_NAME"])
     submitted = make("submit", "ENGINE=tfjob", "STRATEGY=sync", *SHORT_JOB)
     assert "Succeeded" in submitted.stdout, submitted.stdout[-3000:]
 

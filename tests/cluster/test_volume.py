@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.cluster.node import fetch_model, make
+
+from tests.cluster.node import clear_model_dir, fetch_model, make
 
 pytestmark = pytest.mark.cluster
 
@@ -22,6 +23,7 @@ def test_two_jobs_keep_separate_model_dirs_and_a_resubmit_resumes_from_its_own_c
     alpha, beta = ["JOB_NAME=e2e-alpha"], ["JOB_NAME=e2e-beta"]
     for job in (alpha, beta):
         make("delete", *job, check=False)
+        clear_model_dir(job[0].removeprefix("JOB_NAME="))
     make("submit", *alpha, "EPOCHS=1", *TINY)
     make("submit", *beta, "EPOCHS=2", *TINY)
     first_alpha, first_beta = metrics_of("e2e-alpha", tmp_path / "a1"), metrics_of("e2e-beta", tmp_path / "b1")
