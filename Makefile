@@ -99,7 +99,7 @@ train: install ## train in one process (no TF_CONFIG)
 
 run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 # pytest-xdist processes for make test and test-slow (0: all in one process). Each test file runs whole in one of them
 # (--dist loadfile), so a module's fixtures are built once and one file's processes never race another file's.
@@ -125,36 +125,40 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/image/build-image.sh
+	@$(SETTINGS_ENV) scripts/image/build-image.sh
 
 k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
-cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (and KUEUE=1: Kueue) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/cluster/node/up.sh
+	@$(SETTINGS_ENV) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/node/up.sh
 
 cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/cluster/node/down.sh
+	@$(SETTINGS_ENV) scripts/cluster/node/down.sh
 
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
-# kubelet and training operator (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
-test-cluster: install image cluster-up ## run the cluster suite on the local node (as root; tests/cluster/)
-	KUBE_CONTEXT=node-$(CLUSTER_NAME) $(PY) -m pytest -m cluster tests/cluster
+# kubelet and the engines' controllers (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
+test-cluster: install image ## run the cluster suite on the local node, with every engine and Kueue (as root; tests/cluster/)
+	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob
+	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
+	@# Requests sized for a 2-core node that also runs the engines' controllers.
+	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m \
+	  $(PY) -m pytest -m cluster tests/cluster
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
+	@$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
 submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=) and follow it
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 status: install ## the job's conditions and the chief's live status (ENGINE=, STRATEGY=: which job to look for)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status --kustomize $(KUSTOMIZATION)
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status --kustomize $(KUSTOMIZATION)
 
 # The chief's pod: the TFJob's job-role=master; under JobSet and TrainJob, pod 0 of the chief's (async) or the
 # workers' (sync) Job, as the status Service selects it.
@@ -167,11 +171,11 @@ logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
 
 delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the volume and its model stay)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete --kustomize $(KUSTOMIZATION)
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete --kustomize $(KUSTOMIZATION)
 
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
+	@$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
 bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
@@ -218,12 +222,12 @@ KUBECTL = kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME))
 submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve
 	@$(CHECK_SETTINGS)
 	k3d image import $(IMAGE) --cluster $(CLUSTER_NAME)
-	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster rbac | $(KUBECTL) apply -n $(NAMESPACE) -f -
-	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS)) | $(KUBECTL) create -n $(NAMESPACE) -f -
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster rbac | $(KUBECTL) apply -n $(NAMESPACE) -f -
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS)) | $(KUBECTL) create -n $(NAMESPACE) -f -
 
 serve-cluster: install ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
 	@$(CHECK_SETTINGS)
-	$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster inferenceservice --image $(IMAGE) --runtime $(SERVE_RUNTIME) | $(KUBECTL) apply -n $(NAMESPACE) -f -
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster inferenceservice --image $(IMAGE) --runtime $(SERVE_RUNTIME) | $(KUBECTL) apply -n $(NAMESPACE) -f -
 	$(KUBECTL) wait -n $(NAMESPACE) --for=condition=Ready --timeout=600s inferenceservice/$(JOB_NAME)
 	$(KUBECTL) get -n $(NAMESPACE) inferenceservice/$(JOB_NAME)
 

@@ -21,10 +21,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
 from trainer.data import datasets
-from trainer.errors import ConfigError
-from trainer.options import option
+from trainer.settings.config import Config
+from trainer.settings.options import option
 from trainer.task import Objective, Task, register
 
 FEATURES = 8
@@ -58,8 +57,8 @@ def linear_features(config: Config) -> datasets.Source:
 
 @dataclasses.dataclass(frozen=True)
 class RegressionOptions:
-    hidden_units: int = option(32, "units of each hidden layer")
-    hidden_layers: int = option(2, "hidden layers")
+    hidden_units: int = option(32, "units of each hidden layer", at_least=1)
+    hidden_layers: int = option(2, "hidden layers", at_least=0)
 
 
 @register("regression")
@@ -69,11 +68,6 @@ class Regression(Task):
     Options = RegressionOptions
     metric_names = ("mae",)
     objective = Objective("loss", higher_is_better=False)  # model selection keeps the lowest test loss
-
-    @classmethod
-    def check_options(cls, options: RegressionOptions) -> None:
-        if options.hidden_units < 1 or options.hidden_layers < 0:
-            raise ConfigError("--hidden-units must be at least 1 and --hidden-layers at least 0")
 
     def describe(self) -> str:
         return f"a {self.options.hidden_layers}x{self.options.hidden_units} MLP regression"

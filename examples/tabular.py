@@ -23,10 +23,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
+from trainer.base.errors import DataError
 from trainer.data import datasets
-from trainer.errors import ConfigError, DataError
-from trainer.options import option
+from trainer.settings.config import Config
+from trainer.settings.options import option
 from trainer.task import Task, register
 
 
@@ -93,9 +93,9 @@ def csv(config: Config) -> datasets.Source:
 
 @dataclasses.dataclass(frozen=True)
 class TabularOptions:
-    hidden_units: int = option(32, "units of each hidden layer")
-    hidden_layers: int = option(2, "hidden layers")
-    weight_decay: float = option(0.0, "AdamW's decoupled weight decay (0 = Adam)")
+    hidden_units: int = option(32, "units of each hidden layer", at_least=1)
+    hidden_layers: int = option(2, "hidden layers", at_least=0)
+    weight_decay: float = option(0.0, "AdamW's decoupled weight decay (0 = Adam)", at_least=0)
 
 
 @register("tabular")
@@ -104,11 +104,6 @@ class Tabular(Task):
 
     Options = TabularOptions
     metric_names = ("accuracy",)
-
-    @classmethod
-    def check_options(cls, options: TabularOptions) -> None:
-        if options.hidden_units < 1 or options.hidden_layers < 0 or options.weight_decay < 0:
-            raise ConfigError("--hidden-units must be at least 1, --hidden-layers and --weight-decay at least 0")
 
     def describe(self) -> str:
         return f"a {self.options.hidden_layers}x{self.options.hidden_units} MLP over tabular rows"

@@ -19,15 +19,16 @@ import os  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from trainer.config import Config  # noqa: E402
-from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
-from trainer.errors import (  # noqa: E402
+import trainer.tasks  # noqa: E402, F401 (registers the built-in tasks)
+from trainer import task  # noqa: E402
+from trainer.base.errors import (  # noqa: E402
     ClusterConfigError,
     ConfigError,
     Diverged,
@@ -35,15 +36,18 @@ from trainer.errors import (  # noqa: E402
     UserError,
     volume_full,
 )
-from trainer.flags import parse_config  # noqa: E402
+from trainer.data import catalog, tfds, tfrecord  # noqa: E402
+from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
+from trainer.settings import flags  # noqa: E402
+from trainer.settings.config import Config  # noqa: E402
 
 log = logging.getLogger("trainer")
 
 
 class Outcome:
-    """What main() needs to end the run: the chief's status reporter once it exists, and the model dir."""
+    """What main() needs to end the run: the run's reporter once it exists, and the model dir."""
 
-    status: Any = None
+    reporter: Any = None
     model_dir: str = "."
 
 
@@ -52,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv, outcome)
     except UserError as error:
-        if outcome.status is not None:
-            outcome.status.failed(str(error), ExitCode.BAD_CONFIG)
+        if outcome.reporter is not None:
+            outcome.reporter.failed(str(error), ExitCode.BAD_CONFIG)
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     except Exception as error:
@@ -63,8 +67,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {full}", file=sys.stderr)  # one line, not a traceback: the operator's fix is in it
         return ExitCode.VOLUME_FULL
     finally:
-        if outcome.status is not None:
-            outcome.status.close()
+        if outcome.reporter is not None:
+            outcome.reporter.close()
+
+
+def parse_config(
+    argv: Sequence[str] | None = None, environ: dict[str, str] | None = None, with_task: bool = True
+) -> Config:
+    """The trainer's settings: the core knobs, every dataset kind's options and the chosen task's, flags over
+    TRAINER_* variables over defaults, validated. Raises ConfigError (DataError for a --dataset-module that cannot be
+    imported).
+
+    with_task=False reads the core options and the built-in dataset kinds' only, leaving the task's flags for later
+    and its module and the dataset module unimported (so no TensorFlow): run() checks TF_CONFIG with it before
+    anything heavy starts."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ if environ is None else environ)
+    core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
+    if not with_task:
+        return core
+    catalog.import_dataset_module(core.dataset_module)
+    chosen = task.find(core.task, core.task_module)
+    config = flags.parse(argv, environ, [*catalog.option_groups(), (f"task {core.task}", chosen.Options)])
+    chosen.check_options(config.group(chosen.Options))
+    return config
 
 
 def run(argv: list[str] | None, outcome: Outcome) -> int:
@@ -80,9 +106,7 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     # Every task says what it waits for while the group forms (and what it serves): that is where a stuck start shows.
     for joining in ("trainer.distribution.strategy", "trainer.ps.strategy"):
         logging.getLogger(joining).setLevel(logging.INFO)
-    from trainer.data.datasets import TfdsOptions  # no TensorFlow yet: the module imports it where it is used
-
-    if core.group(TfdsOptions).download and cluster.is_distributed:
+    if core.group(tfds.TfdsOptions).download and cluster.is_distributed:
         raise ConfigError(
             "--download in a group of workers would download the same files concurrently. Prepare the "
             "data once with `python -m trainer.data --dataset ... --data-dir ...` (on the cluster, the "
@@ -90,15 +114,15 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         )
 
     from trainer.artifacts import ownership, saving
-    from trainer.artifacts.status import StatusReporter
+    from trainer.artifacts.report import Reporter
 
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
         ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
-    outcome.status = status = StatusReporter(core.model_dir, enabled=cluster.is_chief)
-    status.update(state="starting", workers=cluster.num_workers)
-    # Bound before the group forms, so a taken port fails fast; it answers once the wait is over.
-    status.serve(core.status_host, core.status_port)
+    outcome.reporter = reporter = Reporter(
+        core.model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator
+    )
+    reporter.starting(cluster.num_workers, core.status_host, core.status_port)
     config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
     from trainer.artifacts.progress import Startup
@@ -119,10 +143,9 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     from trainer import loop
     from trainer.distribution.preemption import Preempted
     from trainer.distribution.sync_runner import SyncRunner
-    from trainer.task import task_of
 
     check_inputs_before_the_group_forms(config, cluster)
-    task = task_of(config)
+    chosen = task.task_of(config)
     if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
@@ -131,18 +154,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     if cluster.is_evaluator:
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        ps.evaluator.follow_checkpoints(config, task, cluster)
+        ps.evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
         return ExitCode.OK
     try:
         if cluster.is_async:
             strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
             startup.reached("group_formed")
             runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
-            loop.train_and_evaluate(config, task, cluster, strategy, runner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, reporter)
         else:
             strategy = create_strategy(cluster, config.collective, config.startup_timeout)
             startup.reached("group_formed")
-            loop.train_and_evaluate(config, task, cluster, strategy, SyncRunner, startup, status)
+            loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, reporter)
     except Preempted as stopped:
         log.warning(
             "%s: %s; exiting with retryable code %d to resume after the restart",
@@ -152,19 +175,19 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         )
         return ExitCode.PREEMPTED
     except Diverged as diverged:
-        status.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
+        reporter.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
         print(f"error: {diverged}", file=sys.stderr)
         return ExitCode.DIVERGED
     except BaseException as error:
         if not is_group_failure(error):
             full = volume_full(error, core.model_dir)
             if full is not None:  # main() reports it in one line; the status write may well fail too
-                status.failed(str(full), ExitCode.VOLUME_FULL)
+                reporter.failed(str(full), ExitCode.VOLUME_FULL)
             elif not isinstance(error, UserError):  # main() reports a UserError, with its message alone
-                status.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
+                reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         message = lost_group_message(error, cluster)
-        status.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
+        reporter.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
         print(f"error: {message}", file=sys.stderr)
         return ExitCode.GROUP_FAILED
     if cluster.is_distributed:
@@ -193,19 +216,17 @@ def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> Non
     """Raises the UserError of the first input that cannot work. Run before the group forms, so a typo in a flag
     costs one process start, not a group start-up (and on a cluster, not a wait for every pod). The task's options
     were checked as they were parsed."""
-    from trainer.data import datasets
-
     if cluster.is_async and (config.gradient_compression != "none" or config.gradient_bucket_bytes):
         raise ConfigError(
             "--gradient-compression and --gradient-bucket-bytes shape the all-reduce of sync training; under "
             "parameter servers each worker sends its gradients to the ps tasks as they are: drop both flags"
         )
-    if cluster.is_async and config.group(datasets.RecordOptions).on_corrupt_record == "skip":
+    if cluster.is_async and config.group(tfrecord.RecordOptions).on_corrupt_record == "skip":
         raise ConfigError(
             "--on-corrupt-record skip counts what each worker's input drops, which parameter-server workers cannot "
             "report back: fix the files (the error names them), or train with all-reduce workers"
         )
-    datasets.check_dataset(config)
+    catalog.check_dataset(config)
 
 
 def exit_without_teardown(code: int) -> NoReturn:

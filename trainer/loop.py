@@ -19,15 +19,14 @@ import tensorflow as tf
 
 from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
-from trainer.artifacts.progress import Progress, Startup, Throughput
-from trainer.artifacts.report import Report
-from trainer.artifacts.status import StatusReporter
-from trainer.config import Config
+from trainer.artifacts.progress import Startup, Throughput
+from trainer.artifacts.report import Reporter
 from trainer.data import corrupt_records, datasets
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
 from trainer.optimizer import build_optimizer, learning_rate_words
+from trainer.settings.config import Config
 from trainer.step import StepRunner, Totals, check_finite, metric_names
 from trainer.task import Task
 
@@ -43,11 +42,10 @@ def train_and_evaluate(
     strategy: tf.distribute.Strategy,
     runner_factory: RunnerFactory,
     startup: Startup,
-    status: StatusReporter | None = None,
+    reporter: Reporter,
 ) -> dict[str, Any]:
-    """Trains (resuming from the newest checkpoint) and evaluates; the chief saves the model and metrics.json.
-    Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
-    status = status or StatusReporter(config.model_dir, enabled=False)
+    """Trains (resuming from the newest checkpoint) and evaluates, telling the reporter what happens; the chief
+    saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
     requested, workers = config, cluster.num_workers
     config, learning_rate = resumed_batch_and_rate(config, cluster)
     keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
@@ -82,14 +80,18 @@ def train_and_evaluate(
     if note and cluster.is_chief:
         log.warning("%s", note)
 
-    progress = Progress(total_steps, steps_per_epoch, config.epochs, enabled=cluster.is_chief or config.verbose_workers)
-    progress.line(first_line(task, config, runner, learning_rate, start_step))
-    if start_step >= total_steps:
-        progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
     throughput = Throughput(runner.global_batch_size, startup)
-    report = Report(config.model_dir, cluster.is_chief, status, progress, throughput, metric_names(task))
+    reporter.started(
+        first_line(task, config, runner, learning_rate, start_step),
+        start_step,
+        total_steps,
+        steps_per_epoch,
+        config.epochs,
+        workers,
+        metric_names(task),
+        throughput,
+    )
     stop = StopSignal()
-    report.running(workers, start_step)
     startup.reached("input_ready")
 
     step = last_checkpoint = start_step
@@ -111,10 +113,10 @@ def train_and_evaluate(
             throughput.ran(finished.examples // runner.global_batch_size)
             if call.stopping:
                 checkpointer.save(step)
-                status.update(state="preempted", global_step=step)
+                reporter.preempted(step)
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
             if step % config.effective_log_every == 0 or step == epoch_end:
-                report.training(optimizer, step, train.means(), skipped_steps)
+                reporter.trained(step, train.means(), skipped_steps, optimizer)
             if step == epoch_end:
                 epoch_train, train = train, Totals(train.names)
                 # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
@@ -122,9 +124,10 @@ def train_and_evaluate(
                 if evaluated:
                     with throughput.paused():
                         test = Totals(test.names, runner.evaluate())
-                report.epoch(step, epoch_train.means(), test if evaluated else None)
+                reporter.evaluated(step, test if evaluated else None, epoch_train.means())
             if boundary:
                 checkpointer.save(step)
+                reporter.checkpointed(step)
                 last_checkpoint = step
     except tf.errors.OpError as error:
         raise explained(error, cluster, runner, step, last_checkpoint) from None
@@ -136,10 +139,10 @@ def train_and_evaluate(
     checkpointer.close()
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
     run = {"workers": workers, **shape, "global_batch_size": runner.global_batch_size, "learning_rate": learning_rate}
-    run.update(steps=step, resumed_from_step=start_step, restarts=status.restarts, steps_per_epoch=steps_per_epoch)
+    run.update(steps=step, resumed_from_step=start_step, steps_per_epoch=steps_per_epoch)
     run.update(skipped_steps=skipped_steps, **runner.corrupt_records_skipped())
     run.update({"export_check": exported} if exported is not None else {})
-    return report.finished(cluster.name, config, model, step, epoch_train, test, {**run, **runner.sizes})
+    return reporter.finished(config, model, step, epoch_train, test, {**run, **runner.sizes})
 
 
 def explained(

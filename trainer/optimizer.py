@@ -13,8 +13,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer.config import Config
 from trainer.distribution import allreduce
+from trainer.settings.config import Config
 from trainer.task import Task
 
 

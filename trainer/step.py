@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from trainer.errors import Diverged, ExitCode
+from trainer.base.errors import Diverged, ExitCode
 
 if TYPE_CHECKING:
     import keras
 
-    from trainer.config import Config
     from trainer.data.datasets import Shard, Source
+    from trainer.settings.config import Config
     from trainer.task import Task
 
 

@@ -19,8 +19,8 @@ import importlib
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from trainer.errors import ConfigError
-from trainer.options import Registry
+from trainer.base.errors import ConfigError
+from trainer.settings.options import Registry
 
 if TYPE_CHECKING:
     import keras
@@ -53,8 +53,8 @@ class NoOptions:
 class Task:
     """One learning problem. Subclass it; every method below has the signature the loops call."""
 
-    # The task's hyperparameters: a frozen dataclass of trainer.options.option(...) fields. Each is a flag and a
-    # TRAINER_* variable, listed in --help under the task's name; read them as self.options.<name>.
+    # The task's hyperparameters: a frozen dataclass of trainer.settings.options.option(...) fields. Each is a flag
+    # and a TRAINER_* variable, listed in --help under the task's name; read them as self.options.<name>.
     Options: ClassVar[type] = NoOptions
     # Reported beside "loss", in this order: progress lines, status, TensorBoard, metrics.json (train_<name>,
     # test_<name>). Each is the mean of the values metrics() returns, over every example seen.
@@ -67,7 +67,8 @@ class Task:
 
     @classmethod
     def check_options(cls, options: Any) -> None:
-        """Raises ConfigError for hyperparameters that cannot work (called before TensorFlow starts)."""
+        """Raises ConfigError for hyperparameters that cannot work together (called before TensorFlow starts); one
+        value's choices and bounds are its option's own: option(..., choices=..., at_least=..., below=...)."""
 
     def describe(self) -> str:
         """A few words for the run's first line, e.g. the model's name."""
@@ -146,8 +147,8 @@ def register(name: str) -> Any:
 
 
 def find(name: str, module: str = "") -> type[Task]:
-    """The Task class of --task, after importing --task-module (if any); the entry point's parser (trainer/flags.py)
-    has registered the built-in tasks."""
+    """The Task class of --task, after importing --task-module (if any); the entry point (trainer/__main__.py) has
+    registered the built-in tasks."""
     if module:
         try:
             importlib.import_module(module)

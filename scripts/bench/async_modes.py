@@ -52,29 +52,30 @@ REACHED_ACCURACY = 0.89
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+ done: .*\| test loss \S+ accuracy ([0-9.]+)")
 
 
+# The phase's flags beside --no-async: (flag, type, default, help); each whole number is a size, at least 1.
+FLAGS: tuple[tuple[str, type, float, str], ...] = (
+    ("--async-train-examples", int, 2048, "synthetic training examples per epoch, both modes"),
+    ("--async-epochs", int, 4, "epochs, each followed by a test pass"),
+    ("--async-test-examples", int, 1000, "synthetic test examples"),
+    ("--async-batch", int, 32, "per-worker batch, both modes"),
+    ("--straggler-stopped", float, 0.5, "share of every period the straggler (worker-1) is held stopped with SIGSTOP"),
+    ("--straggler-period", float, 0.2, "the straggler's period, seconds"),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("async phase (sync 2 workers against async 2 workers + 1 ps)")
     group.add_argument("--no-async", action="store_true", help="skip the async phase")
-    group.add_argument(
-        "--async-train-examples", type=int, default=2048, help="synthetic training examples per epoch, both modes"
-    )
-    group.add_argument("--async-epochs", type=int, default=4, help="epochs, each followed by a test pass")
-    group.add_argument("--async-test-examples", type=int, default=1000, help="synthetic test examples")
-    group.add_argument("--async-batch", type=int, default=32, help="per-worker batch, both modes")
-    group.add_argument(
-        "--straggler-stopped",
-        type=float,
-        default=0.5,
-        help="share of every period the straggler (worker-1) is held stopped with SIGSTOP",
-    )
-    group.add_argument("--straggler-period", type=float, default=0.2, help="the straggler's period, seconds")
+    for flag, kind, default, help_text in FLAGS:
+        group.add_argument(flag, type=kind, default=default, help=help_text)
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, log_every: int) -> None:
     """Refuses settings the phase cannot measure, naming the fix. log_every: the trainer's effective interval."""
-    for flag in ("async_train_examples", "async_epochs", "async_test_examples", "async_batch"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    for flag, kind, _, _ in FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if kind is int and value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
     if not 0 < args.straggler_stopped < 1:
         parser.error(
             f"--straggler-stopped must be between 0 and 1 (a share of the period; 1 would never let it run), "

@@ -35,18 +35,27 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Any
 
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
+from trainer.__main__ import parse_config  # pure Python: no TensorFlow import here
 from trainer.artifacts.atomic_file import replaced_on_success, write_json
-from trainer.errors import ConfigError
-from trainer.flags import parse_config  # pure Python: no TensorFlow import here
+from trainer.base.errors import ConfigError
 
 from . import async_modes, links, serving_load
 from .chart import TARGETS, draw
-from .runs import BenchError, clean_environment, command, run_once, spread, start_workers, wait_for, worker_log
+from .runs import (
+    BenchError,
+    clean_environment,
+    command,
+    run_once,
+    scratch_dir,
+    spread,
+    start_workers,
+    wait_for,
+    worker_log,
+)
 
 INPUT_MODULE = "scripts.bench.input_pipeline"
 STEP_COSTS_MODULE = "scripts.bench.step_costs"
@@ -470,24 +479,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     sweep_plan = {f"{n}_workers": ("trainer", n, half) for n in range(1, args.workers + 1)}
     started = datetime.datetime.now(datetime.UTC)
-    with tempfile.TemporaryDirectory(prefix="bench-") as scratch_name:
-        scratch = pathlib.Path(scratch_name)
-        try:
-            runs = run_rounds(plan, args, scratch, "main")
-            sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
-            input_runs = run_input_rounds(args, scratch)
-            print("[step costs] two workers' step, part by part ...", flush=True)
-            step_costs = step_costs_once(args, scratch / "step-costs")
-            async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
-            link_runs = None if args.no_links else links.run_link_rounds(args, scratch)
-            serving = (
-                serving_load.run_serving(args, scratch / "serving")
-                if not args.no_serving and serving_load.available()
-                else None
-            )
-        except BenchError as error:
-            print(f"\nerror: {error}", file=sys.stderr)
-            return 1
+    with scratch_dir("bench-") as scratch:
+        runs = run_rounds(plan, args, scratch, "main")
+        sweep_runs = run_rounds(sweep_plan, args, scratch, "sweep") if sweep_plan else None
+        input_runs = run_input_rounds(args, scratch)
+        print("[step costs] two workers' step, part by part ...", flush=True)
+        step_costs = step_costs_once(args, scratch / "step-costs")
+        async_runs = None if args.no_async else async_modes.run_async_rounds(args, scratch)
+        link_runs = None if args.no_links else links.run_link_rounds(args, scratch)
+        serving = (
+            serving_load.run_serving(args, scratch / "serving")
+            if not args.no_serving and serving_load.available()
+            else None
+        )
     summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
     inputs = {
         **input_summary(input_runs),

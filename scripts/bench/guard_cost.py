@@ -9,12 +9,10 @@ Prints each run's steady examples/s and, per variant, the median and its ratio t
 from __future__ import annotations
 
 import argparse
-import pathlib
 import statistics
 import sys
-import tempfile
 
-from .runs import BenchError, run_once
+from .runs import run_once, scratch_dir
 
 VARIANTS = ("ignore", "stop", "skip")
 
@@ -30,24 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.trainer_flags = []
     speeds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="bench-guard-") as scratch:
+    with scratch_dir("bench-guard-") as scratch:
         for round_index in range(args.rounds):
             # Rotate the order, so no variant always runs first in a round.
             order = VARIANTS[round_index % len(VARIANTS) :] + VARIANTS[: round_index % len(VARIANTS)]
             for variant in order:
-                run_dir = pathlib.Path(scratch) / f"{round_index}-{variant}"
-                try:
-                    result = run_once(
-                        "trainer",
-                        args.workers,
-                        args.per_worker_batch_size,
-                        args,
-                        run_dir,
-                        extra_flags=["--on-nonfinite", variant],
-                    )
-                except BenchError as error:
-                    print(f"error: {error}", file=sys.stderr)
-                    return 1
+                run_dir = scratch / f"{round_index}-{variant}"
+                result = run_once(
+                    "trainer",
+                    args.workers,
+                    args.per_worker_batch_size,
+                    args,
+                    run_dir,
+                    extra_flags=["--on-nonfinite", variant],
+                )
                 speeds[variant].append(result["examples_per_second"])
                 print(f"round {round_index + 1} {variant}: {result['examples_per_second']:.0f} examples/s", flush=True)
     baseline = statistics.median(speeds["ignore"])

@@ -2,7 +2,7 @@
 
     python -m scripts.bench.input_pipeline --files 'DIR/train-*' --workers 2 --batch 64 --steps 400
 
-Builds exactly what the trainer feeds worker 0 of `--workers` (trainer.data.datasets.RecordFiles sharded by file,
+Builds exactly what the trainer feeds worker 0 of `--workers` (trainer.data.tfrecord.RecordFiles sharded by file,
 trainer.data.pipeline.train_batches with --cache none, so every record is read and decoded), iterates it, and
 prints one JSON line: examples/s after `--warmup-steps` batches. `make bench` runs it beside the trainer on
 the same files, so the two figures say whether input could starve the step.
@@ -15,13 +15,13 @@ import json
 import sys
 import time
 
-from trainer.data import datasets, pipeline
-from trainer.flags import parse_config
+from trainer.__main__ import parse_config
+from trainer.data import pipeline, tfrecord
 
 
 def measure(files: str, workers: int, batch: int, steps: int, warmup_steps: int, image_shape: str) -> dict:
-    shape = datasets.parse_image_shape(image_shape)
-    shard = datasets.RecordFiles(datasets.glob_files(files, "--files"), shape).shard(0, workers)
+    shape = tfrecord.parse_image_shape(image_shape)
+    shard = tfrecord.RecordFiles(tfrecord.glob_files(files, "--files"), shape).shard(0, workers)
     defaults = parse_config([], environ={})
     steps_per_epoch = pipeline.steps_per_epoch([shard.size], batch)
     epochs = -(-steps // steps_per_epoch)

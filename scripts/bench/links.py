@@ -22,18 +22,16 @@ from __future__ import annotations
 import argparse
 import pathlib
 import statistics
-import sys
-import tempfile
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from trainer.artifacts.atomic_file import write_json
-from trainer.config import Config
+from trainer.settings.config import Config
 
 from . import netns
 from .chart import TARGETS
-from .runs import BenchError, Placement, run_once, run_side_by_side, spread
+from .runs import BenchError, Placement, run_once, run_side_by_side, scratch_dir, spread
 
 RATES = {"unlimited": None, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
 # The cnn's gradients on 28x28x1 images, 10 classes: 93,322 float32 parameters (step_costs.py measures the same).
@@ -412,12 +410,8 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def run_alone(args: argparse.Namespace) -> int:
     """The phase alone (`make bench` with --links-only): links.json in --output-dir."""
-    with tempfile.TemporaryDirectory(prefix="bench-links-") as scratch:
-        try:
-            phase = run_link_rounds(args, pathlib.Path(scratch))
-        except BenchError as error:
-            print(f"\nerror: {error}", file=sys.stderr)
-            return 1
+    with scratch_dir("bench-links-") as scratch:
+        phase = run_link_rounds(args, scratch)
     if phase is None:
         return 0
     summary = summarize(phase, args.global_batch_size // 2)

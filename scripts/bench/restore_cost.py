@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     from scripts.bench.startup_by_model import register_wide
+    from trainer.__main__ import parse_config
     from trainer.artifacts import checkpoint
     from trainer.data.datasets import Source, image_spec
-    from trainer.flags import parse_config
     from trainer.optimizer import build_optimizer
     from trainer.task import task_of
 

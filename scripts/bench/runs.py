@@ -4,6 +4,7 @@ runs' environment, the CPU meter, spreads."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -12,8 +13,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from scripts.common.ports import free_ports
@@ -27,6 +29,18 @@ PEER_MODULE = "scripts.bench.tutorial_fit"
 
 class BenchError(RuntimeError):
     """A run failed or the settings cannot work; the message says which and where its logs are."""
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[pathlib.Path]:
+    """A folder for the runs' files, deleted afterwards; a BenchError raised inside ends the program with exit 1 and
+    its message in one line, not a traceback."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        try:
+            yield pathlib.Path(scratch)
+        except BenchError as error:
+            print(f"\nerror: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def clean_environment() -> dict[str, str]:

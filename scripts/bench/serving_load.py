@@ -32,14 +32,13 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 from scripts.common.ports import free_ports
 from scripts.common.settings import ROOT
 
-from .runs import BenchError, clean_environment, log_tail
+from .runs import BenchError, clean_environment, log_tail, scratch_dir
 
 PROTOCOLS = ("v1_json", "grpc_v2")
 # At the largest batch, the fastest protocol serves at least this share of the in-process examples/s.
@@ -556,12 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     if not available():
         print("the serving room (trainer/serving) is not here: nothing to measure", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="bench-serving-") as scratch:
-        try:
-            summary = run_serving(args, pathlib.Path(scratch))
-        except BenchError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
+    with scratch_dir("bench-serving-") as scratch:
+        summary = run_serving(args, scratch)
     print_summary(summary)
     print(json.dumps({"targets": check_targets(summary)}))
     return 0

@@ -39,11 +39,11 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
+from trainer.__main__ import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
 from trainer.distribution.sync_runner import SyncRunner
-from trainer.flags import parse_config
 from trainer.optimizer import build_optimizer
 from trainer.task import task_of
 

@@ -168,6 +168,7 @@ class JobFollower:
         while True:
             conditions = self.conditions()
             self._print_new_conditions(conditions)
+            self._print_unschedulable()
             self._print_chief_logs(poll_s)
             state = self.finished_state(conditions)
             if state:
@@ -183,6 +184,22 @@ class JobFollower:
                 continue
             self._shown_conditions.add(key)
             self.out(f"[{self.name}] {condition.type}: {condition.message or condition.reason}")
+
+    def _print_unschedulable(self) -> None:
+        """Once per pod and reason: a pod the scheduler cannot place, which would otherwise wait in silence."""
+        for pod in self.pods():
+            for condition in pod.status.conditions or []:
+                if (condition.type, condition.status, condition.reason) != ("PodScheduled", "False", "Unschedulable"):
+                    continue
+                key = ("Unschedulable", pod.metadata.name, condition.message)
+                if key in self._shown_conditions:
+                    continue
+                self._shown_conditions.add(key)
+                self.out(
+                    f"[{self.name}] pod {pod.metadata.name} cannot be scheduled: {condition.message} It waits until "
+                    f"the nodes have room: free some, or lower WORKER_CPU_REQUEST (and PS_EVALUATOR_CPU_REQUEST) in "
+                    f"k8s/base/settings.env"
+                )
 
     def pods(self, chief_only: bool = False) -> list[Any]:
         selector = self.engine.chief_selector() if chief_only else self.engine.pod_selector()

@@ -19,14 +19,11 @@ source scripts/common/settings.sh
 load_settings k8s/base/settings.env  # the environment wins over the file
 check_settings  # every value in its safe character set, before any of them reaches a command
 
+# shellcheck source=/dev/null
+source scripts/cluster/install-engines.sh
+
 engine=${ENGINE:-tfjob}
-case "$engine" in
-  tfjob | jobset | trainjob) ;;
-  *)
-    echo "error: ENGINE=$engine is not an engine: use tfjob, jobset or trainjob" >&2
-    exit 2
-    ;;
-esac
+check_engine "$engine"
 operator_source="github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_COMMIT}"
 trainer_runtimes="github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${KUBEFLOW_TRAINER_COMMIT}"
 context="k3d-${CLUSTER_NAME}"
@@ -75,44 +72,6 @@ fi
 echo "kubectl context: $context (the current context is left as it was)"
 
 kube() { kubectl --context "$context" "$@"; }
-
-install_operator() {
-  echo "installing the training operator $TRAINING_OPERATOR_VERSION (server-side: its CRDs are too large for client-side apply)"
-  kube apply --server-side -k "$operator_source"
-  kube wait --for condition=established --timeout=120s crd/tfjobs.kubeflow.org
-  echo "waiting for the operator to become available"
-  kube -n kubeflow wait --for condition=Available --timeout=300s deployment --all
-  kube -n kubeflow get deployments
-}
-
-install_jobset() {
-  # Trainer's manager overlay installs the same JobSet into kubeflow-system: one JobSet controller per cluster.
-  if kube -n kubeflow-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "JobSet is already installed with Kubeflow Trainer (kubeflow-system); using it"
-    return
-  fi
-  echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
-  kube apply --server-side -k "$engines/jobset"
-  kube wait --for condition=established --timeout=120s crd/jobsets.jobset.x-k8s.io
-  echo "waiting for the JobSet controller to become available"
-  kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
-  kube -n jobset-system get deployments
-}
-
-install_trainer() {
-  if kube -n jobset-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "error: JobSet is installed on its own (jobset-system, make k3d-up ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: make k3d-down and start again, or kubectl --context $context delete -k on a copy of k8s/engines/jobset with JOBSET_COMMIT replaced by its value in k8s/base/settings.env" >&2
-    exit 1
-  fi
-  echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
-  kube apply --server-side -k "$engines/trainer"
-  kube wait --for condition=established --timeout=120s crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
-  echo "waiting for the Trainer and JobSet controllers to become available"
-  kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
-  # The runtimes go through Trainer's webhook, which answers once the manager is available.
-  kube apply --server-side -k "$trainer_runtimes"
-  kube -n kubeflow-system get deployments
-}
 
 scratch=$(mktemp -d)  # the checked downloads, and k8s/engines with its commits filled in
 trap 'rm -rf "$scratch"' EXIT
@@ -169,15 +128,8 @@ kserve_manifest() {
   printf '%s\n' "$manifest"
 }
 
-case "$engine" in
-  tfjob) install_operator ;;
-  jobset) install_jobset ;;
-  trainjob) install_trainer ;;
-esac
+install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"
 if [[ -n ${KUEUE:-} ]]; then
-  echo "installing Kueue $KUEUE_VERSION (server-side: its CRDs are too large for client-side apply)"
-  kube apply --server-side -k "$engines/kueue"
-  kube -n kueue-system wait --for condition=Available --timeout=300s deployment --all
   echo "ready: kubectl --context $context apply -f k8s/examples/kueue-queues.yaml (docs/cluster.md)"
 fi
 if [[ -n ${SERVE:-} ]]; then

@@ -68,8 +68,20 @@ def import_image_to_node(image: str, container_tool: str, containerd_socket: str
     """Copies the locally built image into the local node's containerd (make cluster-up)."""
     if container_tool not in ("podman", "buildah"):
         raise StepError(f"the local node imports images built with podman or buildah, not {container_tool or 'docker'}")
+    ctr = ["ctr", "--address", containerd_socket, "-n", "k8s.io", "images"]
+    # The node keeps the local image's ID as a label: an image already there is not copied again.
+    inspect = [container_tool, "inspect", "--type", "image", "--format", "{{.FromImageID}}", image]
+    if container_tool == "podman":
+        inspect = ["podman", "image", "inspect", "--format", "{{.Id}}", image]
+    image_id = run(inspect, quiet=True).stdout.strip()
+    name = kubelet_name(image)
+    held = run([*ctr, "ls", "-q", f'name=={name},labels."{IMAGE_ID_LABEL}"=={image_id}'], quiet=True).stdout
+    if name in held.split():
+        print(f"the node already holds {image} (image {image_id[:12]}); not importing it again")
+        return
     with _docker_archive(image, container_tool) as archive:
-        run(["ctr", "--address", containerd_socket, "-n", "k8s.io", "images", "import", archive])
+        run([*ctr, "import", archive])
+    run([*ctr, "label", name, f"{IMAGE_ID_LABEL}={image_id}"], quiet=True)
 
 
 def import_image(image: str, cluster: str, container_tool: str) -> None:
@@ -87,11 +99,19 @@ def import_image(image: str, cluster: str, container_tool: str) -> None:
         run(["k3d", "image", "import", archive, "--cluster", cluster])
 
 
+IMAGE_ID_LABEL = "io.tf-multiworker-trainer.image-id"
+
+
+def kubelet_name(image: str) -> str:
+    """The name a kubelet resolves an image to: an unqualified name is docker.io/library/NAME."""
+    return image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
+
+
 @contextlib.contextmanager
 def _docker_archive(image: str, container_tool: str) -> Iterator[str]:
-    """The image saved as a docker-archive under the name a kubelet resolves it to (an unqualified name is
-    docker.io/library/NAME), for as long as the block that imports it runs."""
-    docker_name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
+    """The image saved as a docker-archive under the name a kubelet resolves it to, for as long as the block that
+    imports it runs."""
+    docker_name = kubelet_name(image)
     with tempfile.TemporaryDirectory(prefix="image-import-") as scratch:
         archive = os.path.join(scratch, "image.tar")
         run([container_tool, "push", image, f"docker-archive:{archive}:{docker_name}"])

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from trainer.options import ENV_PREFIX
+from trainer.settings.options import ENV_PREFIX
 
 from . import settings
 from .settings import ROOT
@@ -299,8 +299,8 @@ def customize(
 def trainer_config(args: Sequence[str], environ: dict[str, str]):
     """The trainer's settings for these arguments and variables, read by the trainer's own parser (flags over
     TRAINER_* over defaults), so a typo fails before anything runs."""
-    from trainer.errors import ConfigError
-    from trainer.flags import parse_config
+    from trainer.__main__ import parse_config
+    from trainer.base.errors import ConfigError
 
     try:
         return parse_config(list(args), environ=environ)

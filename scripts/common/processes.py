@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainer.options import ENV_PREFIX
+from trainer.settings.options import ENV_PREFIX
 
 PR_SET_PDEATHSIG = 1
 

@@ -29,28 +29,35 @@ _SEGMENT = r"(?!\.\.?(/|$))[A-Za-z0-9._-]+"
 _PATH = rf"(/{_SEGMENT})+/?"
 _RELATIVE_PATH = rf"{_SEGMENT}(/{_SEGMENT})*"
 _VERSION = r"v[0-9]+\.[0-9]+\.[0-9]+"
+_CPU = r"[0-9]+(\.[0-9]+)?m?"
 _IMAGE = r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?"
 _CIDR = r"[0-9]+(\.[0-9]+){3}/[0-9]+"
 GENERAL = r"[A-Za-z0-9._,:/=+@*?\[\]-]*"
+_DNS_LABEL_RULE = (_NAME, "lower-case letters, digits and '-' (a DNS label)")
+_DIGITS_RULE = (r"[0-9]+", "digits")
+_PATH_RULE = (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment")
+_IMAGE_REFERENCE_RULE = (_IMAGE, "an image reference: name:tag")
+# Each rule once, with the keys it holds.
 RULES: dict[str, tuple[str, str]] = {
-    "JOB_NAME": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
-    "NAMESPACE": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
-    "CLUSTER_NAME": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
-    "VOLUME_CLAIM": (_NAME, "lower-case letters, digits and '-' (a DNS label)"),
-    "WORKERS": (r"[0-9]+", "digits"),
-    "TFJOB_PORT": (r"[0-9]+", "digits"),
-    "TRAINER_STATUS_PORT": (r"[0-9]+", "digits"),
+    **dict.fromkeys(("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM"), _DNS_LABEL_RULE),
+    **dict.fromkeys(
+        ("WORKERS", "TFJOB_PORT", "TRAINER_STATUS_PORT", "SERVE_PORT", "SERVE_GRPC_PORT", "NODE_API_PORT"),
+        _DIGITS_RULE,
+    ),
+    **dict.fromkeys(
+        ("MOUNT_PATH", "MODEL_ROOT", "TRAINER_DATA_DIR", "NODE_CACHE", "NODE_ROOT", "NODE_RUN", "NODE_CNI_BIN"),
+        _PATH_RULE,
+    ),
+    **dict.fromkeys(("K3S_IMAGE", "TRAINING_OPERATOR_IMAGE"), _IMAGE_REFERENCE_RULE),
+    **dict.fromkeys(("NODE_POD_CIDR", "NODE_SERVICE_CIDR"), (_CIDR, "an IPv4 range such as 10.244.0.0/16")),
     "VOLUME_SIZE": (r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?", "a quantity such as 2Gi"),
-    "MOUNT_PATH": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
-    "MODEL_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
-    "TRAINER_DATA_DIR": (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment"),
     "IMAGE_NAME": (_IMAGE, "an image name: lower-case letters, digits and . _ - /"),
-    "K3S_IMAGE": (_IMAGE, "an image reference: name:tag"),
     "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
+    # The trainer's choices (tests/tools/test_settings.py holds them to its options), or empty: its default.
+    "TRAINER_ON_CORRUPT_RECORD": (r"(fail|skip)?", "fail, skip or empty (the trainer's default)"),
+    "TRAINER_ON_NONFINITE": (r"(stop|skip|ignore)?", "stop, skip, ignore or empty (the trainer's default)"),
     "K3D_GPUS": (r"[A-Za-z0-9,=]*", "letters, digits , and ="),
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
-    "SERVE_PORT": (r"[0-9]+", "digits"),
-    "SERVE_GRPC_PORT": (r"[0-9]+", "digits"),
     "SERVE_MAX_BATCH_SIZE": (r"[0-9]*", "digits, or empty for the server's default (batching off)"),
     "SERVE_BATCH_TIMEOUT_MS": (
         r"([0-9]+(\.[0-9]+)?)?",
@@ -60,16 +67,12 @@ RULES: dict[str, tuple[str, str]] = {
     "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
-    "TRAINING_OPERATOR_IMAGE": (_IMAGE, "an image reference: name:tag"),
     # The pause image's tags carry no v: 3.10.1.
     "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
-    "NODE_CACHE": (_PATH, "an absolute path of letters, digits and . _ - /"),
-    "NODE_ROOT": (_PATH, "an absolute path of letters, digits and . _ - /"),
-    "NODE_RUN": (_PATH, "an absolute path of letters, digits and . _ - /"),
-    "NODE_POD_CIDR": (_CIDR, "an IPv4 range such as 10.244.0.0/16"),
-    "NODE_SERVICE_CIDR": (_CIDR, "an IPv4 range such as 10.96.0.0/16"),
     "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
-    "NODE_API_PORT": (r"[0-9]+", "digits"),
+    **dict.fromkeys(
+        ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST"), (_CPU, "a CPU quantity such as 1, 0.5 or 250m")
+    ),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")
 _COMMIT_RULE = (r"[0-9a-f]{40}", "a full commit SHA (40 hexadecimal digits)")

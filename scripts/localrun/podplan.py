@@ -35,8 +35,8 @@ from scripts.common.manifest import (
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment
 from scripts.common.settings import ROOT
-from trainer.config import Config
 from trainer.distribution.cluster import DEFAULT_PORT
+from trainer.settings.config import Config
 
 from .envvars import EnvResolver, PodMeta, Problems, expand
 from .jobset_rules import JobState, job_backoff_limit

@@ -8,49 +8,14 @@ from their pinned modules. Nothing here is emulated: a refusal is the real admis
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import subprocess
 
 import numpy as np
 import pytest
 
-from scripts.common import settings as project_settings
+from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
 
 pytestmark = pytest.mark.cluster
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SETTINGS = project_settings.load()
-CONTEXT = f"node-{SETTINGS['CLUSTER_NAME']}"
-# A short default job: the synthetic dataset needs no download (no network here), two workers as the card says.
-JOB_ARGS = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 2048 --test-examples 512"]
-
-
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--context", CONTEXT, *args], capture_output=True, text=True, check=check)
-
-
-def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "KUBE_CONTEXT": CONTEXT}
-    result = subprocess.run(
-        ["make", "--no-print-directory", *args],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and result.returncode != 0:
-        pytest.fail(
-            f"make {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        )
-    return result
-
-
-@pytest.fixture(scope="module", autouse=True)
-def node_is_up() -> None:
-    if kubectl("get", "--raw", "/readyz", check=False).returncode != 0:
-        pytest.fail(f"the local node is not up (context {CONTEXT}): run make cluster-up as root first")
 
 
 def test_clients_read_the_pinned_kubernetes_version() -> None:
@@ -74,12 +39,7 @@ def pod_templates(value: object):
 
 
 def create_pod(namespace: str, pod: dict, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", "--context", CONTEXT, "create", "-n", namespace, "-f", "-", *extra],
-        input=json.dumps(pod),
-        capture_output=True,
-        text=True,
-    )
+    return kubectl("create", "-n", namespace, "-f", "-", *extra, check=False, stdin=json.dumps(pod))
 
 
 @pytest.fixture
@@ -129,7 +89,8 @@ def test_the_real_admission_admits_every_overlay_s_pods_and_refuses_one_that_bre
 
 def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_trained_one(tmp_path) -> None:
     make("delete", check=False)
-    submitted = make("submit", "ENGINE=tfjob", "STRATEGY=sync", *JOB_ARGS)
+    clear_model_dir(SETTINGS["JOB_NAME"])
+    submitted = make("submit", "ENGINE=tfjob", "STRATEGY=sync", *SHORT_JOB)
     assert "Succeeded" in submitted.stdout, submitted.stdout[-3000:]
 
     status = make("status", "ENGINE=tfjob", "STRATEGY=sync")
@@ -142,17 +103,7 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
     assert len(pods) == int(SETTINGS["WORKERS"])
     assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
 
-    # make fetch-model's script, into a directory of the test's own (make fetch-model writes ./artifacts).
-    artifacts = tmp_path / "artifacts"
-    fetched = subprocess.run(
-        ["scripts/cluster/fetch-model.sh", str(artifacts)],
-        cwd=ROOT,
-        env={**os.environ, "KUBE_CONTEXT": CONTEXT},
-        capture_output=True,
-        text=True,
-    )
-    assert fetched.returncode == 0, fetched.stderr
-    model_dir = artifacts / "model"
+    model_dir = fetch_model(tmp_path / "artifacts")
     versions = sorted((model_dir / "serving").iterdir())
     assert versions, f"no SavedModel version under {model_dir / 'serving'}"
 

@@ -18,10 +18,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer.__main__ import parse_config
 from trainer.data.datasets import Source
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group
-from trainer.flags import parse_config
 from trainer.optimizer import build_optimizer
 from trainer.step import NonFiniteGuard, train_step
 from trainer.task import task_of

@@ -63,9 +63,10 @@ def image_examples(count: int = EXAMPLES):
     import numpy as np
     import tensorflow as tf
 
-    from trainer.data.datasets import TEST_INDEX_OFFSET, synthetic_example_fn
+    from trainer.data.datasets import TEST_INDEX_OFFSET
+    from trainer.data.synthetic import example_fn
 
-    example = synthetic_example_fn(42)
+    example = example_fn(42)
     return np.stack([example(tf.constant(TEST_INDEX_OFFSET + i))[0].numpy() for i in range(count)])
 
 

@@ -8,9 +8,9 @@ import dataclasses
 
 import numpy as np
 
-from trainer.config import Config
 from trainer.data import datasets
-from trainer.options import option
+from trainer.settings.config import Config
+from trainer.settings.options import option
 
 FEATURES = 8
 

@@ -10,13 +10,13 @@ import resource
 import sys
 import time
 
-from trainer.config import Config
-from trainer.data import datasets, pipeline
+from trainer.data import catalog, pipeline, synthetic
+from trainer.settings.config import Config
 
 
 def main(examples: int, cache: str, batches: int) -> None:
     config = Config(dataset="synthetic", train_examples=examples)
-    shard = datasets.load(config).train.shard(0, 1)
+    shard = catalog.load(config).train.shard(0, 1)
     steps = shard.size // 64
     epochs = -(-batches // steps)  # past the end of a small shard: a cache of it would then be full
     dataset = pipeline.train_batches(
@@ -29,7 +29,7 @@ def main(examples: int, cache: str, batches: int) -> None:
         0,
         steps,
         config.shuffle_buffer,
-        pipeline.cache_kind(cache, shard, datasets.synthetic(config).example_bytes),
+        pipeline.cache_kind(cache, shard, synthetic.source(config).example_bytes),
     )
     started = time.perf_counter()
     iterator = iter(dataset)

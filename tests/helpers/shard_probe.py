@@ -11,17 +11,17 @@ import sys
 
 import tensorflow as tf
 
-from trainer.data import datasets, pipeline
+from trainer.__main__ import parse_config
+from trainer.data import catalog, pipeline
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy
-from trainer.flags import parse_config
 
 
 def main(out_path: str, argv: list[str]) -> None:
     config = parse_config(argv)
     cluster = from_environment()
     strategy = create_strategy(cluster, "auto", startup_timeout=60)
-    source = datasets.load(config)
+    source = catalog.load(config)
     train, test = (
         source.train.shard(cluster.rank, cluster.num_workers),
         source.test.shard(cluster.rank, cluster.num_workers),

@@ -3,7 +3,6 @@ without these tests) still collects every test and trains."""
 
 from __future__ import annotations
 
-import ast
 import pathlib
 import shutil
 import subprocess
@@ -11,22 +10,13 @@ import sys
 
 import pytest
 
+from rooms import imported_modules
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def imports_serving(path: pathlib.Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = (
-            [alias.name for alias in node.names]
-            if isinstance(node, ast.Import)
-            # `from scripts import bench` imports the module scripts.bench too.
-            else [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
-            if isinstance(node, ast.ImportFrom) and not node.level
-            else []
-        )
-        if any(name == "trainer.serving" or name.startswith("trainer.serving.") for name in names):
-            return True
-    return False
+    return any(name == "trainer.serving" or name.startswith("trainer.serving.") for name in imported_modules(path))
 
 
 def test_nothing_outside_the_room_imports_it():

@@ -7,20 +7,12 @@ structure and the chart are what a user reads.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH = ["-m", "scripts.bench.bench"]
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+from bench_runs import PNG_SIGNATURE, TINY, run_bench
+
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
-
-
-def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def test_an_odd_global_batch_is_refused_with_the_fix():
@@ -40,12 +32,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     result = run_bench(
         "--repeats",
         "2",
-        "--steps",
-        "32",
-        "--warmup-steps",
-        "16",
-        "--global-batch-size",
-        "16",
+        *TINY,
         "--workers",
         "2",
         "--no-async",  # tests/tools/test_bench_async.py runs that phase

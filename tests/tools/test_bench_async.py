@@ -7,7 +7,6 @@ speed): the records' shape, the refusal of bad flags, the straggler's signals, a
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,18 +14,11 @@ import time
 
 import pytest
 
+from bench_runs import PNG_SIGNATURE, TINY, run_bench
 from scripts.bench import async_modes, bench
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY_ASYNC = ["--async-train-examples", "512", "--async-epochs", "2", "--async-test-examples", "64"]
 TINY_ASYNC += ["--async-batch", "16"]
-
-
-def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "scripts.bench.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.mark.parametrize(
@@ -126,12 +118,7 @@ def test_a_tiny_bench_with_the_async_phase_writes_its_records_and_chart(tmp_path
     result = run_bench(
         "--repeats",
         "1",
-        "--steps",
-        "32",
-        "--warmup-steps",
-        "16",
-        "--global-batch-size",
-        "16",
+        *TINY,
         *TINY_ASYNC,
         # tests/tools/test_bench_links.py runs that phase and draws its panel; it alone makes network namespaces.
         "--no-links",

@@ -9,6 +9,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -47,14 +48,60 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     return str(bin_dir)
 
 
-def run_script(name: str, path: str) -> subprocess.CompletedProcess:
+def run_script(name: str, path: str, **settings: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / name)],
         capture_output=True,
         text=True,
-        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp")},
+        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **settings},
         timeout=60,
     )
+
+
+NODE_TOOLS = ("go", "containerd", "runc", "ctr", "iptables", "ipset", "conntrack", "openssl", "buildah", "kubectl")
+
+
+def node_settings(tmp_path: pathlib.Path) -> dict[str, str]:
+    """The local node's directories in TMP_PATH, so that no check touches a real node."""
+    return {
+        "NODE_ROOT": str(tmp_path / "root"),
+        "NODE_RUN": str(tmp_path / "run"),
+        "NODE_CNI_BIN": str(tmp_path / "cni"),
+    }
+
+
+def with_real(path: str, *tools: str) -> str:
+    for tool in tools:
+        pathlib.Path(path, tool).symlink_to(shutil.which(tool))
+    return path
+
+
+def test_cluster_up_names_every_missing_tool_at_once_with_where_to_get_it(tmp_path):
+    path = with_real(path_with(tmp_path, {}), "id", "sed")
+    result = run_script("node/up.sh", path, **node_settings(tmp_path))
+    assert result.returncode == 1
+    for tool in (*NODE_TOOLS, "ss"):
+        assert f"error: {tool} is not installed: " in result.stderr, result.stderr
+    assert "https://go.dev/dl/" in result.stderr and "apt-get install iproute2" in result.stderr
+    assert f"error: the CNI plugins are not in {tmp_path / 'cni'}: apt-get install containernetworking-plugins" in (
+        result.stderr
+    )
+    if os.getuid() != 0:
+        assert "run it as root (sudo make cluster-up)" in result.stderr
+
+
+def test_cluster_up_names_a_port_another_process_holds_before_it_starts_anything(tmp_path):
+    path = with_real(path_with(tmp_path, dict.fromkeys(NODE_TOOLS, "exit 0")), "id", "sed", "ss", "head")
+    (tmp_path / "cni").mkdir()
+    (tmp_path / "cni" / "bridge").write_text("#!/bin/sh\n")
+    (tmp_path / "cni" / "bridge").chmod(0o755)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run_script("node/up.sh", path, NODE_API_PORT=str(port), **node_settings(tmp_path))
+    assert result.returncode == 1
+    assert f"error: port {port} is taken by another process (" in result.stderr, result.stderr
+    assert "stop it, or run make cluster-down" in result.stderr
+    assert not (tmp_path / "root").exists() and not (tmp_path / "run").exists(), "nothing started"
 
 
 def test_k3d_up_names_every_missing_tool_with_where_to_get_it(tmp_path):
@@ -383,3 +430,32 @@ def test_make_help_lists_each_target_by_name():
     assert result.returncode == 0, result.stderr
     names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
     assert {"help", "run-local", "test", "submit", "k3d-up"} <= set(names), result.stdout
+
+
+def test_the_local_node_imports_an_image_once_and_labels_it_with_the_local_image_s_id(monkeypatch):
+    from scripts.cluster import steps
+
+    node_images: dict[str, str] = {}  # name -> the id label, as the node's containerd holds them
+    commands: list[list[str]] = []
+
+    def run(command, stdin=None, check=True, quiet=False):
+        commands.append(command)
+        stdout = ""
+        if command[:2] == ["buildah", "inspect"]:
+            stdout = "sha256:1234abcd\n"
+        elif command[-3:-1] == ["images", "ls"] or command[-4:-2] == ["images", "ls"]:
+            wanted = command[-1]
+            stdout = "".join(
+                f"{name}\n" for name, label in node_images.items() if f"=={name}," in wanted and label in wanted
+            )
+        elif "label" in command:
+            name, label = command[-2], command[-1].split("=", 1)[1]
+            node_images[name] = label
+        return subprocess.CompletedProcess(command, 0, stdout=stdout, stderr="")
+
+    monkeypatch.setattr(steps, "run", run)
+    steps.import_image_to_node("trainer:abc", "buildah", "/run/node.sock")
+    imports = [c for c in commands if "import" in c]
+    assert len(imports) == 1 and node_images == {"docker.io/library/trainer:abc": "sha256:1234abcd"}
+    steps.import_image_to_node("trainer:abc", "buildah", "/run/node.sock")
+    assert len([c for c in commands if "import" in c]) == 1, "the same image is not copied twice"

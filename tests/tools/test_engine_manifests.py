@@ -423,3 +423,35 @@ def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(ov
     if kind == "TrainJob":  # the SDK's Labels option carries it into the TrainJob it creates
         _, _, options = engines.sdk_call(job, tfjob_manifest.runtime_of(queued))
         assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_kueue_example_queue_covers_every_resource_the_job_s_pods_request(overlay, tmp_path):
+    # Kueue leaves a workload pending for good when one requested resource is not covered (found on a real Kueue:
+    # "resource ephemeral-storage unavailable in ClusterQueue").
+    _, queued = with_kueue(overlay, tmp_path)
+    (cluster_queue,) = [obj for obj in kueue_objects() if obj["kind"] == "ClusterQueue"]
+    covered = {name for group in cluster_queue["spec"]["resourceGroups"] for name in group["coveredResources"]}
+    kind = engines.engine_kind(queued)
+    job = next(obj for obj in queued if obj["kind"] == kind)
+    # A TrainJob's pods are its runtime's.
+    pods_of = [job, tfjob_manifest.runtime_of(queued)] if kind == "TrainJob" else [job]
+    requested = {
+        name
+        for template in pod_templates_of(pods_of)
+        for container in template["spec"]["containers"]
+        for name in container.get("resources", {}).get("requests", {})
+    }
+    assert requested, "no resource requests found"
+    assert requested <= covered, f"requested but not covered by the example ClusterQueue: {requested - covered}"
+
+
+def pod_templates_of(value):
+    if isinstance(value, dict):
+        if "containers" in value.get("spec", {}) and "metadata" in value:
+            yield value
+        for item in value.values():
+            yield from pod_templates_of(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from pod_templates_of(item)

@@ -27,7 +27,7 @@ from multiworker import tf_config, worker_cluster
 from scripts.common import settings as project_settings
 from scripts.common.processes import signal_group
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ExitCode
+from trainer.base.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load()

@@ -220,6 +220,7 @@ DATA_SETTINGS = (
     "TRAINER_IMAGE_FEATURE",
     "TRAINER_LABEL_FEATURE",
     "TRAINER_DATASET_MODULE",
+    "TRAINER_ON_CORRUPT_RECORD",
 )
 
 
@@ -269,7 +270,7 @@ def test_tensorboard_reads_this_jobs_model_directory_on_the_volume(rendered, tfj
 
 
 def test_run_policy_matches_the_trainer_exit_codes(tfjob):
-    from trainer.errors import ExitCode
+    from trainer.base.errors import ExitCode
 
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["restartPolicy"] == "ExitCode"
@@ -301,7 +302,7 @@ def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
         },
     }
     assert "cpu" in container["resources"]["limits"]
-    from trainer.flags import parse_config
+    from trainer.__main__ import parse_config
 
     assert parse_config([], {"TRAINER_THREADS": "2"}).threads == 2
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from rooms import run_quick_tests
+from rooms import imported_modules, run_quick_tests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room go with it.
@@ -22,6 +22,7 @@ ROOM_TESTS = {
         "tests/tools/test_bench_async.py",
         "tests/tools/test_bench_links.py",
         "tests/serving/test_bench_serving.py",
+        "tests/helpers/bench_runs.py",
     ],
     "cluster": [
         "tests/tools/test_submit.py",
@@ -56,18 +57,7 @@ def copy_without(room: str, target: pathlib.Path) -> pathlib.Path:
 
 def scripts_imports(path: pathlib.Path) -> set[str]:
     """The `scripts.<room>` packages a module imports (absolute imports; relative ones stay in the room)."""
-    rooms = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = (
-            [alias.name for alias in node.names]
-            if isinstance(node, ast.Import)
-            # `from scripts import bench` imports the module scripts.bench too.
-            else [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
-            if isinstance(node, ast.ImportFrom) and not node.level
-            else []
-        )
-        rooms.update(".".join(name.split(".")[:2]) for name in names if name.startswith("scripts."))
-    return rooms
+    return {".".join(name.split(".")[:2]) for name in imported_modules(path) if name.startswith("scripts.")}
 
 
 def test_no_tool_room_imports_another_rooms_internals():

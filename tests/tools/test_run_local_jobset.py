@@ -16,8 +16,8 @@ from scripts.localrun.jobset_rules import JobSetRules, JobState
 from scripts.localrun.operator_rules import Replica
 from scripts.localrun.podplan import Planner
 from scripts.localrun.trainjob import jobset_for
+from trainer.base.errors import ExitCode
 from trainer.distribution.cluster import from_environment
-from trainer.errors import ExitCode
 
 PERMANENT = {
     "action": "FailJob",

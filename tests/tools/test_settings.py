@@ -3,6 +3,7 @@ over every key for make, the Python scripts and the shell scripts, down to what 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -313,6 +314,41 @@ def test_the_scripts_hold_each_key_to_its_own_rule_naming_it(key, value, allowed
 
 def test_every_default_in_the_settings_file_passes_its_rule():
     assert project_settings.problems(project_settings.load_file()) == []
+
+
+def cluster_options() -> dict[str, dataclasses.Field]:
+    """The trainer's options a cluster user sets in settings.env, by name: which data and how it is read (the core
+    data knobs, every option of your TFRecord files, the TFDS data dir), what bad data does, and the status port the
+    Service reaches. The manifests set what else a pod needs (its model dir, its threads); --download is no worker's."""
+    from trainer.data.tfds import TfdsOptions
+    from trainer.data.tfrecord import RecordOptions
+    from trainer.settings.config import Config
+    from trainer.settings.options import option_fields
+
+    fields = {field.name: field for options in (Config, RecordOptions, TfdsOptions) for field in option_fields(options)}
+    chosen = ("dataset", "dataset_module", "data_dir", "on_nonfinite", "status_port")
+    return {name: fields[name] for name in (*chosen, *(field.name for field in option_fields(RecordOptions)))}
+
+
+def test_the_settings_file_lists_the_trainer_options_a_cluster_user_sets_and_no_other():
+    from trainer.settings.options import env_name
+
+    listed = {key for key in SETTINGS if key.startswith("TRAINER_")}
+    meant = {env_name(name) for name in cluster_options()}
+    assert listed == meant, (
+        f"missing from settings.env: {sorted(meant - listed)}; not such an option: {sorted(listed - meant)}"
+    )
+
+
+def test_a_trainer_setting_with_choices_takes_one_of_them_or_empty_for_the_default():
+    from trainer.settings.options import env_name
+
+    for name, field in cluster_options().items():
+        choices = field.metadata["choices"]
+        if choices:
+            pattern, allowed = project_settings.rule_of(env_name(name))
+            assert all(re.fullmatch(pattern, value) for value in (*choices, "")), (name, pattern)
+            assert not re.fullmatch(pattern, "maybe") and all(choice in allowed for choice in choices), (name, allowed)
 
 
 def test_a_make_target_stops_with_exit_2_naming_the_key_before_its_script_runs():

@@ -45,10 +45,6 @@ def tfjob(state: str) -> dict:
     }
 
 
-def running_pod(name: str) -> dict:
-    return {"metadata": {"name": name}, "status": {"phase": "Running"}}
-
-
 def status(code: int, reason: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason}
 
@@ -68,6 +64,7 @@ class FakeAPIServer:
         self.log: list[tuple[str, str]] = []
         self.delete_bodies: list[dict | None] = []
         self.at_create: dict | None = None
+        self.pod_status: dict[str, dict] = {}  # a pod's status other than Running, by name
         self.lock = threading.Lock()
 
     def answer(self, method: str, path: str, body: dict | None) -> tuple[int, object] | str:
@@ -97,10 +94,13 @@ class FakeAPIServer:
                 self.pods = self.services = [f"{NAME}-worker-0"]
                 return 201, body
             if path in (PODS_PATH, SERVICES_PATH):
-                return fake_api_server.list_pods_or_services(self, path, PODS_PATH, running_pod)
+                return fake_api_server.list_pods_or_services(self, path, PODS_PATH, self.pod)
             if path.startswith(PODS_PATH + "/") and path.endswith("/log"):
                 return 200, "2026-01-01T00:00:00Z step 1\n"
             return 404, status(404, "NotFound")
+
+    def pod(self, name: str) -> dict:
+        return {"metadata": {"name": name}, "status": self.pod_status.get(name, {"phase": "Running"})}
 
     def _get_job(self) -> tuple[int, object]:
         if self.job is None:
@@ -273,6 +273,26 @@ def test_following_rides_out_5xx_429_and_dropped_connections_until_the_job_ends(
     assert any("MaxRetryError" in line or "ProtocolError" in line for line in retried)
     assert [line for line in lines if "[chief]" in line] == ["[chief] step 1"]
     assert api.failures == {JOB_PATH: [], PODS_PATH: []}
+
+
+def test_a_pod_that_cannot_be_scheduled_is_named_once_with_the_scheduler_s_reason_and_the_setting_to_lower():
+    api = FakeAPIServer(job={**tfjob("Running"), "status": {"conditions": []}}, runs_for=3)
+    message = "0/1 nodes are available: 1 Insufficient cpu."
+    api.pod_status = {
+        f"{NAME}-worker-1": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+        }
+    }
+    server, clock, lines = serve(api), FakeClock(), []
+    try:
+        assert follower_at(server.server_port, clock, lines).follow(poll_s=5) == "Succeeded"
+    finally:
+        server.shutdown()
+    unschedulable = [line for line in lines if "cannot be scheduled" in line]
+    assert len(unschedulable) == 1, lines
+    assert f"pod {NAME}-worker-1 cannot be scheduled: {message}" in unschedulable[0]
+    assert "WORKER_CPU_REQUEST" in unschedulable[0]
 
 
 def test_an_api_server_gone_for_longer_than_the_budget_ends_following_saying_the_job_may_run_on(cluster, capsys):

@@ -24,8 +24,8 @@ from multiworker import (
     wait_for_step,
 )
 from trainer.artifacts import layout, status
-from trainer.data import datasets
-from trainer.errors import ExitCode
+from trainer.base.errors import ExitCode
+from trainer.data import synthetic
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = [
@@ -34,7 +34,7 @@ RUN = [
 ]
 # The synthetic task's best test accuracy is 0.9 (10% label noise); the sync tests allow 0.02 around it. Async
 # updates computed on stale weights cost a little more on a run this short.
-ACCURACY_FLOOR = datasets.SYNTHETIC_BEST_ACCURACY - 0.03
+ACCURACY_FLOOR = synthetic.BEST_ACCURACY - 0.03
 
 
 def run_async(model_dir, args=RUN, workers=2, ps=1, env=None, timeout=300, evaluator=False):

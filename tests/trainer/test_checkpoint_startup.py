@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import py_checkpoint_reader
 
+from trainer.__main__ import parse_config
 from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
+from trainer.base.errors import ModelDirError
 from trainer.data.datasets import Source, image_spec
-from trainer.errors import ModelDirError
-from trainer.flags import parse_config
 from trainer.optimizer import build_optimizer
 from trainer.task import task_of
 

@@ -8,8 +8,8 @@ import pytest
 from multiworker import run_python
 from scripts.common.tfconfig import operator_address
 from scripts.common.tfconfig import tf_config as operator_tf_config
+from trainer.base.errors import ClusterConfigError
 from trainer.distribution.cluster import SINGLE_PROCESS, parse_tf_config
-from trainer.errors import ClusterConfigError
 
 
 def tf_config(cluster, task_type, index, **extra):

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from trainer.base.errors import ClusterConfigError
 from trainer.distribution.cluster import from_environment, from_jobset, parse_tf_config
-from trainer.errors import ClusterConfigError
 
 
 def pod(replicated_job: str, index: int, tasks: str, job_index: int = 0, **extra: str) -> dict[str, str]:

@@ -7,19 +7,21 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.config import Config
-from trainer.data import datasets
-from trainer.data.datasets import RecordOptions, TfdsOptions
-from trainer.errors import ConfigError
-from trainer.flags import build_parser, parse_config
-from trainer.options import option, option_fields
+from trainer.__main__ import parse_config
+from trainer.base.errors import ConfigError
+from trainer.data import catalog
+from trainer.data.tfds import TfdsOptions
+from trainer.data.tfrecord import RecordOptions
+from trainer.settings.config import Config
+from trainer.settings.flags import build_parser
+from trainer.settings.options import option, option_fields
 from trainer.tasks.image_classification import ImageClassificationOptions
 
 
 def test_help_documents_every_flag_with_its_default_and_variable():
-    groups = [*datasets.option_groups(), ("task image_classification", ImageClassificationOptions)]
+    groups = [*catalog.option_groups(), ("task image_classification", ImageClassificationOptions)]
     text = " ".join(build_parser({}, groups).format_help().split())
-    for options in (Config, ImageClassificationOptions, datasets.RecordOptions, datasets.TfdsOptions):
+    for options in (Config, ImageClassificationOptions, RecordOptions, TfdsOptions):
         for field in option_fields(options):
             flag = "--" + field.name.replace("_", "-")
             assert flag in text, flag
@@ -108,11 +110,20 @@ def test_boolean_flags_from_environment():
         (["--train-examples", "-1"], "--train-examples must be 0"),
         (["--status-port", "70000"], "--status-port must be a TCP port"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
+        # The task's own options, bounded where they are declared.
+        (["--dense-units", "0"], "--dense-units must be at least 1"),
+        (["--conv-dropout", "1"], r"--conv-dropout must be in \[0, 1\), got 1.0"),
+        (["--dense-dropout", "-0.5"], r"--dense-dropout must be in \[0, 1\)"),
     ],
 )
 def test_bad_values_are_refused_with_the_flag_named(argv, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(argv, {})
+
+
+def test_a_bound_holds_a_variable_too():
+    with pytest.raises(ConfigError, match="--steps-per-loop must be at least 1, got 0"):
+        parse_config([], {"TRAINER_STEPS_PER_LOOP": "0"})
 
 
 def test_bad_environment_value_names_the_variable():
@@ -173,7 +184,7 @@ def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_
     assert not hasattr(config, "num_classes") and config.to_dict()["train_files"] == ""
     core = parse_config(["--download"], {}, with_task=False)  # __main__ refuses --download in a group with it
     assert core.group(TfdsOptions).download
-    text = " ".join(build_parser({}, datasets.option_groups()).format_help().split())
+    text = " ".join(build_parser({}, catalog.option_groups()).format_help().split())
     assert "dataset tfrecord (your TFRecord files): --train-files" in text
     assert "TFDS datasets (--dataset <a TFDS name>): --data-dir" in text
 

@@ -15,9 +15,9 @@ import tensorflow as tf
 from multiworker import async_cluster, run_group, start, start_servers, stop_servers, tf_config, wait_all
 from record_files import record_flags, write_records
 from trainer.artifacts import layout
+from trainer.base.errors import ExitCode
 from trainer.data import corrupt_records
 from trainer.data.record_counts import RecordCounts
-from trainer.errors import ExitCode
 
 SHARD = "train-00001-of-00004.tfrecord"  # worker 1's first file when two workers share four
 

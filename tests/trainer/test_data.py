@@ -10,15 +10,16 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
-from trainer.config import Config
+from trainer.base.errors import DataError
 from trainer.data import __main__ as data
-from trainer.data import datasets, pipeline
-from trainer.errors import DataError
+from trainer.data import catalog, datasets, pipeline, synthetic, tfrecord
+from trainer.data.tfds import TfdsOptions
+from trainer.settings.config import Config
 
 
 def config(data_dir="unused", download=False, **overrides):
     values = {"dataset": "synthetic", "seed": 1, **overrides}
-    return Config(**values, groups=(datasets.RecordOptions(), datasets.TfdsOptions(data_dir, download)))
+    return Config(**values, groups=(tfrecord.RecordOptions(), TfdsOptions(data_dir, download)))
 
 
 def as_arrays(dataset):
@@ -32,19 +33,19 @@ def examples(split, size):
 
 
 def test_synthetic_is_deterministic_any_size_and_shaped_like_fashion_mnist():
-    first, again, other = (datasets.synthetic(config(seed=seed, train_examples=256)) for seed in (7, 7, 8))
+    first, again, other = (synthetic.source(config(seed=seed, train_examples=256)) for seed in (7, 7, 8))
     images, labels = examples(first.train, 256)
     assert images.shape == (256, 28, 28, 1) and images.dtype == np.uint8
     assert set(labels) == set(range(10))
     np.testing.assert_array_equal(images, examples(again.train, 256)[0])
     assert not np.array_equal(images, examples(other.train, 256)[0])
     assert (first.element_spec[0].shape, first.num_classes) == ((28, 28, 1), 10)
-    assert datasets.synthetic(config(train_examples=600_000)).train.shard(0, 1).size == 600_000
+    assert synthetic.source(config(train_examples=600_000)).train.shard(0, 1).size == 600_000
 
 
 def test_synthetic_best_accuracy_is_the_documented_one():
     """The image shows its class; the label agrees with it in 90% of examples: no model can beat 0.9."""
-    splits = datasets.synthetic(config(seed=3, train_examples=4000, test_examples=4000))
+    splits = synthetic.source(config(seed=3, train_examples=4000, test_examples=4000))
     train_images, train_labels = examples(splits.train, 4000)
     test_images, test_labels = examples(splits.test, 4000)
     # Class means from the noisy labels still sit on the true patterns: nearest mean recovers the true class.
@@ -53,8 +54,8 @@ def test_synthetic_best_accuracy_is_the_documented_one():
     def nearest_mean(images):
         return ((images.reshape(len(images), 1, -1) - means[None]) ** 2).sum(-1).argmin(1)
 
-    assert abs((nearest_mean(test_images) == test_labels).mean() - datasets.SYNTHETIC_BEST_ACCURACY) < 0.02
-    assert abs((nearest_mean(train_images) == train_labels).mean() - datasets.SYNTHETIC_BEST_ACCURACY) < 0.02
+    assert abs((nearest_mean(test_images) == test_labels).mean() - synthetic.BEST_ACCURACY) < 0.02
+    assert abs((nearest_mean(train_images) == train_labels).mean() - synthetic.BEST_ACCURACY) < 0.02
     assert not (set(map(bytes, test_images[:50])) & set(map(bytes, train_images)))
 
 
@@ -104,7 +105,7 @@ def record_split(tmp_path_factory):
     from trainer.data import records
 
     files = tuple(records.write_split(str(out), "train", 80, 3, seed=1, encoding="raw"))
-    return datasets.RecordFiles(files, (28, 28, 1), label_feature="index")
+    return tfrecord.RecordFiles(files, (28, 28, 1), label_feature="index")
 
 
 def batches(shard, batch=16, epochs=2, start_step=0, seed=2, cache="none", buffer=10):
@@ -142,7 +143,7 @@ def test_resuming_at_any_step_sees_what_an_uninterrupted_run_sees(kind, start_st
 
 
 def read_all(files, shape=(28, 28, 1)):
-    shard = datasets.RecordFiles(tuple(files), shape).shard(0, 1)
+    shard = tfrecord.RecordFiles(tuple(files), shape).shard(0, 1)
     return as_arrays(shard.records(tf.constant(0, tf.int64)).map(shard.decode))
 
 
@@ -194,7 +195,7 @@ def test_auto_cache_keeps_small_file_shards_in_memory_only(record_split):
 )
 def test_any_tfds_image_dataset_loads_by_name_with_shape_and_classes_from_its_builder(tmp_path, name, shape):
     with tfds.testing.mock_data(num_examples=48):
-        source = datasets.load(config(dataset=name, data_dir=str(tmp_path), download=True))
+        source = catalog.load(config(dataset=name, data_dir=str(tmp_path), download=True))
         shard = source.train.shard(1, 2)
         images, labels = as_arrays(shard.records(tf.constant(0, tf.int64)).map(shard.decode))
     assert source.element_spec[0].shape == shape and source.num_classes == 10
@@ -204,7 +205,7 @@ def test_any_tfds_image_dataset_loads_by_name_with_shape_and_classes_from_its_bu
 
 def test_missing_tfds_dataset_says_how_to_prepare_it(tmp_path):
     with pytest.raises(DataError) as error:
-        datasets.load(config(dataset="mnist", data_dir=str(tmp_path)))
+        catalog.load(config(dataset="mnist", data_dir=str(tmp_path)))
     assert "python -m trainer.data --dataset mnist" in str(error.value) and "--download" in str(error.value)
 
 

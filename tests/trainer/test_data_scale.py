@@ -12,7 +12,7 @@ from local_runner import digests, finish, job_model_dir, replica, start_runner
 from multiworker import ROOT, run_group, start, tf_config, trainer_flags, wait_all, wait_for_step, worker_cluster
 from record_files import write_records
 from trainer.artifacts import layout
-from trainer.data import datasets
+from trainer.data import catalog, datasets, tfrecord
 
 TRAIN, TEST = 1024, 300
 RECORD_FLAGS = ["--dataset", "tfrecord", "--image-shape", "28x28x1", "--num-classes", "10", "--seed", "3"]
@@ -209,16 +209,16 @@ def test_an_unknown_dataset_fails_before_the_group_forms(tmp_path):
     ],
 )
 def test_dataset_flags_are_checked_with_the_fix_named(argv, message):
-    from trainer.errors import DataError
-    from trainer.flags import parse_config
+    from trainer.__main__ import parse_config
+    from trainer.base.errors import DataError
 
     with pytest.raises(DataError, match=re.escape(message)):
-        datasets.check_dataset(parse_config(argv))
+        catalog.check_dataset(parse_config(argv))
 
 
 def test_files_that_match_nothing_say_which_flag(tmp_path):
     with pytest.raises(datasets.DataError, match="--train-files .* matches no file"):
-        datasets.glob_files(str(tmp_path / "missing-*"), "--train-files")
+        tfrecord.glob_files(str(tmp_path / "missing-*"), "--train-files")
 
 
 def test_the_data_check_reports_files_and_examples_in_one_line(eight_files):

@@ -5,12 +5,12 @@ import json
 import pytest
 import tensorflow as tf
 
+from trainer.__main__ import parse_config
 from trainer.artifacts.layout import ModelDir
+from trainer.base.errors import DataError
 from trainer.data import records
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
-from trainer.errors import DataError
-from trainer.flags import parse_config
 from trainer.ps import evaluator
 from trainer.task import task_of
 

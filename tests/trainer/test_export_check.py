@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from multiworker import run_group, start, wait_all
 from trainer.artifacts import export_check, layout
-from trainer.errors import ExitCode, ExportCheckError
+from trainer.base.errors import ExitCode, ExportCheckError
 
 TINY = ["--dataset", "synthetic", "--train-examples", "256", "--test-examples", "64", "--epochs", "1",
         "--per-worker-batch-size", "32", "--task-module", "skewed_serving"]  # fmt: skip

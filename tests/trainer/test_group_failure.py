@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from trainer.__main__ import main
 from trainer.artifacts import status
-from trainer.errors import ExitCode
+from trainer.base.errors import ExitCode
 
 # What worker-1 raised in CI when the chief was SIGKILLed and came back before worker-1's next heartbeat.
 CHIEF_RESTARTED = (

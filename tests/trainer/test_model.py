@@ -4,9 +4,9 @@ trains each)."""
 import numpy as np
 import pytest
 
+from trainer.__main__ import parse_config
+from trainer.base.errors import ConfigError, DataError
 from trainer.data.datasets import Source, image_spec
-from trainer.errors import ConfigError, DataError
-from trainer.flags import parse_config
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from multiworker import run_group, start, tf_config, trainer_flags, wait_all, worker_cluster
 from trainer.artifacts import layout
-from trainer.data import datasets
+from trainer.data import synthetic
 
 SMALL_RUN = trainer_flags(dataset="synthetic", epochs=2, train_examples=2048, test_examples=512, seed=7, log_every=16)
 
@@ -76,7 +76,7 @@ def test_only_the_chief_writes_checkpoints_and_tensorboard_logs(two_workers):
 
 def test_saved_model_serves_raw_images_like_the_keras_model(two_workers):
     root, _ = two_workers
-    example = datasets.synthetic_example_fn(7)
+    example = synthetic.example_fn(7)
     images = np.stack([example(tf.constant(i, tf.int64))[0].numpy() for i in range(8)])
     served = tf.saved_model.load(layout.ModelDir(str(root / "model")).latest_saved_model()).signatures["serve"](
         images=tf.constant(images)
@@ -153,7 +153,7 @@ def test_one_process_and_two_workers_reach_the_synthetic_tasks_best_accuracy_and
         ),
         tmp_path / "two",
     )
-    best = datasets.SYNTHETIC_BEST_ACCURACY
+    best = synthetic.BEST_ACCURACY
     assert abs(one - two) <= 0.02 and abs(one - best) <= 0.02 and abs(two - best) <= 0.02, (one, two)
     # Adam divides out any constant gradient scale (2x, the local-instead-of-global batch bug, trains the same:
     # the quick SGD check below catches that one); a scale that sinks the gradients under Adam's epsilon stops
@@ -176,8 +176,8 @@ def sgd_update(strategy, initial, batch, model_name):
     SGD, under strategy, on one global batch that the strategy splits over its replicas."""
     import keras
 
+    from trainer.__main__ import parse_config
     from trainer.data.datasets import Source
-    from trainer.flags import parse_config
     from trainer.step import NonFiniteGuard, train_step
     from trainer.task import task_of
 

@@ -15,8 +15,8 @@ from test_async import run_async
 from multiworker import run_group, trainer_flags
 from trainer.artifacts import layout
 from trainer.artifacts.checkpoint import checkpoint_prefixes
-from trainer.config import Config
-from trainer.errors import Diverged, ExitCode
+from trainer.base.errors import Diverged, ExitCode
+from trainer.settings.config import Config
 from trainer.step import NonFiniteGuard, check_finite
 
 TASK = ["--task-module", "examples.regression", "--task", "regression", "--dataset-module", "poisoned_rows"]

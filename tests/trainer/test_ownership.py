@@ -13,7 +13,7 @@ import time
 import pytest
 
 from trainer.artifacts import layout, ownership
-from trainer.errors import ModelDirError
+from trainer.base.errors import ModelDirError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 JOB = {"JOB_NAME": "mnist-a", "JOB_NAMESPACE": "team", "POD_NAME": "mnist-a-worker-0", "POD_UID": "uid-1"}

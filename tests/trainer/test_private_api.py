@@ -1,4 +1,4 @@
-"""The private TensorFlow and Keras APIs of trainer/private_api.py, each checked for what the trainer relies on. A
+"""The private TensorFlow and Keras APIs of trainer/base/private_api.py, each checked for what the trainer relies on. A
 failure names the version the function was written for and the one installed: the first place to look after an
 upgrade."""
 
@@ -9,13 +9,13 @@ import pytest
 import tensorflow as tf
 
 from replicas import two_replicas
-from trainer import private_api
+from trainer.base import private_api
 
 
 def broken(what: str) -> str:
     written = private_api.WRITTEN_FOR
     return (
-        f"{what}: trainer/private_api.py was written for TensorFlow {written['tensorflow']} and Keras "
+        f"{what}: trainer/base/private_api.py was written for TensorFlow {written['tensorflow']} and Keras "
         f"{written['keras']}; installed are TensorFlow {tf.__version__} and Keras {keras.__version__}"
     )
 

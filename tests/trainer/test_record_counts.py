@@ -12,7 +12,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
-from trainer.data import datasets, record_counts, records
+from trainer.data import datasets, record_counts, records, tfrecord
+from trainer.data.tfds import TfdsSplit
 
 
 def write_elsewhere(directory, sizes):
@@ -52,33 +53,33 @@ def test_files_written_by_the_records_tool_are_never_counted(tmp_path, monkeypat
         raise AssertionError(f"counted the records of {files}")
 
     monkeypatch.setattr(record_counts, "count_records", count)
-    train = datasets.RecordFiles(datasets.glob_files(str(tmp_path / "train-*"), "--train-files"), (28, 28, 1))
+    train = tfrecord.RecordFiles(tfrecord.glob_files(str(tmp_path / "train-*"), "--train-files"), (28, 28, 1))
     assert [train.shard(rank, 2).size for rank in range(2)] == [17 + 16, 17]  # files 0, 2 and file 1
     assert train.shard(1, 4).size == datasets.share(50, 1, 4)  # element sharding: every file's count is known
 
 
 def test_the_trainer_counts_once_and_writes_the_index_for_the_next_start(tmp_path, monkeypatch):
     files = tuple(write_elsewhere(tmp_path, [5, 7, 9]))
-    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 21
+    assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 21
     monkeypatch.setattr(record_counts, "count_records", lambda files: pytest.fail(f"counted {files} again"))
-    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 21
+    assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 21
 
 
 def test_a_glob_of_the_whole_folder_does_not_take_the_index_for_a_data_file(tmp_path):
     write_elsewhere(tmp_path, [2, 3])
-    files = datasets.glob_files(str(tmp_path / "*"), "--train-files")
-    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5  # writes the index beside them
-    assert datasets.glob_files(str(tmp_path / "*"), "--train-files") == files
+    files = tfrecord.glob_files(str(tmp_path / "*"), "--train-files")
+    assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5  # writes the index beside them
+    assert tfrecord.glob_files(str(tmp_path / "*"), "--train-files") == files
 
 
 def test_a_changed_file_is_recounted_with_one_log_line(tmp_path, caplog):
     files = tuple(write_elsewhere(tmp_path, [5, 7]))
-    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 12
+    assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 12
     with tf.io.TFRecordWriter(files[1]) as writer:  # rewritten with other contents: size and mtime change
         for _ in range(11):
             writer.write(b"y" * 10)
     with caplog.at_level(logging.INFO, logger="trainer"):
-        assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 16
+        assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 16
     stale = [record.getMessage() for record in caplog.records if "recount" in record.getMessage()]
     assert len(stale) == 1 and "train-1.tfrecord" in stale[0] and "changed" in stale[0], stale
 
@@ -90,13 +91,13 @@ def test_a_read_only_data_folder_keeps_its_index_in_the_model_dir(tmp_path, monk
     os.chmod(data, 0o555)
     monkeypatch.setattr(os, "access", lambda path, mode: not str(path).startswith(str(data)))  # root ignores modes
     try:
-        split = datasets.RecordFiles(files, (1, 1, 1), counts=record_counts.RecordCounts(str(model_dir)))
+        split = tfrecord.RecordFiles(files, (1, 1, 1), counts=record_counts.RecordCounts(str(model_dir)))
         assert split.shard(0, 1).size == 10
         assert not os.path.exists(data / record_counts.INDEX_NAME)
         assert os.path.exists(model_dir / record_counts.INDEX_NAME)
         monkeypatch.setattr(record_counts, "count_records", lambda files: pytest.fail(f"counted {files} again"))
         assert (
-            datasets.RecordFiles(files, (1, 1, 1), counts=record_counts.RecordCounts(str(model_dir))).shard(0, 1).size
+            tfrecord.RecordFiles(files, (1, 1, 1), counts=record_counts.RecordCounts(str(model_dir))).shard(0, 1).size
             == 10
         )
     finally:
@@ -192,7 +193,7 @@ def test_tfds_split_sizes_come_from_the_builders_metadata(tmp_path, monkeypatch)
     builder = SupervisedDummyMnist(data_dir=str(tmp_path))
     builder.download_and_prepare()
     monkeypatch.setattr(tf.data.Dataset, "reduce", lambda *args, **kwargs: pytest.fail("counted a TFDS split"))
-    split = datasets.TfdsSplit(builder, "train")
+    split = TfdsSplit(builder, "train")
     assert [split.shard(rank, 3).size for rank in range(3)] == [
         builder.info.splits[part].num_examples for part in tfds.even_splits("train", 3)
     ]
@@ -213,6 +214,6 @@ def test_tfds_split_sizes_come_from_the_builders_metadata(tmp_path, monkeypatch)
 def test_an_index_of_the_wrong_shape_counts_as_absent_and_the_files_are_counted_again(tmp_path, index):
     files = tuple(write_elsewhere(tmp_path, [5]))
     (tmp_path / record_counts.INDEX_NAME).write_text(json.dumps(index))
-    assert datasets.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5
+    assert tfrecord.RecordFiles(files, (1, 1, 1)).shard(0, 1).size == 5
     written = json.loads((tmp_path / record_counts.INDEX_NAME).read_text())
     assert written["files"]["train-0.tfrecord"]["records"] == 5  # rewritten in the right shape

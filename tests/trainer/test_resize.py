@@ -13,7 +13,7 @@ from local_runner import job_model_dir, replica, start_runner
 from multiworker import run_group, wait_for_step
 from trainer.artifacts import checkpoint
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ConfigError
+from trainer.base.errors import ConfigError
 
 RECORDED = {"workers": 2, "global_batch_size": 96, "per_worker_batch_size": 48, "steps_per_epoch": 66}
 

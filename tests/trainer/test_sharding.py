@@ -7,7 +7,7 @@ workers) and every cache kind.
 
 import pytest
 
-from trainer.data import datasets, pipeline, records
+from trainer.data import pipeline, records, tfrecord
 
 EXAMPLES, BATCH, EPOCHS, SEED = 75, 4, 2, 5
 
@@ -19,7 +19,7 @@ def splits(tmp_path_factory):
     for files in range(1, 6):
         out = tmp_path_factory.mktemp(f"files{files}")
         paths = records.write_split(str(out), "train", EXAMPLES, files, seed=1, encoding="raw")
-        found[files] = datasets.RecordFiles(tuple(paths), (28, 28, 1), label_feature="index")
+        found[files] = tfrecord.RecordFiles(tuple(paths), (28, 28, 1), label_feature="index")
     return found
 
 

@@ -18,7 +18,7 @@ import pytest
 from multiworker import ROOT, free_ports
 from trainer.artifacts import atomic_file, checkpoint, status
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ModelDirError
+from trainer.base.errors import ModelDirError
 
 
 def strict_json(text):
@@ -137,15 +137,8 @@ def test_a_run_setup_of_the_wrong_shape_is_refused_naming_the_fix(tmp_path, text
 
 
 @pytest.fixture
-def slow_server(tmp_path, monkeypatch):
-    monkeypatch.setattr(status, "IDLE_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(status, "REQUEST_DEADLINE_S", 2.0)
-    monkeypatch.setattr(status, "MAX_CONNECTIONS", 3)
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
-    reporter.update(state="running", global_step=7)
-    reporter.serve("127.0.0.1", free_ports(1)[0])
-    yield reporter
-    reporter.close()
+def slow_server(status_server):
+    return status_server(IDLE_TIMEOUT_S=1.0, REQUEST_DEADLINE_S=2.0, MAX_CONNECTIONS=3)
 
 
 def drip(connections, stop):

@@ -8,7 +8,6 @@ import urllib.request
 
 import pytest
 
-from multiworker import free_ports
 from trainer.artifacts import status
 from trainer.artifacts.layout import ModelDir
 
@@ -42,14 +41,8 @@ def test_a_failed_status_records_its_exit_code(tmp_path):
 
 
 @pytest.fixture
-def server(tmp_path, monkeypatch):
-    monkeypatch.setattr(status, "IDLE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(status, "MAX_CONNECTIONS", 3)
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
-    reporter.update(state="running", global_step=7)
-    reporter.serve("127.0.0.1", free_ports(1)[0])
-    yield reporter
-    reporter.close()
+def server(status_server):
+    return status_server(IDLE_TIMEOUT_S=0.5, MAX_CONNECTIONS=3)
 
 
 def test_the_status_server_closes_an_idle_connection(server):

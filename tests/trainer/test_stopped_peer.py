@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from multiworker import OutputFollower, start, tf_config, trainer_flags, wait_for_step, worker_cluster
+from trainer.base.errors import ExitCode
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.strategy import lost_group_message
-from trainer.errors import ExitCode
 
 # What worker-0 raised here (TF 2.21) when worker-1 was SIGSTOPped mid-step; its first line is "Graph execution error:".
 STOPPED_PEER = """Graph execution error:

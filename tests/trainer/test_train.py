@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 
 from replicas import two_replicas
+from trainer.__main__ import parse_config
 from trainer.artifacts import layout
 from trainer.artifacts.progress import Startup
-from trainer.artifacts.status import StatusReporter
+from trainer.artifacts.report import Reporter
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
-from trainer.flags import parse_config
 from trainer.loop import train_and_evaluate
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS
@@ -38,13 +38,13 @@ TINY = [
 
 def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
-    status = StatusReporter(config.model_dir, enabled=True)
+    reporter = Reporter(config.model_dir, SINGLE_PROCESS.name, is_chief=True)
     try:
         return train_and_evaluate(
-            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), status=status
+            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), reporter
         )
     finally:
-        status.close()
+        reporter.close()
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +79,14 @@ def test_metrics_json_holds_what_the_readme_promises(one_epoch):
     assert metrics["config"]["model"] == "cnn" and metrics["config"]["epochs"] == 1
     assert {"python", "tensorflow", "keras"} <= set(metrics["versions"])
     assert len(metrics["weights_sha256"]) == 64
+
+
+def test_the_status_and_tensorboard_tell_the_same_run_as_metrics_json(one_epoch):
+    model_dir, returned = one_epoch
+    status = json.loads((model_dir / layout.STATUS).read_text())
+    assert status["state"] == "succeeded" and status["global_step"] == status["checkpoint_step"] == returned["steps"]
+    assert status["test_loss"] == returned["test_loss"] and status["test_accuracy"] == returned["test_accuracy"]
+    assert os.listdir(layout.ModelDir(str(model_dir)).logs("test"))
 
 
 def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):

@@ -3,7 +3,7 @@ parameter-server mode and the evaluator) can be deleted with the sync path still
 
 from __future__ import annotations
 
-import ast
+import os
 import pathlib
 import re
 import shutil
@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from multiworker import tf_config
-from rooms import run_quick_tests
+from multiworker import python_prints, tf_config
+from rooms import imported_modules, run_quick_tests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What only makes sense for one problem; the task files (trainer/tasks/) are where such words belong. The datasets
@@ -40,18 +40,6 @@ def test_outside_the_task_files_no_trainer_module_names_a_problem():
     assert not found, "read the task's metric names instead:\n" + "\n".join(found)
 
 
-def imported_modules(path: pathlib.Path) -> set[str]:
-    modules = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            modules.add(node.module or "")
-            # `from trainer import ps` imports the module trainer.ps too.
-            modules.update(f"{node.module}.{alias.name}" for alias in node.names if node.module)
-    return modules
-
-
 def test_only_the_entry_point_imports_the_ps_room_and_only_for_its_roles():
     importers = sorted(
         path.relative_to(ROOT).as_posix()
@@ -61,19 +49,8 @@ def test_only_the_entry_point_imports_the_ps_room_and_only_for_its_roles():
     )
     assert importers == ["trainer/__main__.py"]
     # Importing the entry point, as `python -m trainer` does before it knows the role, loads none of trainer/ps.
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, trainer.__main__; print(sorted(m for m in sys.modules if m.startswith('trainer.ps')))",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert loaded.stdout.strip() == "[]"
+    code = "import sys, trainer.__main__; print(sorted(m for m in sys.modules if m.startswith('trainer.ps')))"
+    assert python_prints(code, dict(os.environ)) == "[]"
 
 
 def copy_without_ps(target: pathlib.Path) -> pathlib.Path:

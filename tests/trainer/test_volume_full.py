@@ -11,7 +11,7 @@ import tensorflow as tf
 from multiworker import start, trainer_flags, wait_all
 from trainer.artifacts.checkpoint import checkpoint_prefixes
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ExitCode
+from trainer.base.errors import ExitCode
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainer import private_api
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ConfigError, ModelDirError, first_line
+from trainer.base import private_api
+from trainer.base.errors import ConfigError, ModelDirError, first_line
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.errors import ExportCheckError
+from trainer.base.errors import ExportCheckError
 from trainer.task import Task
 
 log = logging.getLogger(__name__)

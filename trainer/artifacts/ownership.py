@@ -22,7 +22,7 @@ from typing import Any
 
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ModelDirError
+from trainer.base.errors import ModelDirError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,12 @@
-"""What both training loops (sync and async) report: progress lines, TensorBoard scalars, the live status, and
-metrics.json with the fingerprint of the final weights."""
+"""The one reporter: a run tells it what happened, one call per event, and it fans each event out to the progress
+line, the live status (status.json, HTTP /status, Prometheus: status.py), TensorBoard and metrics.json.
+
+The entry point tells it that the run is starting and, at the end, that it failed; the training loop (in both modes,
+sync and async) that it started, trained to a step, evaluated, checkpointed, was preempted or finished; the
+evaluator task that it evaluated a checkpoint (its TensorBoard stream is logs/eval, its record evaluations.json).
+Only the chief writes status, TensorBoard and metrics.json; every training task prints the final line, so a reader
+can compare the replicas' weights. TensorFlow is imported where it is used: the status says "starting" before it is.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +14,180 @@ import hashlib
 import os
 import platform
 import time
-from typing import Any
-
-import keras
-import numpy as np
-import tensorflow as tf
+from typing import TYPE_CHECKING, Any
 
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
 from trainer.artifacts.progress import Progress, Throughput, figures
 from trainer.artifacts.status import StatusReporter
-from trainer.config import Config
-from trainer.step import Totals, keyed
+from trainer.settings.config import Config
+
+if TYPE_CHECKING:
+    import keras
+
+    from trainer.step import Totals
+
+
+class Reporter:
+    """What one task of the run reports. is_chief: it writes the status, TensorBoard and metrics.json; lines: it
+    prints the progress lines (the chief, or every worker under --verbose-workers); evaluator: the evaluator task,
+    which writes its own TensorBoard stream and evaluations.json and prints a line for each checkpoint."""
+
+    def __init__(self, model_dir: str, name: str, is_chief: bool, lines: bool = False, evaluator: bool = False) -> None:
+        self.layout, self.name, self.is_chief, self.evaluator = ModelDir(model_dir), name, is_chief, evaluator
+        self.lines = is_chief or lines
+        self.status = StatusReporter(model_dir, enabled=is_chief)
+        self.progress = Progress(1, 1, 1, enabled=False)  # the run's shape arrives with started()
+        self.throughput: Throughput | None = None
+        self.writers: dict[str, Any] = {}  # TensorBoard, one writer per stream
+        self.evaluations: list[dict[str, Any]] = []
+
+    def starting(self, workers: int, status_host: str, status_port: int) -> None:
+        """Before the group forms: the status says so, and its server is bound (a taken port fails fast); it
+        answers once the wait is over."""
+        self.status.update(state="starting", workers=workers)
+        self.status.serve(status_host, status_port)
+
+    def started(
+        self,
+        first_line: str,
+        start_step: int,
+        total_steps: int,
+        steps_per_epoch: int,
+        epochs: int,
+        workers: int,
+        metric_names: tuple[str, ...],
+        throughput: Throughput,
+    ) -> None:
+        """The loop starts, from a fresh run or a checkpoint at start_step. A metrics.json left by an earlier run
+        goes: until this run writes its own, none in the model dir may pass for this run's."""
+        self.progress = Progress(total_steps, steps_per_epoch, epochs, enabled=self.lines)
+        self.throughput = throughput
+        self.progress.line(first_line)
+        if start_step >= total_steps:
+            self.progress.line(f"training already reached step {start_step} of {total_steps}; evaluating and saving")
+        for stream in ("train", "test"):
+            self._writer(stream)  # the chief's TensorBoard streams exist from the start
+        if self.is_chief and os.path.exists(self.layout.metrics):
+            os.remove(self.layout.metrics)
+        self.status.update(
+            state="running",
+            workers=workers,
+            global_step=start_step,
+            total_steps=total_steps,
+            epochs=epochs,
+            epoch=self.progress.epoch_of(start_step + 1),
+            metric_names=list(metric_names),
+        )
+
+    def trained(
+        self, step: int, metrics: dict[str, float], skipped_steps: int, optimizer: keras.optimizers.Optimizer
+    ) -> None:
+        """Training reached `step`: the training metrics since the epoch began, and the steps skipped for non-finite
+        values so far (shown where there are any)."""
+        import keras
+
+        assert self.throughput is not None, "started() comes first"
+        speed = self.throughput.end_interval()
+        self.progress.step(step, metrics, speed, skipped_steps)
+        learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        self._scalars("train", step, **metrics, examples_per_second=speed, learning_rate=learning_rate)
+        batch = self.throughput.global_batch_size
+        self.status.update(
+            global_step=step,
+            epoch=self.progress.epoch_of(step),
+            **metrics,
+            examples_per_second=speed,
+            eta_seconds=(self.progress.total_steps - step) * batch / speed if speed else None,
+            skipped_steps=skipped_steps,
+        )
+
+    def evaluated(self, step: int, test: Totals | None, train: dict[str, float] | None = None) -> None:
+        """A test pass of the weights at `step`. From the loop, at an epoch's end, with the epoch's training metrics
+        (test None: the pass is left to the evaluator task, --no-eval-in-loop); from the evaluator, a checkpoint's."""
+        if self.evaluator:
+            assert test is not None
+            means = test.means()
+            self._scalars("eval", step, **means)
+            self.evaluations.append({"global_step": step, **test_record(test)})
+            write_json(self.layout.evaluations, {"evaluations": self.evaluations}, sort_keys=False)
+            print(f"{self.name} evaluated checkpoint at step {step}: test {figures(means)}", flush=True)
+            return
+        epoch, train = self.progress.epoch_of(step), train or {}
+        if test is None:
+            self.progress.line(
+                f"epoch {epoch}/{self.progress.epochs} done: train {figures(train)} (test pass left to the evaluator)"
+            )
+            return
+        self._scalars("test", step, **test.means())
+        self.status.update(**test_record(test))
+        self.progress.epoch_done(epoch, train, test.means())
+
+    def checkpointed(self, step: int) -> None:
+        """A checkpoint holds the weights at `step`: where a restart resumes."""
+        self.status.update(checkpoint_step=step)
+
+    def preempted(self, step: int) -> None:
+        """SIGTERM: the group checkpointed `step` and stops, to resume there after the restart."""
+        self.status.update(state="preempted", global_step=step, checkpoint_step=step)
+
+    def finished(
+        self, config: Config, model: keras.Model, step: int, train: Totals, test: Totals, run: dict[str, Any]
+    ) -> dict[str, Any]:
+        """metrics.json (the chief's), the final status, and the one line every training task prints at the end;
+        returns the record."""
+        from trainer.step import keyed
+
+        assert self.throughput is not None, "started() comes first"
+        trained = keyed("train", train.means()) if train.examples else {}  # none when resumed after the last step
+        results = {**trained, **test_record(test)}
+        record = metrics_record(config, model, self.throughput, results, **run, restarts=self.status.restarts)
+        if self.is_chief:
+            write_json(self.layout.metrics, record)
+        self.status.update(state="succeeded", global_step=step, **test_record(test))
+        print(
+            f"{self.name} finished: test {figures(test.means())}, weights sha256 {record['weights_sha256']}", flush=True
+        )
+        return record
+
+    def failed(self, error: str, exit_code: int, state: str = "failed") -> None:
+        """The run stops with this error and exit code (the status's; the entry point prints the error)."""
+        self.status.failed(error, exit_code, state)
+
+    def close(self) -> None:
+        self.status.close()
+
+    def _writer(self, stream: str) -> Any:
+        """The TensorBoard writer of <model-dir>/logs/<stream>: the chief's train and test, the evaluator's eval;
+        None where this task writes none."""
+        if not (self.is_chief or (self.evaluator and stream == "eval")):
+            return None
+        if stream not in self.writers:
+            import tensorflow as tf
+
+            self.writers[stream] = tf.summary.create_file_writer(self.layout.logs(stream))
+        return self.writers[stream]
+
+    def _scalars(self, stream: str, step: int, **values: float | None) -> None:
+        writer = self._writer(stream)
+        if writer is None:
+            return
+        import tensorflow as tf
+
+        with writer.as_default(step=step):
+            for name, value in values.items():
+                if value is not None:
+                    tf.summary.scalar(name, value)
+        writer.flush()
 
 
 def metrics_record(
     config: Config, model: keras.Model, throughput: Throughput, results: dict[str, float], **run: int | float | str
 ) -> dict[str, Any]:
     """What metrics.json holds: the last epoch's results, throughput, the run's shape, config and versions."""
+    import keras
+    import tensorflow as tf
+
     return {
         **results,
         "examples_per_second": throughput.steady_examples_per_second,
@@ -39,119 +202,19 @@ def metrics_record(
     }
 
 
-class Report:
-    """What the loop reports, by the task's metric names: progress lines, TensorBoard scalars (the chief's, under
-    <model-dir>/logs), the live status, and at the end metrics.json."""
-
-    def __init__(
-        self,
-        model_dir: str,
-        is_chief: bool,
-        status: StatusReporter,
-        progress: Progress,
-        throughput: Throughput,
-        metric_names: tuple[str, ...],
-    ) -> None:
-        self.model_dir, self.is_chief, self.status = model_dir, is_chief, status
-        self.progress, self.throughput, self.metric_names = progress, throughput, metric_names
-        self.train_log, self.test_log = summary_writers(model_dir, is_chief)
-
-    def running(self, workers: int, start_step: int) -> None:
-        """The status as the loop starts, from a fresh run or a checkpoint. A metrics.json left by an earlier run
-        goes: until this run writes its own, none in the model dir may pass for this run's."""
-        if self.is_chief and os.path.exists(ModelDir(self.model_dir).metrics):
-            os.remove(ModelDir(self.model_dir).metrics)
-        self.status.update(
-            state="running",
-            workers=workers,
-            global_step=start_step,
-            total_steps=self.progress.total_steps,
-            epochs=self.progress.epochs,
-            epoch=self.progress.epoch_of(start_step + 1),
-            metric_names=list(self.metric_names),
-        )
-
-    def training(
-        self, optimizer: keras.optimizers.Optimizer, step: int, metrics: dict[str, float], skipped_steps: int = 0
-    ) -> None:
-        """A progress line, TensorBoard scalars and the status, from the training metrics since the epoch began
-        (and the steps skipped for non-finite values so far, where there are any)."""
-        speed = self.throughput.end_interval()
-        self.progress.step(step, metrics, speed, skipped_steps)
-        learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-        write_scalars(self.train_log, step, **metrics, examples_per_second=speed, learning_rate=learning_rate)
-        total_steps, batch = self.progress.total_steps, self.throughput.global_batch_size
-        self.status.update(
-            global_step=step,
-            epoch=self.progress.epoch_of(step),
-            **metrics,
-            examples_per_second=speed,
-            eta_seconds=(total_steps - step) * batch / speed if speed else None,
-            skipped_steps=skipped_steps,
-        )
-
-    def epoch(self, step: int, train: dict[str, float], test: Totals | None) -> None:
-        """The line that closes an epoch, with its test scalars and status; with no test pass (--no-eval-in-loop:
-        an evaluator task follows the checkpoints), the training figures alone."""
-        epoch = self.progress.epoch_of(step)
-        if test is None:
-            self.progress.line(
-                f"epoch {epoch}/{self.progress.epochs} done: train {figures(train)} (test pass left to the evaluator)"
-            )
-            return
-        write_scalars(self.test_log, step, **test.means())
-        self.status.update(**test_record(test))
-        self.progress.epoch_done(epoch, train, test.means())
-
-    def finished(
-        self,
-        task_name: str,
-        config: Config,
-        model: keras.Model,
-        step: int,
-        train: Totals,
-        test: Totals,
-        run: dict[str, Any],
-    ) -> dict[str, Any]:
-        """metrics.json (the chief's), the final status, and the one line every training task prints at the end;
-        returns the record."""
-        trained = keyed("train", train.means()) if train.examples else {}  # none when resumed after the last step
-        record = metrics_record(config, model, self.throughput, {**trained, **test_record(test)}, **run)
-        if self.is_chief:
-            write_json(ModelDir(self.model_dir).metrics, record)
-        self.status.update(state="succeeded", global_step=step, **test_record(test))
-        # Every worker prints this one line, so a reader can compare the replicas' weights.
-        print(
-            f"{task_name} finished: test {figures(test.means())}, weights sha256 {record['weights_sha256']}", flush=True
-        )
-        return record
-
-
 def test_record(test: Totals) -> dict[str, Any]:
-    """test_<name> of every metric and test_examples_evaluated: the status fields and metrics.json keys."""
+    """test_<name> of every metric and test_examples_evaluated: the status fields, metrics.json and evaluations.json
+    keys."""
+    from trainer.step import keyed
+
     return keyed("test", {**test.means(), "examples_evaluated": test.examples})
-
-
-def summary_writers(model_dir: str, is_chief: bool) -> tuple[Any, Any]:
-    """TensorBoard writers under <model-dir>/logs on the chief; None elsewhere (others write nothing)."""
-    if not is_chief:
-        return None, None
-    layout = ModelDir(model_dir)
-    return tf.summary.create_file_writer(layout.logs("train")), tf.summary.create_file_writer(layout.logs("test"))
-
-
-def write_scalars(writer: Any, step: int, **values: float | None) -> None:
-    if writer is None:
-        return
-    with writer.as_default(step=step):
-        for name, value in values.items():
-            if value is not None:
-                tf.summary.scalar(name, value)
-    writer.flush()
 
 
 def weights_digest(model: keras.Model) -> str:
     """A fingerprint of every weight, identical on workers that hold identical weights."""
+    import keras
+    import numpy as np
+
     digest = hashlib.sha256()
     for weight in model.weights:
         digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight.value)).tobytes())

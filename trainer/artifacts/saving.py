@@ -21,7 +21,7 @@ import keras
 from trainer.artifacts import export_check
 from trainer.artifacts.atomic_file import replaced_on_success
 from trainer.artifacts.layout import ModelDir
-from trainer.errors import ModelDirError
+from trainer.base.errors import ModelDirError
 from trainer.task import Task
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import prometheus_client
 
 from trainer.artifacts.atomic_file import json_safe, write_json
 from trainer.artifacts.layout import STATUS, ModelDir
-from trainer.errors import StatusPortError
+from trainer.base.errors import StatusPortError
 
 STATES = ("starting", "running", "preempted", "succeeded", "failed", "diverged")
 
@@ -75,6 +75,7 @@ class StatusReporter:
             "eta_seconds": gauge("eta_seconds", "Estimated seconds until training ends"),
             "workers": gauge("workers", "Workers training together"),
             "restarts": gauge("restarts", "Times the chief started again before the run succeeded"),
+            "checkpoint_step": gauge("checkpoint_step", "Step of the newest checkpoint: where a restart resumes"),
         }
         self._state = prometheus_client.Enum("trainer_state", "Run state", states=list(STATES), registry=self._registry)
         self._server: http.server.ThreadingHTTPServer | None = None

@@ -2,7 +2,8 @@
 data-preparation Job runs it). A TFDS dataset is downloaded and prepared once under --data-dir, so workers
 never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
 beside them, trainer/data/record_counts.py) and reported in one line, so a job never starts on missing data.
-It reads the trainer's flags and TRAINER_* variables.
+It reads the trainer's flags and TRAINER_* variables: the core ones and every dataset kind's; the task's own flags
+are left to `python -m trainer`, which checks them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer.config import Config
-from trainer.data import datasets
-from trainer.errors import UserError, first_line
-from trainer.flags import parse_config
+from trainer.base.errors import UserError, first_line
+from trainer.data import catalog, datasets, tfrecord
+from trainer.data.tfds import TfdsOptions
+from trainer.settings import flags
+from trainer.settings.config import Config
 
 
 def prepare(dataset: str, data_dir: str) -> str:
@@ -33,7 +35,7 @@ def check_files(config: Config) -> str:
     from trainer.data.record_counts import RecordCounts
 
     counts = RecordCounts(config.model_dir)
-    options = config.group(datasets.RecordOptions)
+    options = config.group(tfrecord.RecordOptions)
     # A corrupt file fails the check as it would fail the trainer; under skip it is logged and counted as readable.
     skipped = SkippedRecords() if options.on_corrupt_record == "skip" else None
     parts = []
@@ -41,15 +43,24 @@ def check_files(config: Config) -> str:
         ("train", options.train_files, "--train-files"),
         ("test", options.test_files, "--test-files"),
     ):
-        files = datasets.glob_files(pattern, flag)
+        files = tfrecord.glob_files(pattern, flag)
         parts.append(f"{split} {len(files)} files {sum(counts.counts(files, skipped))} examples")
     return f"dataset tfrecord is ready: {', '.join(parts)}"
 
 
+def read_config(argv: list[str]) -> Config:
+    """The core and dataset settings of the trainer's command line, after importing the modules that may register
+    datasets: --dataset-module, and --task-module, which may register its own."""
+    core = flags.parse(argv, None, catalog.option_groups(), partial=True, add_help=False)
+    catalog.import_dataset_module(core.dataset_module)
+    catalog.import_dataset_module(core.task_module, "--task-module")
+    return flags.parse(argv, None, catalog.option_groups(), partial=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = parse_config(argv)
-        datasets.check_dataset(config)
+        config = read_config(sys.argv[1:] if argv is None else argv)
+        catalog.check_dataset(config)
         if config.dataset == "tfrecord":
             print(check_files(config), flush=True)
             return 0
@@ -62,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 0
-    data_dir = config.group(datasets.TfdsOptions).data_dir
+    data_dir = config.group(TfdsOptions).data_dir
     try:
         path = prepare(config.dataset, data_dir)
     except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)

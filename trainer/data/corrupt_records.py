@@ -23,7 +23,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainer.errors import CorruptRecordError, first_line
+from trainer.base.errors import CorruptRecordError, first_line
 
 log = logging.getLogger(__name__)
 

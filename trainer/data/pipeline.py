@@ -1,6 +1,6 @@
 """Each worker's input pipeline: its own shard, shuffled per epoch, in per-replica batches.
 
-Every worker builds only its shard of the split (trainer/data/datasets.py decides which files or ranges), so
+Every worker builds only its shard of the split (its Split decides which files or ranges), so
 its memory and reading follow the shard, not the dataset. The group agrees on steps per epoch first
 (the smallest shard decides), so every worker runs the same number of steps by construction.
 
@@ -22,8 +22,8 @@ import tempfile
 
 import tensorflow as tf
 
+from trainer.base.errors import DataError
 from trainer.data.datasets import Shard
-from trainer.errors import DataError
 
 # --cache auto keeps a worker's decoded shard in memory below this size: small data stays fast.
 AUTO_CACHE_BYTES = 256 * 1024 * 1024

@@ -2,7 +2,7 @@
 format `--dataset tfrecord` reads (tf.train.Example with `image`: encoded PNG or raw uint8 bytes,
 `label`: int64, and `index`: int64, the example's position in its split, for checks).
 
-The examples are the synthetic task's (trainer/data/datasets.py), so a model trained on the files reaches the
+The examples are the synthetic task's (trainer/data/synthetic.py), so a model trained on the files reaches the
 same documented best accuracy. Used by the tests and the benchmark; also a template for exporting your
 own data:
 
@@ -20,7 +20,7 @@ import sys
 
 import tensorflow as tf
 
-from trainer.data import datasets
+from trainer.data import datasets, synthetic
 from trainer.data.record_counts import RecordCounts
 
 
@@ -35,7 +35,7 @@ def _example(image: bytes, label: int, index: int) -> bytes:
 
 def write_split(out_dir: str, split: str, examples: int, shards: int, seed: int, encoding: str) -> list[str]:
     """Writes examples 0..examples-1 of the split into `shards` files of (nearly) equal size; returns them."""
-    example = datasets.synthetic_example_fn(seed)
+    example = synthetic.example_fn(seed)
     offset = 0 if split == "train" else datasets.TEST_INDEX_OFFSET
     paths, first = [], 0
     for shard in range(shards):
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--out", required=True, help="directory for train-NNNNN-of-NNNNN.tfrecord and test-...")
-    parser.add_argument("--train-examples", type=int, default=datasets.SYNTHETIC_TRAIN_SIZE)
+    parser.add_argument("--train-examples", type=int, default=synthetic.TRAIN_SIZE)
     parser.add_argument("--train-shards", type=int, default=8)
-    parser.add_argument("--test-examples", type=int, default=datasets.SYNTHETIC_TEST_SIZE)
+    parser.add_argument("--test-examples", type=int, default=synthetic.TEST_SIZE)
     parser.add_argument("--test-shards", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42, help="the synthetic task's seed (as the trainer's --seed)")
     parser.add_argument(

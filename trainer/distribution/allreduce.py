@@ -31,8 +31,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainer import private_api
-from trainer.config import COMPRESSIONS
+from trainer.base import private_api
+from trainer.settings.config import COMPRESSIONS
 
 _WIRE_TYPES = {"bf16": tf.bfloat16, "fp16": tf.float16}
 _FP16_MAX = 65504.0

@@ -40,8 +40,8 @@ import json
 import os
 from collections.abc import Mapping
 
-from trainer.config import STRATEGIES
-from trainer.errors import ClusterConfigError
+from trainer.base.errors import ClusterConfigError
+from trainer.settings.config import STRATEGIES
 
 DEFAULT_PORT = 2222  # the Kubeflow TFJob's default port, used by the JobSet source when JOBSET_PORT is unset
 # The replicated job names the JobSet source knows, and their task types: Trainer v2's trainer Job is `node`.

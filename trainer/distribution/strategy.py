@@ -22,9 +22,9 @@ import time
 
 import tensorflow as tf
 
-from trainer import private_api
+from trainer.base import private_api
+from trainer.base.errors import ExitCode, first_line
 from trainer.distribution.cluster import TRAINING_TYPES, Cluster
-from trainer.errors import ExitCode, first_line
 
 log = logging.getLogger(__name__)
 

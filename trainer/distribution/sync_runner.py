@@ -17,10 +17,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
-from trainer.data import datasets, pipeline
+from trainer.base.errors import ModelDirError
+from trainer.data import catalog, datasets, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.errors import ModelDirError
+from trainer.settings.config import Config
 from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_step, train_step
 from trainer.task import Task
 
@@ -140,7 +140,7 @@ class Inputs:
         self.config, self.cluster, self.strategy, self.global_batch_size = config, cluster, strategy, global_batch_size
         workers = cluster.num_workers
         # Each worker opens only its own shard; the group then agrees on the steps per epoch.
-        self.source = datasets.load(config)
+        self.source = catalog.load(config)
         self.train_shard = self.source.train.shard(cluster.rank, workers)
         self.test_shard = self.source.test.shard(cluster.rank, workers)
         self.test_size = _limited(self.test_shard.size, config.test_examples, cluster.rank, workers)

@@ -23,9 +23,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import Config
-from trainer.data import datasets, pipeline
+from trainer.data import catalog, datasets, pipeline
 from trainer.distribution.cluster import Cluster
+from trainer.settings.config import Config
 from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_totals, train_step
 from trainer.task import Task
 
@@ -43,7 +43,7 @@ class AsyncRunner(StepRunner):
         self.config, self.cluster, self.strategy, self.task = config, cluster, strategy, task
         self.coordinator = coordinator
         self.global_batch_size = config.per_worker_batch_size
-        self.source = datasets.load(config)
+        self.source = catalog.load(config)
         # The whole split for every worker: under ParameterServerStrategy the dataset function is traced once for
         # all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own
         # order.

@@ -1,11 +1,12 @@
 """The evaluator task (both strategies): follows the chief's checkpoints and evaluates each on the test split.
 
 It trains nothing and joins no group: it polls <model-dir>/checkpoints (the shared volume), restores each new
-checkpoint into its own copy of the model, evaluates the whole test split, and writes the result to TensorBoard
-(logs/eval) and to evaluations.json. It knows the last checkpoint from the chief's status.json, which names the
-run's total_steps: the chief always saves at the last step, so the checkpoint numbered total_steps is the final
-one, and the evaluator exits 0 after evaluating it. A checkpoint deleted (max_to_keep) before its turn is
-skipped; one that cannot be read yet (still being written) is tried again at the next poll.
+checkpoint into its own copy of the model, evaluates the whole test split, and tells the run's reporter
+(trainer/artifacts/report.py), which writes the result to TensorBoard (logs/eval) and to evaluations.json. It knows
+the last checkpoint from the chief's status.json, which names the run's total_steps: the chief always saves at the
+last step, so the checkpoint numbered total_steps is the final one, and the evaluator exits 0 after evaluating it.
+A checkpoint deleted (max_to_keep) before its turn is skipped; one that cannot be read yet (still being written) is
+tried again at the next poll.
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
-from trainer.artifacts.progress import figures
+from trainer.artifacts.report import Reporter
 from trainer.artifacts.status import read_status
-from trainer.config import Config
-from trainer.data import datasets, pipeline
+from trainer.base.errors import DataError, first_line
+from trainer.data import catalog, pipeline
 from trainer.distribution.cluster import Cluster
-from trainer.errors import DataError, first_line
-from trainer.step import Totals, keyed, metric_names, test_totals
+from trainer.settings.config import Config
+from trainer.step import Totals, metric_names, test_totals
 from trainer.task import Task
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,14 @@ TEST_BATCH_SIZE = 256
 
 
 def follow_checkpoints(
-    config: Config, task: Task, cluster: Cluster, poll_seconds: float = POLL_SECONDS
+    config: Config, task: Task, cluster: Cluster, poll_seconds: float = POLL_SECONDS, reporter: Reporter | None = None
 ) -> list[dict[str, Any]]:
     """Evaluates every checkpoint the chief writes until the final one; returns the evaluations."""
     layout = ModelDir(config.model_dir)
+    reporter = reporter or Reporter(config.model_dir, cluster.name, is_chief=False, evaluator=True)
     keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
-    source = datasets.load(config)
+    source = catalog.load(config)
     test_shard = source.test.shard(0, 1)
     test_size = min(test_shard.size, config.test_examples or test_shard.size)
     if not test_size:
@@ -55,7 +56,6 @@ def follow_checkpoints(
     test_batches = pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size)
     evaluate = tf.function(lambda: test_totals(task, model, test_batches))
     names = metric_names(task)
-    writer = tf.summary.create_file_writer(layout.logs("eval"))
     log.info(
         "%s: evaluator following the checkpoints in %s (written by the chief %s); %d test examples",
         cluster.name,
@@ -64,7 +64,6 @@ def follow_checkpoints(
         test_size,
     )
 
-    evaluations: list[dict[str, Any]] = []
     done: set[int] = set()
     while True:
         final_step = _final_step(layout, config.epochs)
@@ -77,20 +76,11 @@ def follow_checkpoints(
             except (tf.errors.OpError, ValueError) as error:
                 log.info("checkpoint %s is not readable yet (%s); trying again", prefix, first_line(error)[:200])
                 break
-            totals = Totals(names, evaluate().numpy())
-            means = totals.means()
-            result = {"global_step": step, **keyed("test", {**means, "examples_evaluated": totals.examples})}
             done.add(step)
-            evaluations.append(result)
-            with writer.as_default(step=step):
-                for name, value in means.items():
-                    tf.summary.scalar(name, value)
-            writer.flush()
-            write_json(layout.evaluations, {"evaluations": evaluations}, sort_keys=False)
-            print(f"{cluster.name} evaluated checkpoint at step {step}: test {figures(means)}", flush=True)
+            reporter.evaluated(step, Totals(names, evaluate().numpy()))
         if final_step is not None and final_step in done:
             print(f"{cluster.name} evaluated the final checkpoint (step {final_step}); exiting", flush=True)
-            return evaluations
+            return reporter.evaluations
         time.sleep(poll_seconds)
 
 

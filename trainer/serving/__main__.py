@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from trainer.errors import ExitCode, UserError
+from trainer.base.errors import ExitCode, UserError
 
 # TensorFlow Serving's ports: REST 8501, gRPC 8500 (make serve passes SERVE_PORT and SERVE_GRPC_PORT).
 DEFAULT_REST_PORT, DEFAULT_GRPC_PORT = 8501, 8500

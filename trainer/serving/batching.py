@@ -30,7 +30,7 @@ import numpy as np
 from kserve.errors import InvalidInput
 from prometheus_client import Counter, Gauge, Histogram
 
-from trainer.errors import first_line
+from trainer.base.errors import first_line
 from trainer.serving.signature import Signature
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectives a candidate may name)
 from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
-from trainer.errors import ExitCode, SelectionError, UserError
+from trainer.base.errors import ExitCode, SelectionError, UserError
 from trainer.task import Objective, find
 
 SELECTION = "selection.json"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from trainer.artifacts.layout import numbered_versions, version_folders
-from trainer.errors import ServingError, first_line
+from trainer.base.errors import ServingError, first_line
 from trainer.serving.signature import Signature, load_signatures
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.errors import ConfigError, DataError
-from trainer.options import Registry, option
+from trainer.base.errors import ConfigError, DataError
+from trainer.settings.options import Registry, option
 from trainer.task import Objective, Task, register
 
 if TYPE_CHECKING:
@@ -37,9 +37,9 @@ model = MODELS.register
 @dataclasses.dataclass(frozen=True)
 class ImageClassificationOptions:
     model: str = option("cnn", "the model, one of this task's MODELS (cnn, dropout, batch_norm)")
-    dense_units: int = option(64, "units of the dense layer before the classifier")
-    conv_dropout: float = option(0.25, "dropout after each pooling (model dropout)")
-    dense_dropout: float = option(0.5, "dropout before the classifier (model dropout)")
+    dense_units: int = option(64, "units of the dense layer before the classifier", at_least=1)
+    conv_dropout: float = option(0.25, "dropout after each pooling (model dropout)", at_least=0, below=1)
+    dense_dropout: float = option(0.5, "dropout before the classifier (model dropout)", at_least=0, below=1)
 
 
 @register("image_classification")
@@ -57,11 +57,6 @@ class ImageClassification(Task):
                 f"--model: unknown model {options.model!r}; choose one of {', '.join(sorted(MODELS))} "
                 f"or register a new one in trainer/tasks/image_classification.py"
             )
-        if options.dense_units < 1:
-            raise ConfigError(f"--dense-units must be at least 1, got {options.dense_units}")
-        for name in ("conv_dropout", "dense_dropout"):
-            if not 0 <= getattr(options, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(options, name)}")
 
     def __init__(self, options: ImageClassificationOptions) -> None:
         super().__init__(options)

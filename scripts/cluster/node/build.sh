@@ -10,6 +10,8 @@ cd "$(dirname "$0")/../../.."
 source scripts/common/settings.sh
 load_settings k8s/base/settings.env
 check_settings
+# shellcheck source=/dev/null
+source scripts/cluster/node/common.sh
 
 modules=$PWD/scripts/cluster/node/modules
 cache=${NODE_CACHE:-/var/cache/distml-node}
@@ -45,15 +47,16 @@ etcd() {
   mv "$bin/etcd-$NODE_ETCD_VERSION.tmp" "$bin/etcd-$NODE_ETCD_VERSION"
 }
 
-# go_install NAME PACKAGE VERSION: a module with no replace directives builds as itself, with its own go.sum.
-go_install() {
-  local name=$1 pkg=$2 version=$3 tmp
+# module_build NAME MODULE VERSION PACKAGE [LDFLAGS]: builds PACKAGE (./cmd/...) inside the module's own directory in
+# the module cache, against the module's own go.sum, as its Dockerfile does (go install MODULE@VERSION would also
+# read the proxy's version list, which it does not serve for every module).
+module_build() {
+  local name=$1 module=$2 version=$3 package=$4 ldflags=${5:-} dir
   built "$name-$version" && return
-  echo "  building $name $version ($pkg)"
-  tmp=$(mktemp -d)
-  GOBIN=$tmp GOFLAGS="$GOFLAGS -mod=mod" go install -ldflags "-s -w" "$pkg@$version"
-  mv "$tmp/$(basename "$pkg")" "$bin/$name-$version"
-  rm -rf "$tmp"
+  echo "  building $name $version ($module, $package)"
+  dir=$(module_dir "$module" "$version")
+  (cd "$dir" && go build -ldflags "-s -w $ldflags" -o "$bin/$name-$version.tmp" "$package")
+  mv "$bin/$name-$version.tmp" "$bin/$name-$version"
 }
 
 # image NAME USER ENTRYPOINT FILE...: a single-layer image FROM scratch holding the files (SRC:DEST pairs), saved as
@@ -81,9 +84,19 @@ done
 
 kubernetes
 etcd
-go_install coredns github.com/coredns/coredns "$NODE_COREDNS_VERSION"
-go_install local-path-provisioner github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION"
-go_install training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1 "$TRAINING_OPERATOR_VERSION"
+module_build coredns github.com/coredns/coredns "$NODE_COREDNS_VERSION" .
+module_build local-path-provisioner github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION" .
+module_build training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
+  ./cmd/training-operator.v1
+module_build kube-router github.com/cloudnativelabs/kube-router/v2 "$NODE_KUBE_ROUTER_VERSION" ./cmd/kube-router \
+  "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$NODE_KUBE_ROUTER_VERSION"
+# The engines' controllers, with the version ldflags their Makefiles set (the commit is the one the module holds).
+module_build jobset sigs.k8s.io/jobset "$JOBSET_VERSION" . \
+  "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION -X sigs.k8s.io/jobset/pkg/version.GitCommit=$JOBSET_MODULE_COMMIT"
+module_build trainer-controller-manager github.com/kubeflow/trainer/v2 "$KUBEFLOW_TRAINER_VERSION" \
+  ./cmd/trainer-controller-manager
+module_build kueue sigs.k8s.io/kueue "$KUEUE_VERSION" ./cmd/kueue \
+  "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit=$KUEUE_COMMIT"
 
 # The pause binary is C: Kubernetes' own source at the pinned version, static, as build/pause/Makefile builds it.
 pause_src=$(cd "$modules/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
@@ -95,6 +108,17 @@ image "registry.k8s.io/pause:$NODE_PAUSE_VERSION" 65535:65535 /pause "$bin/pause
 image "docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION" 0:0 /usr/bin/local-path-provisioner \
   "$bin/local-path-provisioner-$LOCAL_PATH_PROVISIONER_VERSION:/usr/bin/local-path-provisioner"
 image "$TRAINING_OPERATOR_IMAGE" 65532:65532 /manager "$bin/training-operator-$TRAINING_OPERATOR_VERSION:/manager"
+# Each engine's image under the name its install manifest (k8s/engines, rendered from the pinned module) gives it;
+# distroless/static:nonroot, their upstream base, runs them as 65532 too.
+engines=$(mktemp -d)
+render_engines "$engines/engines"
+image "$(deployment_image "$engines/engines/jobset" jobset-controller-manager)" 65532:65532 /manager \
+  "$bin/jobset-$JOBSET_VERSION:/manager"
+image "$(deployment_image "$engines/engines/trainer" kubeflow-trainer-controller-manager)" 65532:65532 /manager \
+  "$bin/trainer-controller-manager-$KUBEFLOW_TRAINER_VERSION:/manager"
+image "$(deployment_image "$engines/engines/kueue" kueue-controller-manager)" 65532:65532 /manager \
+  "$bin/kueue-$KUEUE_VERSION:/manager"
+rm -rf "$engines"
 # local-path's helper pod runs `sh` with mkdir, chmod and rm as root on the node's directory; Debian's static
 # busybox provides them.
 busybox=$(command -v busybox || true)

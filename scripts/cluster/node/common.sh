@@ -10,13 +10,15 @@ PKI=$NODE_ROOT/pki
 BIN=$NODE_CACHE/bin
 K8S_BIN=$BIN/kubernetes-$NODE_KUBERNETES_VERSION
 # Stopped in this order by cluster-down: the node's users first, the store last.
-NODE_PROCESSES=(coredns proxy kubelet scheduler controller-manager apiserver etcd containerd)
+NODE_PROCESSES=(coredns policy proxy kubelet scheduler controller-manager apiserver etcd containerd)
 
 kube() { kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" "$@"; }
 
 install_hint() {
   case $1 in
     ctr) echo "apt-get install containerd" ;;
+    go) echo "install Go $(sed -n 's/^go //p' scripts/cluster/node/modules/kubernetes/go.mod) or newer: https://go.dev/dl/" ;;
+    ss) echo "apt-get install iproute2" ;;
     kubectl) echo "install kubectl: https://kubernetes.io/docs/tasks/tools/" ;;
     *) echo "apt-get install $1" ;;
   esac
@@ -54,7 +56,11 @@ wait_for() {
   done
 }
 
-port_owner() { ss -Hltnp "sport = :$1" | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -1; }
+port_owner() {
+  local owner
+  owner=$(ss -Hltnp "sport = :$1" | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -1)
+  echo "${owner:-ss -ltnp names it, as root}"
+}
 port_taken() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
 
 # module_dir MODULE VERSION: the module's files in the Go module cache, downloaded and checked against the Go
@@ -116,12 +122,13 @@ make_pki() {
   cert scheduler system:kube-scheduler "" ""
   cert proxy system:kube-proxy "" ""
   cert coredns system:coredns "" ""
+  cert policy system:kube-router "" ""
   cert front-proxy-client front-proxy-client "" "" front-proxy-ca
   [ -f "$PKI/sa.key" ] || {
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   }
-  for component in admin controller-manager scheduler proxy coredns kubelet; do kubeconfig "$component" "$component"; done
+  for component in admin controller-manager scheduler proxy coredns policy kubelet; do kubeconfig "$component" "$component"; done
 }
 
 # add_context: the cluster, user and context node-CLUSTER_NAME in the user's kubeconfig, as k3d adds k3d-NAME;
@@ -145,4 +152,48 @@ render_local_path() {
   sed -e "s|/opt/local-path-provisioner|$NODE_ROOT/storage|" \
     -e 's|^  name: local-path$|  name: local-path\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"|' \
     "$1/deploy/local-path-storage.yaml"
+}
+
+# module_commit MODULE VERSION: the commit the module proxy recorded for the version's tag.
+module_commit() {
+  go mod download -json "$1@$2" | sed -n 's/^\t\t"Hash": "\(.*\)",*$/\1/p'
+}
+
+# render_engines DIR: a copy of k8s/engines in DIR whose GitHub sources are the pinned modules' files in the Go module
+# cache (checked against the checksum database by the go command), each refused unless the proxy's commit for its tag
+# is the one the settings pin. Kueue's controller is the only pod there whose policy forces a pull: the copy pulls it
+# only if it is not present, as the node has no registry.
+render_engines() {
+  local out=$1 repo module version commit dir file
+  cp -R k8s/engines "$out"
+  while read -r repo module version commit; do
+    dir=$(module_dir "$module" "$version")
+    if [ "$(module_commit "$module" "$version")" != "$commit" ]; then
+      echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in k8s/base/settings.env" >&2
+      exit 1
+    fi
+    # kustomize takes no absolute root: each kustomization names the module's directory relative to itself.
+    grep -rl --include=kustomization.yaml "github.com/$repo.git/" "$out" | while read -r file; do
+      sed -i "s|github.com/$repo.git/\(.*\)?ref=[A-Z_]*\$|$(realpath --relative-to "$(dirname "$file")" "$dir")/\1|" "$file"
+    done
+  done <<EOF_MODULES
+kubernetes-sigs/jobset sigs.k8s.io/jobset $JOBSET_VERSION $JOBSET_MODULE_COMMIT
+kubeflow/trainer github.com/kubeflow/trainer/v2 $KUBEFLOW_TRAINER_VERSION $KUBEFLOW_TRAINER_COMMIT
+kubernetes-sigs/kueue sigs.k8s.io/kueue $KUEUE_VERSION $KUEUE_COMMIT
+EOF_MODULES
+  cat >>"$out/kueue/kustomization.yaml" <<'EOF_PATCH'
+
+patches:
+  - target: {kind: Deployment, name: kueue-controller-manager}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/imagePullPolicy, value: IfNotPresent}
+EOF_PATCH
+}
+
+# deployment_image DIR NAME: the image of the first container of the Deployment NAME in the kustomization DIR.
+deployment_image() {
+  kubectl kustomize "$1" 2>/dev/null | awk -v name="$2" 'BEGIN {RS = "\n---\n"}
+    /(^|\n)kind: Deployment\n/ && $0 ~ "\n  name: " name "\n" {
+      match($0, /\n +image: [^\n]+/); image = substr($0, RSTART, RLENGTH); sub(/.*image: /, "", image); print image; exit
+    }'
 }

@@ -58,9 +58,16 @@ if [[ $(ip -o addr show dev lo) == *" $NODE_IP/32 "* ]]; then ip addr del "$NODE
 if [ -x "$K8S_BIN/kube-proxy" ]; then
   "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
+if [ -x "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" ]; then
+  "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" --cleanup-config >/dev/null 2>&1 || true
+fi
 # What kube-proxy's cleanup leaves: the CNI's masquerade chains and the kubelet's own KUBE- chains.
 rules=$(iptables-save)
 if [[ $rules == *CNI-* || $rules == *KUBE-* ]]; then grep -vE -- "CNI-|KUBE-" <<<"$rules" | iptables-restore; fi
+# kube-router's policy sets, once no rule refers to them.
+for set in $(ipset list -n 2>/dev/null); do
+  [[ $set != KUBE-* && $set != kube-router-* ]] || ipset destroy "$set" 2>/dev/null || true
+done
 
 left=$(grep -cE " ($NODE_ROOT|$NODE_RUN)[/ ]" /proc/mounts || true)
 if [ "$left" -ne 0 ]; then

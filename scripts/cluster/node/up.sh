@@ -15,30 +15,37 @@ load_settings k8s/base/settings.env
 check_settings
 # shellcheck source=/dev/null
 source scripts/cluster/node/common.sh
+# shellcheck source=/dev/null
+source scripts/cluster/install-engines.sh
 
+# Every problem at once, each in one line with its fix: not root, a missing tool, a port another process holds.
 preflight() {
-  local problems=0 tool owner_port
+  local problems=0 tool owner port owner_port
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: cluster-up runs containers and sets up networking: run it as root (sudo make cluster-up)" >&2
-    exit 1
+    problems=1
   fi
-  for tool in containerd runc ctr iptables ipset conntrack openssl buildah kubectl; do
+  for tool in go containerd runc ctr iptables ipset conntrack openssl buildah kubectl ss; do
     if ! command -v "$tool" >/dev/null; then
       echo "error: $tool is not installed: $(install_hint "$tool")" >&2
       problems=1
     fi
   done
-  [ -x /usr/lib/cni/bridge ] || { echo "error: the CNI plugins are missing: apt-get install containernetworking-plugins" >&2; problems=1; }
+  if [ ! -x "$NODE_CNI_BIN/bridge" ]; then
+    echo "error: the CNI plugins are not in $NODE_CNI_BIN: apt-get install containernetworking-plugins, or set NODE_CNI_BIN" >&2
+    problems=1
+  fi
+  if command -v ss >/dev/null; then
+    for owner_port in apiserver:"$NODE_API_PORT" etcd:2379 etcd:2380 kubelet:10250 proxy:10256 \
+      controller-manager:10257 scheduler:10259 policy:20244; do
+      owner=${owner_port%%:*} port=${owner_port#*:}
+      if ! running "$owner" && port_taken "$port"; then
+        echo "error: port $port is taken by another process ($(port_owner "$port")): stop it, or run make cluster-down" >&2
+        problems=1
+      fi
+    done
+  fi
   [ "$problems" -eq 0 ] || exit 1
-  local owner port
-  for owner_port in apiserver:"$NODE_API_PORT" etcd:2379 etcd:2380 kubelet:10250 proxy:10256 controller-manager:10257 \
-    scheduler:10259; do
-    owner=${owner_port%%:*} port=${owner_port#*:}
-    if ! running "$owner" && port_taken "$port"; then
-      echo "error: port $port is taken by another process ($(port_owner "$port")): stop it, or run make cluster-down" >&2
-      exit 1
-    fi
-  done
 }
 
 network() {
@@ -120,7 +127,7 @@ state = "$NODE_RUN/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$NODE_CNI_BIN"
     conf_dir = "$NODE_ROOT/cni"
 EOF
   launch containerd containerd --config "$NODE_ROOT/containerd.toml"
@@ -181,6 +188,15 @@ EOF
   launch proxy "$K8S_BIN/kube-proxy" --config "$NODE_ROOT/kube-proxy.yaml"
 }
 
+# NetworkPolicies are enforced by kube-router's firewall alone, in the iptables kube-proxy uses, on the bridge's
+# forwarded traffic (br_netfilter above).
+start_policy() {
+  running policy && return
+  launch policy "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" --kubeconfig "$NODE_ROOT/policy.kubeconfig" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
+    --hostname-override "$NODE_NAME" --service-cluster-ip-range "$NODE_SERVICE_CIDR" --metrics-port 0
+}
+
 start_dns() {
   running coredns && return
   cat >"$NODE_ROOT/Corefile" <<EOF
@@ -208,11 +224,17 @@ install_storage() {
   kube -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s
 }
 
-install_operator() {
-  local operator
+# The engine ENGINE names (and Kueue with KUEUE=1), as k3d-up installs it, from the pinned modules' own manifests;
+# a second cluster-up with another engine adds it.
+install_engines() {
+  local operator trainer
   operator=$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")
-  kube apply --server-side --force-conflicts -k "$operator/manifests/overlays/standalone" >/dev/null
-  kube -n kubeflow rollout status deployment/training-operator --timeout=180s
+  trainer=$(module_dir github.com/kubeflow/trainer/v2 "$KUBEFLOW_TRAINER_VERSION")
+  engines=$(mktemp -d)/engines
+  render_engines "$engines"
+  install_engine "$engine" "$operator/manifests/overlays/standalone" "$trainer/manifests/overlays/runtimes" \
+    "${KUEUE:-}" >/dev/null
+  rm -rf "$(dirname "$engines")"
 }
 
 # After a crash or a reboot (no node process alive, its state left behind), start clean: the old containers, mounts
@@ -226,6 +248,8 @@ recover() {
   fi
 }
 
+engine=${ENGINE:-tfjob}
+check_engine "$engine"
 preflight
 recover
 scripts/cluster/node/build.sh
@@ -240,7 +264,8 @@ import_images
 start_kubelet
 start_proxy
 start_dns
+start_policy
 install_storage
-install_operator
+install_engines
 add_context
 echo "cluster ready: kubectl --context $NODE_CONTEXT; the cluster commands: make submit KUBE_CONTEXT=$NODE_CONTEXT"

@@ -5,9 +5,10 @@ Each field is a command-line flag (`--per-worker-batch-size`) and an environment
 environment, then the default. A field's type is its real annotation: bool, int, float or str; any other type is
 refused when the parser is built, so a list or optional field can never silently arrive as a string.
 
-The core's knobs (trainer/config.py), each dataset kind's and each task's options are such dataclasses; the
-entry point's parser (trainer/flags.py) gathers them. `Registry` is the name -> builder table behind --task,
---dataset and --model. This module imports nothing of the trainer but its errors.
+The core's knobs (config.py), each dataset kind's and each task's options are such dataclasses; the parser
+(flags.py) gathers them. A field may bound its value (`at_least`, `below`) beside its choices. `Registry` is the
+name -> builder table behind --task, --dataset and --model. This module imports nothing of the trainer but its
+errors.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from trainer.errors import ConfigError
+from trainer.base.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
 OPTION_TYPES = (bool, int, float, str)
@@ -37,9 +38,17 @@ class Registry(dict[str, Builder], Generic[Builder]):
         return add
 
 
-def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
-    """A field of an option dataclass: its default, its --help text and, for a str, its choices."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def option(
+    default: Any,
+    help: str,
+    choices: Sequence[str] | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """A field of an option dataclass: its default, its --help text and, for a str, its choices; for a number, the
+    least value it takes and the one it stays below, where it has them (checked with the choices)."""
+    bounds = {"at_least": at_least, "below": below}
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **bounds})
 
 
 def option_fields(options_class: type) -> list[dataclasses.Field]:
@@ -68,15 +77,18 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-def check_choices(options: Any) -> None:
-    """Refuses a value outside its option's choices (a variable's value never went through argparse's check)."""
+def check_values(options: Any) -> None:
+    """Refuses a value outside its option's choices (a variable's value never went through argparse's check) or
+    bounds."""
     for field in option_fields(type(options)):
-        choices = field.metadata["choices"]
-        if choices and getattr(options, field.name) not in choices:
-            raise ConfigError(
-                f"--{flag(field.name)}: unknown value {getattr(options, field.name)!r}; "
-                f"choose one of {', '.join(choices)}"
-            )
+        value, choices = getattr(options, field.name), field.metadata["choices"]
+        at_least, below = field.metadata.get("at_least"), field.metadata.get("below")
+        if choices and value not in choices:
+            raise ConfigError(f"--{flag(field.name)}: unknown value {value!r}; choose one of {', '.join(choices)}")
+        if at_least is not None and below is not None and not at_least <= value < below:
+            raise ConfigError(f"--{flag(field.name)} must be in [{at_least}, {below}), got {value}")
+        if at_least is not None and value < at_least:
+            raise ConfigError(f"--{flag(field.name)} must be at least {at_least}, got {value}")
 
 
 def add_options(

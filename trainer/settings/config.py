@@ -1,7 +1,7 @@
 """Every core knob of the trainer, with its default: the data, the optimisation, the loop, the distribution and the
-artifacts. Each field is a flag and a TRAINER_* variable (trainer/options.py says how). The options of a dataset
-kind or of a task are groups of their own, declared beside the code that reads them and read with
-`config.group(Options)`; the entry point's parser (trainer/flags.py) gathers them beside these.
+artifacts. Each field is a flag and a TRAINER_* variable (options.py says how). The options of a dataset kind or of a
+task are groups of their own, declared beside the code that reads them and read with `config.group(Options)`; the
+parser (flags.py) reads them beside these.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from trainer.errors import ConfigError
-from trainer.options import check_choices, flag, option, option_fields
+from trainer.base.errors import ConfigError
+from trainer.settings.options import check_values, flag, option, option_fields
 
 CACHES = ("auto", "memory", "disk", "none")
 COLLECTIVES = ("auto", "ring", "nccl")
@@ -46,7 +46,7 @@ class Config:
         "synthetic: the test split's size (default 10000); other datasets: evaluate at most N test examples (0 = all)",
     )
     shuffle_buffer: int = option(
-        10_000, "examples each worker holds to shuffle uncached records (memory: this x one encoded record)"
+        10_000, "examples each worker holds to shuffle uncached records (memory: this x one encoded record)", at_least=1
     )
     cache: str = option(
         "auto",
@@ -71,8 +71,8 @@ class Config:
         "and keep float32 weights (mixed_float16 with dynamic loss scaling)",
         PRECISIONS,
     )
-    epochs: int = option(3, "passes over the training data")
-    per_worker_batch_size: int = option(64, "examples per worker per step; global batch = this x workers")
+    epochs: int = option(3, "passes over the training data", at_least=1)
+    per_worker_batch_size: int = option(64, "examples per worker per step; global batch = this x workers", at_least=1)
     learning_rate: float = option(
         1e-3, "the optimizer's (peak) learning rate for one worker; the task picks the optimizer"
     )
@@ -92,10 +92,12 @@ class Config:
         "step), or ignore",
         NONFINITE_ACTIONS,
     )
-    max_skipped_steps: int = option(10, "--on-nonfinite skip: stop as above after this many skipped steps in a row")
+    max_skipped_steps: int = option(
+        10, "--on-nonfinite skip: stop as above after this many skipped steps in a row", at_least=1
+    )
     # Loop
-    steps_per_loop: int = option(16, "training steps per tf.function call (fewer Python round trips)")
-    log_every: int = option(100, "steps between progress lines; rounded up to a multiple of steps-per-loop")
+    steps_per_loop: int = option(16, "training steps per tf.function call (fewer Python round trips)", at_least=1)
+    log_every: int = option(100, "steps between progress lines; rounded up to a multiple of steps-per-loop", at_least=1)
     # Distribution
     strategy: str = option(
         "auto",
@@ -129,7 +131,7 @@ class Config:
         "runs/model", "where the chief writes the model, checkpoints, logs, metrics.json and status.json"
     )
     checkpoint_every: int = option(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
-    keep_checkpoints: int = option(3, "how many recent checkpoints to keep")
+    keep_checkpoints: int = option(3, "how many recent checkpoints to keep", at_least=1)
     eval_in_loop: bool = option(
         True,
         "the chief evaluates the test split at every epoch end; turn it off when an "
@@ -162,10 +164,8 @@ class Config:
         return values
 
     def validate(self) -> Config:
-        positive = ("epochs", "per_worker_batch_size", "steps_per_loop", "log_every", "shuffle_buffer")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{flag(name)} must be at least 1, got {getattr(self, name)}")
+        for options in (self, *self.groups):
+            check_values(options)
         for name in (
             "train_examples",
             "test_examples",
@@ -177,10 +177,6 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{flag(name)} must be 0 (all) or a positive count, got {getattr(self, name)}")
-        if self.max_skipped_steps < 1:
-            raise ConfigError(f"--max-skipped-steps must be at least 1, got {self.max_skipped_steps}")
-        if self.keep_checkpoints < 1:
-            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.status_port > 65535:
             raise ConfigError(f"--status-port must be a TCP port (0-65535), got {self.status_port}")
         if not self.learning_rate > 0:
@@ -189,8 +185,6 @@ class Config:
             raise ConfigError(f"--clip-norm must be 0 (off) or a positive norm, got {self.clip_norm}")
         if not self.startup_timeout > 0:
             raise ConfigError(f"--startup-timeout must be positive seconds, got {self.startup_timeout}")
-        for options in (self, *self.groups):
-            check_choices(options)
         for group in self.groups:
             check = getattr(group, "check", None)  # a group's own rule across its fields, if it has one
             if check is not None:

@@ -1,0 +1,148 @@
+"""What the cluster suite does on the local node (make cluster-up), as a user does it: kubectl on its context, the
+project's make targets with KUBE_CONTEXT set, and the node's containerd for what only the node can do (a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from scripts.common import settings as project_settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SETTINGS = project_settings.load()
+CONTEXT = f"node-{SETTINGS['CLUSTER_NAME']}"
+NAMESPACE = SETTINGS["NAMESPACE"]
+# A short job: the synthetic dataset needs no download (no network here), two workers as the card says.
+SHORT_JOB = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 2048 --test-examples 512"]
+
+
+def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--context", CONTEXT, *args], input=stdin, capture_output=True, text=True, check=check
+    )
+
+
+def make_environment() -> dict[str, str]:
+    return {**os.environ, "KUBE_CONTEXT": CONTEXT}
+
+
+def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=make_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"make {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+def start_make(*args: str, log: pathlib.Path) -> subprocess.Popen[str]:
+    """make in the background, its output in LOG (a pipe nobody reads would stall it)."""
+    output = log.open("w")
+    return subprocess.Popen(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=make_environment(),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 300, poll_s: float = 2) -> Any:
+    """CHECK's first true answer, polled; fails naming WHAT after TIMEOUT_S."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        answer = check()
+        if answer:
+            return answer
+        time.sleep(poll_s)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def pods(selector: str) -> list[dict]:
+    return json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout)["items"]
+
+
+def chief_status(*make_args: str) -> dict | None:
+    """The chief's live /status as `make status` prints it (through the API server's service proxy)."""
+    printed = make("status", *make_args, check=False).stdout
+    for line in printed.splitlines():
+        if line.startswith("chief status: {"):
+            return json.loads(line.removeprefix("chief status: "))
+    return None
+
+
+def trainer_host_pid(pod: dict) -> int:
+    """The host PID of the pod's trainer container, from the node's containerd (the pod's status names the task)."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    tasks = subprocess.run(
+        ["ctr", "--address", f"{SETTINGS['NODE_RUN']}/containerd.sock", "-n", "k8s.io", "tasks", "ls"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for line in tasks.splitlines()[1:]:
+        task, pid, _status = line.split()
+        if task == container_id:
+            return int(pid)
+    pytest.fail(f"no containerd task for {pod['metadata']['name']}'s container {container_id}")
+
+
+def project_image() -> str:
+    """The image `make image` built and `make submit` imported, name:tag, as the Makefile names it."""
+    environment = {key: value for key, value in os.environ.items() if key != "IMAGE"}
+    return subprocess.run(
+        [str(ROOT / "scripts/image/build-image.sh"), "--print-image"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def model_dir_on_node(job_name: str) -> pathlib.Path | None:
+    """JOB_NAME's model directory as the node's disk holds it (local-path keeps the claim there); None before the
+    claim is bound."""
+    claim = kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout
+    volume = json.loads(claim or "{}").get("spec", {}).get("volumeName")
+    if not volume:
+        return None
+    root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
+    return pathlib.Path(root, pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"]), job_name)
+
+
+def clear_model_dir(job_name: str) -> None:
+    """A fresh start for JOB_NAME: a rerun of the suite on the same node would otherwise meet an earlier run's
+    checkpoints, which the trainer refuses."""
+    model_dir = model_dir_on_node(job_name)
+    if model_dir is not None:
+        shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def fetch_model(destination: pathlib.Path, job_name: str | None = None) -> pathlib.Path:
+    """make fetch-model's script, into DESTINATION (make fetch-model writes ./artifacts); the model directory."""
+    environment = {**make_environment(), "IMAGE": project_image()}
+    if job_name:
+        environment["JOB_NAME"] = job_name
+    fetched = subprocess.run(
+        ["scripts/cluster/fetch-model.sh", str(destination)], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    return destination / "model"

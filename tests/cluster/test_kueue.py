@@ -1,0 +1,112 @@
+"""Gang admission on the local node's real Kueue: a JobSet in the LocalQueue waits, suspended and without a pod,
+while another workload holds the quota it needs, and runs to Succeeded once that quota frees.
+The queues are the shipped example's (k8s/examples/kueue-queues.yaml), the JobSet the shipped Kueue example's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.cluster.node import (
+    NAMESPACE,
+    ROOT,
+    SETTINGS,
+    SHORT_JOB,
+    clear_model_dir,
+    kubectl,
+    make,
+    pods,
+    start_make,
+    wait_until,
+)
+
+pytestmark = pytest.mark.cluster
+
+JOB_NAME = "e2e-kueue"
+JOB = ["ENGINE=jobset", "KUSTOMIZATION=k8s/examples/jobset-sync-kueue", f"JOB_NAME={JOB_NAME}"]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
+# The example ClusterQueue's memory quota is 12Gi and the JobSet's two workers request 2Gi each: a workload holding
+# 10Gi leaves it short.
+HOLDER = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "e2e-quota-holder",
+        "namespace": NAMESPACE,
+        "labels": {"kueue.x-k8s.io/queue-name": "training"},
+    },
+    "spec": {
+        "suspend": True,  # Kueue unsuspends what it admits
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65535,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "hold",
+                        "image": f"registry.k8s.io/pause:{SETTINGS['NODE_PAUSE_VERSION']}",
+                        "resources": {"requests": {"cpu": "10m", "memory": "10Gi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    }
+                ],
+            }
+        },
+    },
+}
+
+
+def workload_of_the_jobset() -> dict | None:
+    listed = json.loads(kubectl("get", "workloads.kueue.x-k8s.io", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    owned = [w for w in listed if any(o["name"] == JOB_NAME for o in w["metadata"].get("ownerReferences", []))]
+    return owned[0] if owned else None
+
+
+def condition(obj: dict, kind: str) -> dict:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def holder_admitted() -> bool:
+    holder = json.loads(kubectl("get", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"], "-o", "json").stdout)
+    return holder["spec"].get("suspend") is False
+
+
+@pytest.fixture
+def queues():
+    kubectl("apply", "--server-side", "-f", str(ROOT / "k8s/examples/kueue-queues.yaml"))
+    yield
+    kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(queues, tmp_path) -> None:
+    make("delete", *JOB, check=False)
+    clear_model_dir(JOB_NAME)
+    kubectl("apply", "-f", "-", stdin=json.dumps(HOLDER))
+    wait_until("Kueue to admit the quota holder", holder_admitted, 120)
+
+    log = tmp_path / "submit.log"
+    submitted = start_make("submit", *JOB, *SHORT_JOB, log=log)
+    try:
+        workload = wait_until("the JobSet's Workload", workload_of_the_jobset, 600)
+        time.sleep(10)  # long enough for Kueue to have admitted it, were there quota
+        workload = workload_of_the_jobset()
+        assert condition(workload, "QuotaReserved").get("status") != "True", workload["status"]
+        jobset = json.loads(kubectl("get", "jobsets.jobset.x-k8s.io", "-n", NAMESPACE, JOB_NAME, "-o", "json").stdout)
+        assert jobset["spec"].get("suspend") is True
+        assert pods(f"jobset.sigs.k8s.io/jobset-name={JOB_NAME}") == []
+
+        kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"])
+        assert submitted.wait(timeout=1200) == 0, log.read_text()[-3000:]
+    finally:
+        if submitted.poll() is None:
+            submitted.kill()
+    assert "succeeded; the model is on volume" in log.read_text()
+    assert condition(workload_of_the_jobset(), "Admitted").get("status") == "True"
+    make("delete", *JOB)

@@ -1,0 +1,1 @@
+"""What every room stands on, importing nothing of the trainer: the exit codes and errors, the private TF APIs."""

@@ -1,0 +1,56 @@
+"""Every dataset by its --dataset name: the built-in kinds (synthetic.py, tfrecord.py, any TFDS name: tfds.py) and
+those a --dataset-module registers (datasets.register), each with its options; checked before the group forms, then
+loaded."""
+
+from __future__ import annotations
+
+import importlib
+
+import trainer.data.synthetic  # noqa: F401 (registers --dataset synthetic)
+from trainer.base.errors import DataError
+from trainer.data import tfds, tfrecord
+from trainer.data.datasets import DATASET_OPTIONS, DATASETS, Source
+from trainer.settings.config import Config
+
+
+def option_groups() -> list[tuple[str, type]]:
+    """Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them
+    all): (heading in --help, option group), the built-in kinds' first, then those of --dataset-module."""
+    return [
+        ("dataset tfrecord (your TFRecord files)", tfrecord.RecordOptions),
+        ("TFDS datasets (--dataset <a TFDS name>)", tfds.TfdsOptions),
+        *((f"dataset {name}", options) for name, options in DATASET_OPTIONS.items() if name != "tfrecord"),
+    ]
+
+
+def import_dataset_module(module: str, flag: str = "--dataset-module") -> None:
+    """Imports the module `flag` names, which registers its datasets (and their option groups)."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise DataError(
+            f"{flag} {module}: cannot import it ({error}); put its directory on PYTHONPATH or install "
+            f"it in the trainer's environment"
+        ) from None
+
+
+def check_dataset(config: Config) -> None:
+    """Validates --dataset (and the flags it needs) without touching data or TensorFlow's runtime: call it
+    before the group forms, so a typo never costs a start-up. Raises DataError."""
+    import_dataset_module(config.dataset_module)
+    if config.dataset == "tfrecord":
+        tfrecord.check_flags(config)
+    elif config.dataset not in DATASETS and not tfds.knows(config.dataset):
+        raise DataError(
+            f"--dataset: unknown dataset {config.dataset!r}; choose one of {', '.join(sorted(DATASETS))}, "
+            f"any TFDS image-classification dataset name, or register your own with "
+            f"@trainer.data.datasets.register in a module given as --dataset-module"
+        )
+
+
+def load(config: Config) -> Source:
+    """The Source of --dataset; for TFDS names, the prepared builder under --data-dir."""
+    check_dataset(config)
+    return DATASETS.get(config.dataset, tfds.source)(config)

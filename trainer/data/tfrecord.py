@@ -1,0 +1,225 @@
+"""Your own files (--dataset tfrecord): TFRecord files of tf.train.Example, with their options (`RecordOptions`), each
+worker reading its own files; the record index (record_counts.py) holds their counts, and corrupt_records.py names
+a corrupt one or skips it."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import TYPE_CHECKING
+
+from trainer.base.errors import ConfigError, DataError
+from trainer.data.datasets import Shard, Source, image_spec, register, share
+from trainer.settings.config import Config
+from trainer.settings.options import option
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from trainer.data.corrupt_records import SkippedRecords
+    from trainer.data.datasets import Example
+    from trainer.data.record_counts import RecordCounts
+
+
+ON_CORRUPT_RECORD = ("fail", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordOptions:
+    """The options of --dataset tfrecord."""
+
+    train_files: str = option("", "glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
+    test_files: str = option("", "glob(s) of test TFRecord files, comma-separated")
+    image_shape: str = option("", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
+    num_classes: int = option(0, "number of classes (0..N-1)")
+    image_feature: str = option("image", "tf.train.Example feature with the PNG/JPEG or raw uint8 image")
+    label_feature: str = option("label", "tf.train.Example int64 feature with the class")
+    on_corrupt_record: str = option(
+        "fail",
+        "a truncated file, a checksum mismatch or a record that is not the expected tf.train.Example: fail "
+        "(exit 2, naming the file) or skip it (logged once per file, counted in metrics.json; see docs/data.md)",
+        ON_CORRUPT_RECORD,
+    )
+
+    def check(self) -> None:
+        if self.num_classes < 0:
+            raise ConfigError(f"--num-classes must be 0 (unset) or a positive count, got {self.num_classes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFiles:
+    """TFRecord files of tf.train.Example: `image_feature` holds an encoded PNG/JPEG/GIF/BMP or raw uint8
+    bytes (HxWxC, recognised by their length), `label_feature` an int64. Images are resized to image_shape.
+
+    With at least as many files as workers, worker k reads only files k, k+n, k+2n, ... (its own), in a
+    seeded order per epoch, interleaved. With fewer files, every worker reads every file in the same order
+    and keeps every n-th record (element sharding): correct, but each reads the whole split.
+    """
+
+    files: tuple[str, ...]
+    image_shape: tuple[int, int, int]
+    image_feature: str = "image"
+    label_feature: str = "label"
+    counts: RecordCounts = dataclasses.field(default_factory=lambda: _record_counts(None), compare=False)
+    # --on-corrupt-record skip: this tally drops and counts what cannot be read or parsed; None fails on it
+    skipped: SkippedRecords | None = dataclasses.field(default=None, compare=False)
+
+    def fingerprint(self) -> str:
+        names = hashlib.sha256("\n".join(os.path.basename(path) for path in self.files).encode()).hexdigest()
+        return f"{len(self.files)} TFRecord files, names sha256 {names[:16]}"
+
+    def shard(self, index: int, count: int) -> Shard:
+        by_file = len(self.files) >= count
+        own = self.files[index::count] if by_file else self.files
+        import tensorflow as tf
+
+        counts = self.counts.counts(own, self.skipped)  # from the record index: no counting pass once it is written
+        files = tuple(zip(own, counts, strict=True))
+        read = tf.data.TFRecordDataset if self.skipped is None else self.skipped.reader(files, self._parse)
+
+        def records(seed: tf.Tensor) -> tf.data.Dataset:
+            order = tf.data.Dataset.from_tensor_slices(list(own)).shuffle(len(own), seed=seed)
+            interleaved = order.interleave(
+                read,
+                cycle_length=min(len(own), 8),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
+            return interleaved if by_file else interleaved.shard(count, index)
+
+        size = sum(counts)
+        if not by_file:
+            size = share(size, index, count)
+            reads = (
+                f"all {len(own)} file(s), keeping one record in {count} (element sharding): fewer files than "
+                f"workers, so no worker can read only its own files (write at least {count} files to shard "
+                f"by file)"
+            )
+        else:
+            reads = f"its own {len(own)} of {len(self.files)} files"
+        skipped = self.skipped
+        # Under element sharding every worker drops the same records: the first one counts them.
+        tallied = None if skipped is None else (lambda: skipped.total(own) if by_file or index == 0 else 0)
+        return Shard(
+            records,
+            self._decode,
+            size,
+            shuffled=False,
+            reads=reads,
+            every_worker_reads_all=not by_file,
+            files=files,
+            skipped=tallied,
+        )
+
+    def _parse(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        import tensorflow as tf
+
+        return tf.io.parse_single_example(
+            serialized,
+            {
+                self.image_feature: tf.io.FixedLenFeature([], tf.string),
+                self.label_feature: tf.io.FixedLenFeature([], tf.int64),
+            },
+        )
+
+    def _decode(self, serialized: tf.Tensor) -> Example:
+        import tensorflow as tf
+
+        parsed = self._parse(serialized)
+        height, width, channels = self.image_shape
+        encoded = parsed[self.image_feature]
+        image = tf.cond(
+            tf.strings.length(encoded) == height * width * channels,
+            lambda: tf.reshape(tf.io.decode_raw(encoded, tf.uint8), self.image_shape),
+            lambda: tf.io.decode_image(encoded, channels=channels, expand_animations=False, dtype=tf.uint8),
+        )
+        image = tf.cond(
+            tf.reduce_all(tf.shape(image)[:2] == [height, width]),
+            lambda: image,
+            lambda: tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, (height, width))), 0, 255), tf.uint8),
+        )
+        return tf.ensure_shape(image, self.image_shape), parsed[self.label_feature]
+
+
+def _record_counts(model_dir: str | None) -> RecordCounts:
+    from trainer.data.record_counts import RecordCounts
+
+    return RecordCounts(model_dir)
+
+
+def _skipped_records() -> SkippedRecords:
+    from trainer.data.corrupt_records import SkippedRecords
+
+    return SkippedRecords()
+
+
+def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
+    """Every file matching the comma-separated globs, sorted (the same list on every worker); the record index
+    beside the files (and its lock) is no data file, whatever the glob (`data/*` matches them too)."""
+    import tensorflow as tf
+
+    from trainer.data.record_counts import INDEX_NAME
+
+    matched = {path for part in pattern.split(",") if part.strip() for path in tf.io.gfile.glob(part.strip())}
+    files = sorted(path for path in matched if not os.path.basename(path).lstrip(".").startswith(INDEX_NAME))
+    if not files:
+        raise DataError(
+            f"{flag} {pattern!r} matches no file; give a glob of TFRecord files (local path or any "
+            f"URL tf.io.gfile opens), e.g. {flag} 'data/train-*.tfrecord'"
+        )
+    return tuple(files)
+
+
+def parse_image_shape(text: str) -> tuple[int, int, int]:
+    try:
+        shape = tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise DataError(f"--image-shape {text!r}: give HEIGHTxWIDTHxCHANNELS, e.g. 28x28x1 or 224x224x3")
+    return shape[0], shape[1], shape[2]
+
+
+def check_flags(config: Config) -> None:
+    """The flags --dataset tfrecord cannot do without, checked before the group forms (DataError)."""
+    options = config.group(RecordOptions)
+    missing = [
+        flag
+        for flag, value in (
+            ("--train-files", options.train_files),
+            ("--test-files", options.test_files),
+            ("--image-shape", options.image_shape),
+        )
+        if not value
+    ]
+    if missing or options.num_classes < 2:
+        raise DataError(
+            f"--dataset tfrecord needs {', '.join(missing + ['--num-classes (2 or more)'])}: e.g. "
+            f"--train-files 'data/train-*' --test-files 'data/test-*' --image-shape 28x28x1 "
+            f"--num-classes 10"
+        )
+    parse_image_shape(options.image_shape)
+
+
+@register("tfrecord", options=RecordOptions)
+def source(config: Config) -> Source:
+    """Your own TFRecord files: --train-files/--test-files globs, --image-shape, --num-classes, and the
+    feature names --image-feature (default image) and --label-feature (default label)."""
+    options = config.group(RecordOptions)
+    shape = parse_image_shape(options.image_shape)
+    # The record index goes beside the files, or into the model dir where their folder is read-only.
+    counts = _record_counts(config.model_dir)
+    skipped = _skipped_records() if options.on_corrupt_record == "skip" else None
+
+    def split(pattern: str, flag: str) -> RecordFiles:
+        files = glob_files(pattern, flag)
+        return RecordFiles(files, shape, options.image_feature, options.label_feature, counts, skipped)
+
+    return Source(
+        train=split(options.train_files, "--train-files"),
+        test=split(options.test_files, "--test-files"),
+        element_spec=image_spec(shape),
+        num_classes=options.num_classes,
+    )
