@@ -125,7 +125,8 @@ def model_dir_on_node(job_name: str) -> pathlib.Path | None:
     if not volume:
         return None
     root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
-    return pathlib.Path(root, pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"]), job_name)
+    model_root = pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"])
+    return pathlib.Path(root, model_root, job_name)
 
 
 def clear_model_dir(job_name: str) -> None:

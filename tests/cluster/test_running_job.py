@@ -13,6 +13,7 @@ import os
 import signal
 
 import pytest
+
 from tests.cluster.node import (
     NAMESPACE,
     clear_model_dir,
@@ -25,7 +26,6 @@ from tests.cluster.node import (
     trainer_host_pid,
     wait_until,
 )
-
 from trainer.artifacts.layout import STATUS
 
 pytestmark = pytest.mark.cluster
