@@ -13,6 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from pod_security import pod_templates
 from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
 
 pytestmark = pytest.mark.cluster
@@ -23,19 +24,6 @@ def test_clients_read_the_pinned_kubernetes_version() -> None:
     assert version["gitVersion"] == SETTINGS["NODE_KUBERNETES_VERSION"]
     node = json.loads(kubectl("get", "node", SETTINGS["CLUSTER_NAME"], "-o", "json").stdout)
     assert node["status"]["nodeInfo"]["kubeletVersion"] == SETTINGS["NODE_KUBERNETES_VERSION"]
-
-
-def pod_templates(value: object):
-    """Every pod template in a rendered object: a Deployment's, a Job's, each replica's of a TFJob or JobSet."""
-    if isinstance(value, dict):
-        template = value.get("template")
-        if isinstance(template, dict) and "containers" in template.get("spec", {}):
-            yield template
-        for item in value.values():
-            yield from pod_templates(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from pod_templates(item)
 
 
 def create_pod(namespace: str, pod: dict, *extra: str) -> subprocess.CompletedProcess[str]:

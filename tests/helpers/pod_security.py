@@ -151,3 +151,17 @@ def project_problems(pod: Mapping[str, Any]) -> list[str]:
 
 def all_problems(pod: Mapping[str, Any]) -> list[str]:
     return restricted_problems(pod) + project_problems(pod)
+
+
+def pod_templates(value: Any) -> Iterator[Mapping[str, Any]]:
+    """Every pod template in a rendered object, at any depth: a Deployment's or a Job's, each replica's of a TFJob
+    or JobSet, a TrainingRuntime's."""
+    if isinstance(value, Mapping):
+        template = value.get("template")
+        if isinstance(template, Mapping) and "containers" in template.get("spec", {}):
+            yield template
+        for item in value.values():
+            yield from pod_templates(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from pod_templates(item)

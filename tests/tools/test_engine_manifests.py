@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 import crd_schemas
+from pod_security import pod_templates
 from scripts.cluster import admission, engines
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
@@ -438,20 +439,9 @@ def test_the_kueue_example_queue_covers_every_resource_the_job_s_pods_request(ov
     pods_of = [job, tfjob_manifest.runtime_of(queued)] if kind == "TrainJob" else [job]
     requested = {
         name
-        for template in pod_templates_of(pods_of)
+        for template in pod_templates(pods_of)
         for container in template["spec"]["containers"]
         for name in container.get("resources", {}).get("requests", {})
     }
     assert requested, "no resource requests found"
     assert requested <= covered, f"requested but not covered by the example ClusterQueue: {requested - covered}"
-
-
-def pod_templates_of(value):
-    if isinstance(value, dict):
-        if "containers" in value.get("spec", {}) and "metadata" in value:
-            yield value
-        for item in value.values():
-            yield from pod_templates_of(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from pod_templates_of(item)

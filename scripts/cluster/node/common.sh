@@ -1,7 +1,12 @@
 # shellcheck shell=bash
-# Sourced by the local node's scripts (up.sh, down.sh) after load_settings: its names, its processes, its
-# certificates and kubeconfigs. One place for what each process is called and where its files lie.
 # shellcheck disable=SC2034  # the names below are the sourcing scripts'
+# Sourced by the local node's scripts (build.sh, up.sh, down.sh) from the repository's root: the settings (the
+# environment wins over the file), checked, then the node's names, its processes, its certificates and
+# kubeconfigs. One place for what each process is called and where its files lie.
+# shellcheck source=/dev/null
+source scripts/common/settings.sh
+load_settings k8s/base/settings.env
+check_settings
 NODE_NAME=$CLUSTER_NAME
 # scripts/cluster/submit.py knows the local node by this context name, and imports the image into its containerd.
 NODE_CONTEXT=node-$CLUSTER_NAME

@@ -6,11 +6,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../../.."
 # shellcheck source=/dev/null
-source scripts/common/settings.sh
-load_settings k8s/base/settings.env
-check_settings
-# shellcheck source=/dev/null
-source scripts/cluster/node/common.sh
+source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "error: cluster-down stops root's containers and mounts: run it as root (sudo make cluster-down)" >&2

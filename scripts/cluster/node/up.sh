@@ -10,11 +10,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../../.."
 # shellcheck source=/dev/null
-source scripts/common/settings.sh
-load_settings k8s/base/settings.env
-check_settings
-# shellcheck source=/dev/null
-source scripts/cluster/node/common.sh
+source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
 source scripts/cluster/install-engines.sh
 
