@@ -20,7 +20,9 @@ from tests.cluster.node import NAMESPACE, ROOT, SETTINGS, kubectl, project_image
 pytestmark = pytest.mark.cluster
 
 JOB = "netcheck"
-OTHER_NAMESPACE = "netcheck-other"
+# A name of this run's own: with Kueue installed, a deleted namespace stays Terminating on the local node (its
+# visibility API's discovery goes stale), and the next run must not meet it.
+OTHER_NAMESPACE = f"netcheck-other-{os.getpid()}"
 TF_PORT, STATUS_PORT = int(SETTINGS["TFJOB_PORT"]), int(SETTINGS["TRAINER_STATUS_PORT"])
 LISTENER = f"""
 import socket, threading
@@ -71,7 +73,7 @@ def listener_and_probes():
     template = objects[[o["kind"] for o in objects].index("TFJob")]["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     job_labels = policy["spec"]["podSelector"]["matchLabels"]
     idle = "import time; time.sleep(3600)"
-    kubectl("create", "namespace", OTHER_NAMESPACE, check=False)
+    kubectl("create", "namespace", OTHER_NAMESPACE)
     kubectl("wait", "-n", OTHER_NAMESPACE, "--for=create", "serviceaccount/default", "--timeout=60s")
     created = [
         {**policy, "metadata": {**policy["metadata"], "namespace": NAMESPACE}},

@@ -8,6 +8,7 @@ from their pinned modules. Nothing here is emulated: a refusal is the real admis
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -32,8 +33,8 @@ def create_pod(namespace: str, pod: dict, *extra: str) -> subprocess.CompletedPr
 
 @pytest.fixture
 def restricted_namespace():
-    namespace = "restricted-check"
-    kubectl("create", "namespace", namespace, check=False)
+    namespace = f"restricted-check-{os.getpid()}"  # this run's own, as in test_network_policy.py
+    kubectl("create", "namespace", namespace)
     kubectl("label", "--overwrite", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     # The service-account controller makes the namespace's default account a moment after the namespace.
     kubectl("wait", "-n", namespace, "--for=create", "serviceaccount/default", "--timeout=60s")
