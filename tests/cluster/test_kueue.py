@@ -27,8 +27,6 @@ pytestmark = pytest.mark.cluster
 
 JOB_NAME = "e2e-kueue"
 JOB = ["ENGINE=jobset", "KUSTOMIZATION=k8s/examples/jobset-sync-kueue", f"JOB_NAME={JOB_NAME}"]
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
 # The example ClusterQueue's memory quota is 12Gi and the JobSet's two workers request 2Gi each: a workload holding
 # 10Gi leaves it short.
 HOLDER = {

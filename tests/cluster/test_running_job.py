@@ -19,6 +19,7 @@ import signal
 import pytest
 
 from tests.cluster.node import (
+    chief_status,
     clear_model_dir,
     fetch_model,
     make,
@@ -45,7 +46,7 @@ TOTAL_STEPS = 3 * 1024
 WORKER_1 = f"training.kubeflow.org/job-name={JOB_NAME},training.kubeflow.org/replica-index=1"
 
 
-def chief_status() -> dict | None:
+def status_on_disk() -> dict | None:
     """The chief's status.json, as it writes it on the volume."""
     model_dir = model_dir_on_node(JOB_NAME)
     try:
@@ -58,7 +59,7 @@ def running_past(restarts: int, step: int) -> dict:
     """The chief's status once it trains after RESTARTS restarts and has checkpointed beyond STEP."""
 
     def check() -> dict | None:
-        status = chief_status()
+        status = status_on_disk()
         if not status or status.get("state") != "running" or status["restarts"] < restarts:
             return None
         return status if status.get("checkpoint_step", 0) > step else None
@@ -87,8 +88,8 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
     try:
         first = running_past(restarts=0, step=0)
         # make status: the chief's live status, through the API server's service proxy.
-        shown = make("status", *JOB).stdout
-        live = json.loads(next(line for line in shown.splitlines() if line.startswith("chief status: {"))[14:])
+        live = chief_status(*JOB)
+        assert live is not None, "make status shows no chief status"
         assert live["state"] == "running" and live["total_steps"] == TOTAL_STEPS and live["workers"] == 2
 
         # A second submit of the running job is refused. (-o image: the image the first one built is current, and

@@ -217,14 +217,16 @@ def test_concurrent_clients_over_every_protocol_each_get_their_own_rows(image_mo
     assert (after[over[0]] - after[over[1]]) - (before[over[0]] - before[over[1]]) == 1  # the 11 rows, alone
 
 
+def send_each(pool, server, xs, protocols: str) -> list:
+    """One single-row request per x, each over its protocol (space-separated), submitted to POOL."""
+    return [pool.submit(send, server, protocol, [x]) for x, protocol in zip(xs, protocols.split(), strict=True)]
+
+
 def test_a_malformed_request_sent_into_a_full_batch_fails_alone_and_at_once(rows_server):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         blocker = start_blocker(rows_server, pool)
         before = metrics(rows_server)
-        good = [
-            pool.submit(send, rows_server, protocol, [x])
-            for x, protocol in zip((1.0, 2.0, 3.0, 4.0), "v1 v2 grpc v1".split(), strict=True)
-        ]
+        good = send_each(pool, rows_server, (1.0, 2.0, 3.0, 4.0), "v1 v2 grpc v1")
         wrong_shape = httpx.post(
             f"{rows_server.url}/v1/models/rows:predict", json={"instances": [{"x": [1.0, 2.0], "pause_us": 0}]}
         )
@@ -247,15 +249,9 @@ def test_a_failing_model_call_fails_only_its_own_batch_each_request_with_a_5xx(r
         blocker = start_blocker(rows_server, pool)
         before = metrics(rows_server)
         # Behind the blocker: a batch holding one x the model refuses when called (negative), then a good batch.
-        failing = [
-            pool.submit(send, rows_server, protocol, [x])
-            for x, protocol in zip((1.0, -1.0, 3.0, 4.0), "v1 v2 grpc grpc".split(), strict=True)
-        ]
+        failing = send_each(pool, rows_server, (1.0, -1.0, 3.0, 4.0), "v1 v2 grpc grpc")
         wait_for(lambda: metrics(rows_server)["serving_queued_examples"] == MAX_BATCH, "the failing batch queued")
-        good = [
-            pool.submit(send, rows_server, protocol, [x])
-            for x, protocol in zip((5.0, 6.0, 7.0, 8.0), "v2 grpc v1 v2".split(), strict=True)
-        ]
+        good = send_each(pool, rows_server, (5.0, 6.0, 7.0, 8.0), "v2 grpc v1 v2")
         wait_for(lambda: metrics(rows_server)["serving_queued_examples"] == 2 * MAX_BATCH, "the good batch queued")
         assert not blocker.done(), "the blocker ended before both batches were queued: raise BLOCKER_SECONDS"
         failed = [future.result() for future in failing]
