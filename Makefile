@@ -131,9 +131,9 @@ k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the trai
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
-cluster-up: ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (and KUEUE=1: Kueue) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/node/up.sh
+	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) ENGINE=$(ENGINE) PY=$(PY) scripts/cluster/node/up.sh
 
 cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
 	@$(CHECK_SETTINGS)
@@ -142,7 +142,7 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
 # kubelet and the engines' controllers (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
 test-cluster: install image ## run the cluster suite on the local node, with every engine and Kueue (as root; tests/cluster/)
-	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob
+	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
 	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
 	@# Requests sized for a 2-core node that also runs the engines' controllers.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m \
@@ -219,17 +219,15 @@ SERVE ?=
 # The cluster commands name their context (the k3d cluster's unless KUBE_CONTEXT names another), never the current one.
 KUBECTL = kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME))
 
-submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve
+submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve; followed to its end
 	@$(CHECK_SETTINGS)
-	k3d image import $(IMAGE) --cluster $(CLUSTER_NAME)
-	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster rbac | $(KUBECTL) apply -n $(NAMESPACE) -f -
-	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS)) | $(KUBECTL) create -n $(NAMESPACE) -f -
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
 
-serve-cluster: install ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
+serve-cluster: install $(if $(filter project,$(SERVE_RUNTIME)),image) ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.cluster inferenceservice --image $(IMAGE) --runtime $(SERVE_RUNTIME) | $(KUBECTL) apply -n $(NAMESPACE) -f -
-	$(KUBECTL) wait -n $(NAMESPACE) --for=condition=Ready --timeout=600s inferenceservice/$(JOB_NAME)
-	$(KUBECTL) get -n $(NAMESPACE) inferenceservice/$(JOB_NAME)
+	$(if $(filter project,$(SERVE_RUNTIME)),@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE))
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit serving --image $(IMAGE) --runtime $(SERVE_RUNTIME)
 
 # The server's batching flags, each only when its setting is set (empty: the server's default); the cluster's
 # ServingRuntime passes the same ones (scripts/pipeline/cluster.py SERVER_FLAGS; a test holds the two equal).

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the cluster set-ups (k3d-up.sh, node/up.sh) after load_settings: installs the engine that runs the job,
-# and Kueue. The caller defines `kube` (kubectl on its context) and `engines` (a copy of k8s/engines whose upstream
+# Kueue, and what serving and the pipeline need (KServe, Argo Workflows). The caller defines `kube` (kubectl on its context) and `engines` (a copy of k8s/engines whose upstream
 # sources it has pinned: commits on GitHub for k3d, the Go module cache for the local node).
 # shellcheck disable=SC2154  # engines is the caller's
 
@@ -69,4 +69,49 @@ install_engine() {
     trainjob) install_trainer "$3" ;;
   esac
   [[ -z ${4:-} ]] || install_kueue
+}
+
+# kserve_manifest SCRIPT FUNCTION END: the body of the heredoc that FUNCTION of KServe's install SCRIPT prints: the
+# lines between "FUNCTION() {" and the heredoc's END marker, less the two opening lines. Empty output means the script
+# changed shape: refuse.
+kserve_manifest() {
+  local script=$1 function=$2 end=$3 manifest
+  manifest=$(sed -n "/^$function() {\$/,/^$end\$/p" "$script" | sed '1,2d;$d')
+  if [[ -z $manifest ]]; then
+    echo "error: $function is not in KServe's install script $KSERVE_VERSION as expected; check KSERVE_COMMIT and KSERVE_VERSION" >&2
+    exit 1
+  fi
+  printf '%s\n' "$manifest"
+}
+
+# install_kserve SCRIPT [PREPARE]: KServe KSERVE_VERSION in Standard mode (no Knative, no Istio) with its cluster
+# runtimes, from the manifests its release's install SCRIPT embeds (only those are applied, not the script). The core
+# manifest passes through PREPARE, a command from stdin to stdout (the local node's makes the webhooks' certificate,
+# which cert-manager makes on k3d).
+install_kserve() {
+  local script=$1 prepare=${2:-} dir
+  dir=$(mktemp -d)
+  kserve_manifest "$script" get_kserve_crd_manifest KSERVE_CRD_MANIFEST_EOF >"$dir/kserve-crds.yaml"
+  if [[ -n $prepare ]]; then
+    kserve_manifest "$script" get_kserve_core_manifest KSERVE_CORE_MANIFEST_EOF | "$prepare" >"$dir/kserve.yaml"
+  else
+    kserve_manifest "$script" get_kserve_core_manifest KSERVE_CORE_MANIFEST_EOF >"$dir/kserve.yaml"
+  fi
+  kserve_manifest "$script" get_kserve_runtime_manifests KSERVE_RUNTIME_MANIFEST_EOF >"$dir/kserve-runtimes.yaml"
+  echo "installing KServe $KSERVE_VERSION in Standard mode (server-side: its CRDs are too large for client-side apply)"
+  kube apply --server-side -f "$dir/kserve-crds.yaml" >/dev/null
+  kube wait --for condition=established --timeout=120s crd/inferenceservices.serving.kserve.io
+  kube apply --server-side -f "$dir/kserve.yaml" >/dev/null
+  kube -n kserve wait --for condition=Available --timeout=300s deployment --all
+  # The cluster runtimes go through KServe's webhook, which answers once the controller is available.
+  kube apply --server-side -f "$dir/kserve-runtimes.yaml" >/dev/null
+  rm -rf "$dir"
+}
+
+# install_argo KUSTOMIZATION: Argo Workflows into the namespace argo.
+install_argo() {
+  echo "installing Argo Workflows from $1"
+  kube create namespace argo --dry-run=client -o yaml | kube apply -f - >/dev/null
+  kube apply --server-side -k "$1" >/dev/null
+  kube -n argo wait --for condition=Available --timeout=300s deployment --all
 }

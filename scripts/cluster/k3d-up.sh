@@ -95,37 +95,13 @@ install_serving() {
     "${CERT_MANAGER_MANIFEST_SHA256:-}" "$scratch/cert-manager.yaml"
   kube apply -f "$scratch/cert-manager.yaml"
   kube -n cert-manager wait --for condition=Available --timeout=300s deployment --all
-  echo "installing KServe $KSERVE_VERSION in Standard mode (server-side: its CRDs are too large for client-side apply)"
   # KServe's release embeds its Standard-mode manifests in this script, as heredocs; only those are applied.
   local script="$scratch/kserve-standard-install.sh"
   scripts/cluster/checked-download.sh \
     "https://raw.githubusercontent.com/kserve/kserve/$KSERVE_COMMIT/install/$KSERVE_VERSION/kserve-standard-mode-full-install-with-manifests.sh" \
     "$KSERVE_INSTALL_SCRIPT_SHA256" "$script"
-  kserve_manifest "$script" get_kserve_crd_manifest KSERVE_CRD_MANIFEST_EOF >"$scratch/kserve-crds.yaml"
-  kserve_manifest "$script" get_kserve_core_manifest KSERVE_CORE_MANIFEST_EOF >"$scratch/kserve.yaml"
-  kserve_manifest "$script" get_kserve_runtime_manifests KSERVE_RUNTIME_MANIFEST_EOF >"$scratch/kserve-runtimes.yaml"
-  kube apply --server-side -f "$scratch/kserve-crds.yaml"
-  kube wait --for condition=established --timeout=120s crd/inferenceservices.serving.kserve.io
-  kube apply --server-side -f "$scratch/kserve.yaml"
-  kube -n kserve wait --for condition=Available --timeout=300s deployment --all
-  # The cluster runtimes go through KServe's webhook, which answers once the controller is available.
-  kube apply --server-side -f "$scratch/kserve-runtimes.yaml"
-  echo "installing Argo Workflows $ARGO_WORKFLOWS_VERSION (k8s/engines/argo-workflows, at the commit ARGO_WORKFLOWS_COMMIT)"
-  kube create namespace argo --dry-run=client -o yaml | kube apply -f -
-  kube apply --server-side -k "$engines/argo-workflows"
-  kube -n argo wait --for condition=Available --timeout=300s deployment --all
-}
-
-# The body of the heredoc that KServe's install script's function prints: the lines between "FUNCTION() {" and
-# the heredoc's END marker, less the two opening lines. Empty output means the script changed shape: refuse.
-kserve_manifest() {
-  local script=$1 function=$2 end=$3 manifest
-  manifest=$(sed -n "/^$function() {\$/,/^$end\$/p" "$script" | sed '1,2d;$d')
-  if [[ -z $manifest ]]; then
-    echo "error: $function is not in KServe's install script $KSERVE_VERSION as expected; check KSERVE_COMMIT and KSERVE_VERSION" >&2
-    exit 1
-  fi
-  printf '%s\n' "$manifest"
+  install_kserve "$script"
+  install_argo "$engines/argo-workflows"
 }
 
 install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"

@@ -64,6 +64,17 @@ def check_context() -> str:
     return name
 
 
+def import_image_to_cluster(context: str, image: str, container_tool: str) -> None:
+    """The image into the project's k3d cluster or local node, whichever CONTEXT names; another cluster pulls it."""
+    settings = project_settings.load()
+    if context == f"k3d-{settings['CLUSTER_NAME']}":
+        import_image(image, settings["CLUSTER_NAME"], container_tool)
+    elif context == f"node-{settings['CLUSTER_NAME']}":
+        import_image_to_node(image, container_tool, f"{settings['NODE_RUN']}/containerd.sock")
+    else:
+        print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {image}")
+
+
 def import_image_to_node(image: str, container_tool: str, containerd_socket: str) -> None:
     """Copies the locally built image into the local node's containerd (make cluster-up)."""
     if container_tool not in ("podman", "buildah"):

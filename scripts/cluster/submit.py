@@ -291,14 +291,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     watcher = follower(objects, args.namespace)
     kind, name = watcher.kind, watcher.name
     earlier = earlier_job(watcher)
-    if context == f"k3d-{SETTINGS['CLUSTER_NAME']}":
-        cluster_steps.import_image(args.image, SETTINGS["CLUSTER_NAME"], container_tool())
-    elif context == f"node-{SETTINGS['CLUSTER_NAME']}":
-        cluster_steps.import_image_to_node(args.image, container_tool(), f"{SETTINGS['NODE_RUN']}/containerd.sock")
-    else:
-        print(
-            f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {args.image}"
-        )
+    cluster_steps.import_image_to_cluster(context, args.image, container_tool())
     # A TrainJob's runtime goes first: Trainer's webhook refuses a TrainJob whose runtime does not exist yet. The
     # NetworkPolicies go before any pod of the job exists, so no pod is ever reachable beyond them.
     # The settings ConfigMap too: every pod of the job takes its environment from it (envFrom), and a kubelet

@@ -189,6 +189,7 @@ def workflow(
         created.append(manifest.the_one(rendered, kind))
     templates.append(select_template(image, jobs, settings))
     service, runtime = inference_service(image, settings, "project")
+    templates.append(resource_template("serving-policy", serving_policy(settings), None, None, action="apply"))
     templates.append(resource_template("serving-runtime", runtime, None, None, action="apply"))
     templates.append(resource_template("inference-service", service, "status.url", None, action="apply"))
     # The data Job and the engine jobs have fixed names (the model dirs are keyed by them): an earlier run's go first.
@@ -201,7 +202,10 @@ def workflow(
         [{"name": name, "template": name} for name in names if name.startswith("setup-")],
         [{"name": f"train-{job}", "template": f"train-{job}"} for job in jobs],
         [{"name": "select", "template": "select"}],
-        [{"name": "serving-runtime", "template": "serving-runtime"}],
+        [
+            {"name": "serving-policy", "template": "serving-policy"},
+            {"name": "serving-runtime", "template": "serving-runtime"},
+        ],
         [{"name": "inference-service", "template": "inference-service"}],
     ]
     templates.insert(0, {"name": "pipeline", "steps": steps})
@@ -321,6 +325,30 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
     return service, serving_runtime
 
 
+def serving_policy(settings: dict[str, str]) -> dict[str, Any]:
+    """The predictor's NetworkPolicy: its REST and gRPC ports admit the pods of its namespace, and nothing else reaches
+    it (KServe labels the predictor's pods with the InferenceService's name). A client elsewhere needs a rule here."""
+    name = settings["JOB_NAME"]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{name}-serving", "namespace": settings["NAMESPACE"]},
+        "spec": {
+            "podSelector": {"matchLabels": {"serving.kserve.io/inferenceservice": name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {}}],
+                    "ports": [
+                        {"protocol": "TCP", "port": int(settings["SERVE_PORT"])},
+                        {"protocol": "TCP", "port": int(settings["SERVE_GRPC_PORT"])},
+                    ],
+                }
+            ],
+        },
+    }
+
+
 # What the executor does to a job a step creates: create and watch it, and delete an earlier run's (delete_first).
 JOB_VERBS = ["get", "list", "watch", "create", "delete"]
 
@@ -332,6 +360,7 @@ def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
     rules = [
         {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*JOB_VERBS, "patch"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "patch"]},
         {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS},
         {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": JOB_VERBS},
         {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": JOB_VERBS},
@@ -391,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             documents = rbac(settings)
         else:
             service, runtime = inference_service(args.image, settings, args.runtime)
-            documents = [service] if args.runtime == "tf-serving" else [runtime, service]
+            documents = [serving_policy(settings)] + ([service] if args.runtime == "tf-serving" else [runtime, service])
     except manifest.ManifestError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,11 +1,13 @@
 """One job followed while it runs, as a user watches it: `make status` reads the chief's live status through the
-API server, a second `make submit` is refused, a worker process SIGKILLed inside its container is brought back by
-the training operator's restart rules, the group resumes from its checkpoint, `make logs` follows the chief to the
-end, and the job finishes at the step it planned.
+API server, a second `make submit` is refused, a worker process SIGKILLed and then one sent SIGTERM inside their
+containers are brought back by the training operator's restart rules (SIGTERM: the group checkpoints and exits 143,
+which ExitCode retries), the group resumes from its checkpoint, `make logs` follows the chief to the end, and the
+job finishes at the step it planned. Under JobSet, a worker pod deleted restarts the group, which resumes and
+finishes as planned.
 
-A worker pod deleted is not here: the trainer does its part (SIGTERM: the group checkpoints and every worker exits
-143, retryable), but training operator v1.9.4 then failed the TFJob instead of restarting it, once in two runs on
-the local node. Issue 32's closing note holds the evidence.
+A TFJob worker pod *deleted* is not here: training operator v1.9.4 counts a Running pod with a deletionTimestamp as a
+failed replica and fails the TFJob before the trainer's 143 arrives, whatever the restartPolicy (pkg/core/status.go,
+pkg/controller.v1/tensorflow/tfjob_controller.go at v1.9.4; kubeflow/trainer#1560, #2124; docs/cluster.md).
 
 The faults are timed from the chief's status.json, read on the node's disk: `make status` is too slow a clock.
 """
@@ -19,9 +21,11 @@ import signal
 import pytest
 
 from tests.cluster.node import (
+    NAMESPACE,
     chief_status,
     clear_model_dir,
     fetch_model,
+    kubectl,
     make,
     model_dir_on_node,
     pods,
@@ -46,20 +50,20 @@ TOTAL_STEPS = 3 * 1024
 WORKER_1 = f"training.kubeflow.org/job-name={JOB_NAME},training.kubeflow.org/replica-index=1"
 
 
-def status_on_disk() -> dict | None:
+def status_on_disk(job_name: str = JOB_NAME) -> dict | None:
     """The chief's status.json, as it writes it on the volume."""
-    model_dir = model_dir_on_node(JOB_NAME)
+    model_dir = model_dir_on_node(job_name)
     try:
         return json.loads((model_dir / STATUS).read_text()) if model_dir else None
     except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or read mid-replace
         return None
 
 
-def running_past(restarts: int, step: int) -> dict:
+def running_past(restarts: int, step: int, job_name: str = JOB_NAME) -> dict:
     """The chief's status once it trains after RESTARTS restarts and has checkpointed beyond STEP."""
 
     def check() -> dict | None:
-        status = status_on_disk()
+        status = status_on_disk(job_name)
         if not status or status.get("state") != "running" or status["restarts"] < restarts:
             return None
         return status if status.get("checkpoint_step", 0) > step else None
@@ -67,9 +71,9 @@ def running_past(restarts: int, step: int) -> dict:
     return wait_until(f"the chief to checkpoint past step {step} after {restarts} restart(s)", check, 600, poll_s=0.5)
 
 
-def running_worker_1() -> dict:
+def running_worker_1(selector: str = WORKER_1) -> dict:
     def check() -> dict | None:
-        for pod in pods(WORKER_1):
+        for pod in pods(selector):
             statuses = pod["status"].get("containerStatuses") or [{}]
             if pod["status"].get("phase") == "Running" and statuses[0].get("ready"):
                 return pod
@@ -102,7 +106,12 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
         # loses its peer and restarts too.
         first = running_past(restarts=0, step=first["checkpoint_step"])
         os.kill(trainer_host_pid(running_worker_1()), signal.SIGKILL)
-        running_past(restarts=first["restarts"] + 1, step=first["checkpoint_step"])
+        second = running_past(restarts=first["restarts"] + 1, step=first["checkpoint_step"])
+
+        # SIGTERM, as the kubelet sends it on a deletion (to the container's init, tini, which forwards it): the group
+        # checkpoints and every worker exits 143; the pods are Failed, not deleted, so ExitCode recreates them.
+        os.kill(trainer_host_pid(running_worker_1()), signal.SIGTERM)
+        running_past(restarts=second["restarts"] + 1, step=second["checkpoint_step"])
 
         logs = start_make("logs", *JOB, log=tmp_path / "logs.log")
         assert submitted.wait(timeout=1200) == 0, submit_log.read_text()[-3000:]
@@ -116,5 +125,29 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
 
     metrics = json.loads((fetch_model(tmp_path / "artifacts", JOB_NAME) / "metrics.json").read_text())
     assert metrics["steps"] == 3 * metrics["steps_per_epoch"] == TOTAL_STEPS, "the job ends at the step it planned"
-    assert metrics["restarts"] >= 1 and metrics["resumed_from_step"] >= first["checkpoint_step"]
+    assert metrics["restarts"] >= 2 and metrics["resumed_from_step"] >= second["checkpoint_step"]
     make("delete", *JOB)
+
+
+def test_a_deleted_worker_pod_restarts_the_jobset_group_which_resumes_and_finishes_at_its_planned_step(tmp_path):
+    job_name = "e2e-jobset-faults"
+    job = ["ENGINE=jobset", "STRATEGY=sync", f"JOB_NAME={job_name}"]
+    make("delete", *job, check=False)
+    clear_model_dir(job_name)
+    submit_log = tmp_path / "submit.log"
+    submitted = start_make("-o", "image", "submit", *job, *LONG_JOB, log=submit_log)
+    try:
+        first = running_past(restarts=0, step=0, job_name=job_name)
+        worker_1 = f"jobset.sigs.k8s.io/jobset-name={job_name},batch.kubernetes.io/job-completion-index=1"
+        pod = running_worker_1(worker_1)["metadata"]["name"]
+        deleted = kubectl("delete", "pod", "-n", NAMESPACE, pod, "--wait=false")
+        assert deleted.returncode == 0
+        running_past(restarts=first["restarts"] + 1, step=first["checkpoint_step"], job_name=job_name)
+        assert submitted.wait(timeout=1200) == 0, submit_log.read_text()[-3000:]
+    finally:
+        if submitted.poll() is None:
+            submitted.kill()
+    metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
+    assert metrics["steps"] == TOTAL_STEPS and metrics["restarts"] >= 1
+    assert metrics["resumed_from_step"] >= first["checkpoint_step"]
+    make("delete", *job)

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 # shellcheck source=/dev/null
 source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
+# shellcheck source=/dev/null
+source scripts/cluster/install-engines.sh  # kserve_manifest
 
 modules=$PWD/scripts/cluster/node/modules
 cache=${NODE_CACHE:-/var/cache/distml-node}
@@ -45,13 +47,14 @@ etcd() {
 
 # module_build NAME MODULE VERSION PACKAGE [LDFLAGS]: builds PACKAGE (./cmd/...) inside the module's own directory in
 # the module cache, against the module's own go.sum, as its Dockerfile does (go install MODULE@VERSION would also
-# read the proxy's version list, which it does not serve for every module).
+# read the proxy's version list, which it does not serve for every module). -mod=mod: a module zip keeps a vendored
+# module's vendor/modules.txt but not its vendor tree (local-path-provisioner), and the go command would read that.
 module_build() {
   local name=$1 module=$2 version=$3 package=$4 ldflags=${5:-} dir
   built "$name-$version" && return
   echo "  building $name $version ($module, $package)"
   dir=$(module_dir "$module" "$version")
-  (cd "$dir" && go build -ldflags "-s -w $ldflags" -o "$bin/$name-$version.tmp" "$package")
+  (cd "$dir" && go build -mod=mod -ldflags "-s -w $ldflags" -o "$bin/$name-$version.tmp" "$package")
   mv "$bin/$name-$version.tmp" "$bin/$name-$version"
 }
 
@@ -94,6 +97,23 @@ module_build trainer-controller-manager github.com/kubeflow/trainer/v2 "$KUBEFLO
 module_build kueue sigs.k8s.io/kueue "$KUEUE_VERSION" ./cmd/kueue \
   "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit=$KUEUE_COMMIT"
 
+# SERVE=1 (make cluster-up SERVE=1): what serving and the pipeline run, from the same modules: Argo Workflows'
+# controller and executor (the executor image's name comes from the version ldflag), KServe's controller, and the
+# kube-rbac-proxy its Deployment runs beside it, at the version that Deployment names.
+if [[ -n ${SERVE:-} ]]; then
+  argo=github.com/argoproj/argo-workflows/v4
+  argo_ldflags="-X $argo.version=$NODE_ARGO_WORKFLOWS_VERSION -X $argo.gitTag=$NODE_ARGO_WORKFLOWS_VERSION -X $argo.gitTreeState=clean"
+  module_build workflow-controller "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/workflow-controller "$argo_ldflags"
+  module_build argoexec "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/argoexec "$argo_ldflags"
+  module_build kserve-controller github.com/kserve/kserve "$KSERVE_VERSION" ./cmd/manager
+  kserve_script=$(kserve_install_script)
+  kserve_core=$(mktemp)
+  kserve_manifest "$kserve_script" get_kserve_core_manifest KSERVE_CORE_MANIFEST_EOF >"$kserve_core"
+  rbac_proxy_image=$(deployment_image "$kserve_core" kserve-controller-manager 1)
+  rbac_proxy_version=${rbac_proxy_image##*:}
+  module_build kube-rbac-proxy github.com/brancz/kube-rbac-proxy "$rbac_proxy_version" ./cmd/kube-rbac-proxy
+fi
+
 # The pause binary is C: Kubernetes' own source at the pinned version, static, as build/pause/Makefile builds it.
 pause_src=$(cd "$modules/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 if ! built "pause-$NODE_PAUSE_VERSION"; then
@@ -115,6 +135,19 @@ image "$(deployment_image "$engines/engines/trainer" kubeflow-trainer-controller
 image "$(deployment_image "$engines/engines/kueue" kueue-controller-manager)" 65532:65532 /manager \
   "$bin/kueue-$KUEUE_VERSION:/manager"
 rm -rf "$engines"
+if [[ -n ${SERVE:-} ]]; then
+  # As their Dockerfiles lay them out, on distroless/static: Argo's binaries in /bin (its manifests run them by
+  # name), the controller as 8737 and the executor as root (the pods it joins set their own user).
+  image "quay.io/argoproj/workflow-controller:$NODE_ARGO_WORKFLOWS_VERSION" 8737:8737 /bin/workflow-controller \
+    "$bin/workflow-controller-$NODE_ARGO_WORKFLOWS_VERSION:/bin/workflow-controller"
+  image "quay.io/argoproj/argoexec:$NODE_ARGO_WORKFLOWS_VERSION" 0:0 /bin/argoexec \
+    "$bin/argoexec-$NODE_ARGO_WORKFLOWS_VERSION:/bin/argoexec"
+  image "$(qualified "$(deployment_image "$kserve_core" kserve-controller-manager)")" 65532:65532 /manager \
+    "$bin/kserve-controller-$KSERVE_VERSION:/manager"
+  image "$rbac_proxy_image" 65532:65532 /usr/local/bin/kube-rbac-proxy \
+    "$bin/kube-rbac-proxy-$rbac_proxy_version:/usr/local/bin/kube-rbac-proxy"
+  rm -f "$kserve_core"
+fi
 # local-path's helper pod runs `sh` with mkdir, chmod and rm as root on the node's directory; Debian's static
 # busybox provides them.
 busybox=$(command -v busybox || true)

@@ -195,10 +195,38 @@ patches:
 EOF_PATCH
 }
 
-# deployment_image DIR NAME: the image of the first container of the Deployment NAME in the kustomization DIR.
+# deployment_image SOURCE NAME [N]: the image of container N (default 0, the first) of the Deployment NAME in SOURCE,
+# a kustomization's directory or a manifest file.
 deployment_image() {
-  kubectl kustomize "$1" 2>/dev/null | awk -v name="$2" 'BEGIN {RS = "\n---\n"}
+  { if [ -d "$1" ]; then kubectl kustomize "$1" 2>/dev/null; else cat "$1"; fi; } |
+    awk -v name="$2" -v n="${3:-0}" 'BEGIN {RS = "\n---\n"}
     /(^|\n)kind: Deployment\n/ && $0 ~ "\n  name: " name "\n" {
-      match($0, /\n +image: [^\n]+/); image = substr($0, RSTART, RLENGTH); sub(/.*image: /, "", image); print image; exit
+      rest = $0
+      for (i = 0; i <= n; i++) {
+        if (!match(rest, /\n +image: [^\n]+/)) exit
+        image = substr(rest, RSTART, RLENGTH); rest = substr(rest, RSTART + RLENGTH)
+      }
+      sub(/.*image: /, "", image); print image; exit
     }'
+}
+
+# qualified IMAGE: the name containerd stores IMAGE under, as the kubelet asks for it (docker.io/ and library/ added
+# where the name has no registry).
+qualified() {
+  local first=${1%%/*}
+  if [[ $1 != */* ]]; then echo "docker.io/library/$1"
+  elif [[ $first == *.* || $first == *:* || $first == localhost ]]; then echo "$1"
+  else echo "docker.io/$1"; fi
+}
+
+# kserve_install_script: KServe's Standard-mode install script from the pinned module (the file k3d-up downloads
+# from the same commit), refused unless its sha256 is the one the settings pin.
+kserve_install_script() {
+  local script
+  script=$(module_dir github.com/kserve/kserve "$KSERVE_VERSION")/install/$KSERVE_VERSION/kserve-standard-mode-full-install-with-manifests.sh
+  if [ "$(sha256sum <"$script" | cut -d' ' -f1)" != "$KSERVE_INSTALL_SCRIPT_SHA256" ]; then
+    echo "error: $script does not have the sha256 KSERVE_INSTALL_SCRIPT_SHA256 pins: check KSERVE_VERSION and the sha256 in k8s/base/settings.env" >&2
+    exit 1
+  fi
+  echo "$script"
 }

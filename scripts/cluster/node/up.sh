@@ -69,6 +69,9 @@ start_etcd() {
   wait_for "etcd" curl -sf http://127.0.0.1:2381/health
 }
 
+# Aggregated APIs (Kueue's visibility API) are reached at their endpoints, as Kueue's own e2e clusters run the API
+# server (hack/testing/kind-cluster.yaml): through the Service's ClusterIP from this host process, their discovery went
+# stale and every namespace deletion hung (NamespaceDeletionDiscoveryFailure). Webhooks are called the same way.
 start_apiserver() {
   running apiserver && return
   launch apiserver "$K8S_BIN/kube-apiserver" --etcd-servers https://127.0.0.1:2379 \
@@ -84,7 +87,8 @@ start_apiserver() {
     --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
-    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key"
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true
   wait_for "kube-apiserver" kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" get --raw /readyz
 }
 
@@ -233,6 +237,43 @@ install_engines() {
   rm -rf "$(dirname "$engines")"
 }
 
+# SERVE=1: KServe and Argo Workflows as k3d-up SERVE=1 installs them, from the pinned modules' own files. The
+# certificate of KServe's webhooks, which cert-manager makes on k3d, is made here, signed by a CA of the node's.
+install_serving() {
+  local script argo_module argo
+  script=$(kserve_install_script)
+  install_kserve "$script" node_kserve_core
+  argo_module=$(module_dir github.com/argoproj/argo-workflows/v4 "$NODE_ARGO_WORKFLOWS_VERSION")
+  argo=$(mktemp -d)/argo-workflows
+  cp -R k8s/engines/argo-workflows "$argo"
+  sed -i -e "s|github.com/argoproj/argo-workflows.git/\(.*\)?ref=ARGO_WORKFLOWS_COMMIT\$|$(realpath --relative-to "$argo" "$argo_module")/\1|" \
+    -e "s|newTag: $ARGO_WORKFLOWS_VERSION\$|newTag: $NODE_ARGO_WORKFLOWS_VERSION|" "$argo/kustomization.yaml"
+  cat >>"$argo/kustomization.yaml" <<'EOF_PATCH'
+
+patches:
+  - target: {kind: Deployment, name: argo-server}
+    patch: |-
+      - {op: replace, path: /spec/replicas, value: 0}
+EOF_PATCH
+  install_argo "$argo"
+  rm -rf "$(dirname "$argo")"
+}
+
+# node_kserve_core: KServe's core manifest (stdin to stdout) as the node runs it: without cert-manager's objects, with
+# the serving certificate its Certificate names and the CA in its webhooks' caBundle (scripts/cluster/webhook_certs.py);
+# and its controller's image, built here, used as present (the one pull policy there that forces a pull).
+node_kserve_core() {
+  local manifest ref secret dns
+  manifest=$(cat)
+  read -r ref secret dns <<<"$("$PY" -m scripts.cluster.webhook_certs names <<<"$manifest")"
+  [ -n "$dns" ] || { echo "error: KServe's core manifest names no cert-manager Certificate; check KSERVE_VERSION" >&2; exit 1; }
+  ca webhook-ca "$CLUSTER_NAME-webhook-ca"
+  cert webhook "${dns%%,*}" "" "DNS:${dns//,/,DNS:}" webhook-ca
+  echo "  $ref: the serving certificate for $dns in the Secret $secret, signed by the node's webhook CA" >&2
+  "$PY" -m scripts.cluster.webhook_certs inject --ca "$PKI/webhook-ca.crt" --cert "$PKI/webhook.crt" \
+    --key "$PKI/webhook.key" <<<"$manifest" | sed 's/imagePullPolicy: Always$/imagePullPolicy: IfNotPresent/'
+}
+
 # After a crash or a reboot (no node process alive, its state left behind), start clean: the old containers, mounts
 # and rules would otherwise stand in the new node's way. A node with some processes alive only gets the missing ones.
 recover() {
@@ -263,5 +304,6 @@ start_dns
 start_policy
 install_storage
 install_engines
+[[ -z ${SERVE:-} ]] || install_serving
 add_context
 echo "cluster ready: kubectl --context $NODE_CONTEXT; the cluster commands: make submit KUBE_CONTEXT=$NODE_CONTEXT"

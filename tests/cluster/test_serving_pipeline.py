@@ -1,0 +1,301 @@
+"""The pipeline and the served model on the local node's real controllers (make cluster-up SERVE=1): Argo Workflows
+runs make submit-pipeline's Workflow (the data Job, three variants as engine jobs in parallel, the selection pod, the
+InferenceService), and KServe's controller serves the selected model from the volume.
+
+Everything runs in a namespace of its own labelled Pod Security "restricted", so the real admission sees every pod
+of the pipeline (Argo's executor pods and the predictor included). The clients are the project's (httpx, gRPC) and
+KServe's own, from the node through the predictor's Service; the answers are checked against the published
+SavedModel called in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import re
+import shutil
+import threading
+
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
+
+from tests.cluster.node import SETTINGS, kubectl, make, project_image, wait_until
+
+pytestmark = pytest.mark.cluster
+
+# A name of this run's own (a deleted namespace can stay Terminating on the node while Kueue is installed).
+NAMESPACE = f"pipeline-{os.getpid()}"
+JOB = "e2e-pipe"
+MODELS = ["cnn", "dropout", "batch_norm"]
+SHORT = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 1024 --test-examples 256"]
+WHERE = [f"NAMESPACE={NAMESPACE}", f"JOB_NAME={JOB}"]
+REST_PORT, GRPC_PORT = int(SETTINGS["SERVE_PORT"]), int(SETTINGS["SERVE_GRPC_PORT"])
+
+
+def volume_on_node(namespace: str = NAMESPACE) -> pathlib.Path:
+    """The claim's directory on the node's disk (local-path keeps it there)."""
+    claim = json.loads(kubectl("get", "pvc", "-n", namespace, SETTINGS["VOLUME_CLAIM"], "-o", "json").stdout)
+    volume = json.loads(kubectl("get", "pv", claim["spec"]["volumeName"], "-o", "json").stdout)
+    return pathlib.Path(volume["spec"]["hostPath"]["path"])
+
+
+def published(namespace: str = NAMESPACE) -> pathlib.Path:
+    """The pipeline's base path on the node: SELECTION_ROOT/JOB/serving, selection.json beside it."""
+    return volume_on_node(namespace) / SETTINGS["SELECTION_ROOT"] / JOB / "serving"
+
+
+def images(count: int = 8) -> np.ndarray:
+    """Synthetic test images, each different, as the served signature takes them (uint8, NHWC)."""
+    return np.random.default_rng(7).integers(0, 256, (count, 28, 28, 1), dtype=np.uint8)
+
+
+def in_process(version_dir: pathlib.Path, batch: np.ndarray) -> dict[str, np.ndarray]:
+    signature = tf.saved_model.load(str(version_dir)).signatures["serve"]
+    return {name: tensor.numpy() for name, tensor in signature(images=tf.constant(batch)).items()}
+
+
+@pytest.fixture(scope="module")
+def namespace():
+    kubectl("create", "namespace", NAMESPACE)
+    kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    kubectl("wait", "-n", NAMESPACE, "--for=create", "serviceaccount/default", "--timeout=60s")
+    yield NAMESPACE
+    kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def pipeline(namespace):
+    """make submit-pipeline with the training operator, to Succeeded; its output."""
+    submitted = make("submit-pipeline", "ENGINE=tfjob", *WHERE, *SHORT, timeout=1800)
+    return submitted.stdout
+
+
+def test_the_workflow_runs_every_step_to_succeeded_and_publishes_the_selected_variant(pipeline):
+    assert re.search(r"^Workflow \S+: Succeeded in \d+ s$", pipeline, re.M), pipeline[-3000:]
+    for model in MODELS:
+        assert f"train-{JOB}-{model.replace('_', '-')}: Succeeded" in pipeline, pipeline[-3000:]
+    assert "select: Succeeded" in pipeline and "inference-service: Succeeded" in pipeline, pipeline[-3000:]
+    selection = json.loads((published().parent / "selection.json").read_text())
+    variants = {f"{SETTINGS['MODEL_ROOT']}/{JOB}-{model.replace('_', '-')}" for model in MODELS}
+    assert selection["winner"] in variants and len(selection["candidates"]) == len(MODELS), selection
+    assert sorted(path.name for path in published().iterdir() if path.name.isdigit()) == ["1"]
+
+
+@pytest.fixture(scope="module")
+def predictor(pipeline):
+    """The InferenceService Ready, and its Service's address as the node reaches it."""
+    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"inferenceservice/{JOB}", "--timeout=600s")
+    service = json.loads(kubectl("get", "service", "-n", NAMESPACE, f"{JOB}-predictor", "-o", "json").stdout)
+    address = service["spec"]["clusterIP"]
+    ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}
+    return f"http://{address}:{ports.get('http', 80)}", f"{address}:{ports['grpc']}"
+
+
+def v1_predict(rest: str, batch: np.ndarray, client: httpx.Client | None = None) -> httpx.Response:
+    body = {"instances": batch.tolist()}
+    return (client or httpx).post(f"{rest}/v1/models/{JOB}:predict", json=body, timeout=60)
+
+
+def test_the_project_client_and_kserves_get_the_in_process_answers_over_v1_v2_and_grpc(predictor):
+    rest, grpc_target = predictor
+    batch = images()
+    expected = in_process(published() / "1", batch)
+
+    rows = v1_predict(rest, batch)
+    assert rows.status_code == 200, rows.text
+    predictions = rows.json()["predictions"]
+    assert [row["class_id"] for row in predictions] == expected["class_id"].tolist()
+    np.testing.assert_allclose([row["probabilities"] for row in predictions], expected["probabilities"], rtol=1e-5)
+
+    async def kserve_clients():
+        v1 = InferenceRESTClient(RESTConfig(protocol="v1"))
+        v1_answer = await v1.infer(rest, {"instances": batch.tolist()}, model_name=JOB)
+        v2 = InferenceRESTClient(RESTConfig(protocol="v2"))
+        tensor = InferInput("images", list(batch.shape), "UINT8")
+        tensor.set_data_from_numpy(batch)
+        v2_answer = await v2.infer(rest, InferRequest(model_name=JOB, infer_inputs=[tensor]), model_name=JOB)
+        grpc_client = InferenceGRPCClient(grpc_target, timeout=60)
+        tensor = InferInput("images", list(batch.shape), "UINT8")
+        tensor.set_data_from_numpy(batch, binary_data=True)
+        grpc_answer = await grpc_client.infer(InferRequest(model_name=JOB, infer_inputs=[tensor]))
+        await grpc_client.close()
+        return v1_answer, v2_answer, grpc_answer
+
+    v1_answer, v2_answer, grpc_answer = asyncio.run(kserve_clients())
+    assert [row["class_id"] for row in v1_answer["predictions"]] == expected["class_id"].tolist()
+    for answer in (v2_answer, grpc_answer):
+        outputs = {output.name: output.as_numpy() for output in answer.outputs}
+        assert outputs["class_id"].tolist() == expected["class_id"].tolist()
+        np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-5)
+
+
+def test_a_bad_request_gets_a_4xx_and_the_server_goes_on(predictor):
+    rest, grpc_target = predictor
+    wrong_shape = httpx.post(f"{rest}/v1/models/{JOB}:predict", json={"instances": [[1, 2, 3]]}, timeout=60)
+    assert 400 <= wrong_shape.status_code < 500, wrong_shape.text
+    not_json = httpx.post(f"{rest}/v1/models/{JOB}:predict", content=b"{not json", timeout=60)
+    assert 400 <= not_json.status_code < 500, not_json.text
+    assert v1_predict(rest, images(2)).status_code == 200
+
+
+def test_a_new_version_on_the_volume_is_served_without_a_restart_or_a_failed_request(predictor):
+    rest, _ = predictor
+    pods_before = kubectl(
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        f"serving.kserve.io/inferenceservice={JOB}",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ).stdout.split()
+    answers: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:  # a bounded load: one client, sequential requests, until the swap is seen or 300 s
+        with httpx.Client() as client:
+            for _ in range(3000):
+                if stop.is_set():
+                    return
+                answers.append(v1_predict(rest, images(1), client).status_code)
+
+    client = threading.Thread(target=load)
+    client.start()
+    try:
+        base = published()
+        partial = base / ".2.partial"
+        shutil.copytree(base / "1", partial)
+        shutil.chown(partial, 1000, 1000)
+        os.replace(partial, base / "2")
+        wait_until(
+            "the server to serve version 2",
+            lambda: httpx.get(f"{rest}/v2/models/{JOB}", timeout=30).json().get("versions", [None])[0] == "2",
+            300,
+        )
+        answered_after = len(answers)
+        wait_until("requests after the swap", lambda: len(answers) > answered_after + 20, 120, poll_s=0.5)
+    finally:
+        stop.set()
+        client.join(timeout=120)
+    assert answers and set(answers) == {200}, f"{len(answers)} requests, statuses {sorted(set(answers))}"
+    pods_after = kubectl(
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        f"serving.kserve.io/inferenceservice={JOB}",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ).stdout.split()
+    assert pods_after == pods_before, "the predictor pod was replaced"
+
+
+PROBE = "import socket, sys; s = socket.socket(); s.settimeout(3); print(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
+
+
+def probe_pod(name: str, namespace: str) -> None:
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": project_image(),
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"],
+                    "securityContext": restricted,
+                }
+            ],
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", f"pod/{name}", "--timeout=180s")
+
+
+def connects(pod: str, namespace: str, address: str, port: int) -> bool:
+    probed = kubectl("exec", "-n", namespace, pod, "--", "python3", "-c", PROBE, address, str(port), check=False)
+    assert probed.returncode == 0, probed.stderr
+    return probed.stdout.strip() == "0"
+
+
+def test_the_predictor_admits_its_namespace_on_the_serving_ports_and_no_other_namespace(predictor):
+    other = f"pipeline-other-{os.getpid()}"
+    kubectl("create", "namespace", other)
+    kubectl("wait", "-n", other, "--for=create", "serviceaccount/default", "--timeout=60s")
+    try:
+        probe_pod("serving-client", NAMESPACE)
+        probe_pod("serving-stranger", other)
+        pod_ip = kubectl(
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            f"serving.kserve.io/inferenceservice={JOB}",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ).stdout
+        for port in (REST_PORT, GRPC_PORT):
+            assert connects("serving-client", NAMESPACE, pod_ip, port), port
+        wait_until(
+            "the policy controller to refuse another namespace's pod",
+            lambda: not connects("serving-stranger", other, pod_ip, REST_PORT),
+            90,
+        )
+        assert not connects("serving-stranger", other, pod_ip, GRPC_PORT)
+    finally:
+        kubectl("delete", "pod", "-n", NAMESPACE, "serving-client", "--wait=false", check=False)
+        kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def test_a_pod_that_breaks_restricted_is_refused_in_the_pipeline_s_namespace(namespace):
+    root = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "as-root", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": project_image(), "securityContext": {"runAsUser": 0}}]},
+    }
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(root), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
+
+
+def test_a_failing_variant_fails_its_step_and_the_workflow_at_once(namespace):
+    failing = make(
+        "submit-pipeline",
+        "ENGINE=tfjob",
+        f"NAMESPACE={NAMESPACE}",
+        "JOB_NAME=e2e-fail",
+        "PIPELINE_MODELS=cnn no_such_model",
+        *SHORT,
+        check=False,
+        timeout=900,
+    )
+    assert failing.returncode != 0, failing.stdout[-3000:]
+    assert "train-e2e-fail-no-such-model: Failed" in failing.stdout, failing.stdout[-3000:]
+    assert "error: the Workflow" in failing.stderr and "failed" in failing.stderr, failing.stderr[-3000:]
+
+
+def test_the_pipeline_runs_with_kubeflow_trainer_too(namespace):
+    submitted = make(
+        "submit-pipeline", "ENGINE=trainjob", f"NAMESPACE={NAMESPACE}", "JOB_NAME=e2e-pipe-tj", *SHORT, timeout=1800
+    )
+    for model in MODELS:
+        assert f"train-e2e-pipe-tj-{model.replace('_', '-')}: Succeeded" in submitted.stdout, submitted.stdout[-3000:]
+    assert "select: Succeeded" in submitted.stdout
