@@ -15,11 +15,25 @@ check_engine() {
   esac
 }
 
+# wait_established CRD...: each CRD serves its API. A CRD just applied can have no status yet, which kubectl wait
+# refuses ("status.conditions accessor error") instead of waiting: asked again until 120 s are up.
+wait_established() {
+  local tries=60
+  until kube wait --for condition=established --timeout=2s "$@" >/dev/null 2>&1; do
+    tries=$((tries - 1))
+    if [ "$tries" -eq 0 ]; then
+      kube wait --for condition=established --timeout=1s "$@"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
 # install_operator SOURCE: the training operator (TFJob) from its standalone overlay at SOURCE.
 install_operator() {
   echo "installing the training operator $TRAINING_OPERATOR_VERSION (server-side: its CRDs are too large for client-side apply)"
   kube apply --server-side -k "$1"
-  kube wait --for condition=established --timeout=120s crd/tfjobs.kubeflow.org
+  wait_established crd/tfjobs.kubeflow.org
   echo "waiting for the operator to become available"
   kube -n kubeflow wait --for condition=Available --timeout=300s deployment --all
   kube -n kubeflow get deployments
@@ -33,7 +47,7 @@ install_jobset() {
   fi
   echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
   kube apply --server-side -k "$engines/jobset"
-  kube wait --for condition=established --timeout=120s crd/jobsets.jobset.x-k8s.io
+  wait_established crd/jobsets.jobset.x-k8s.io
   echo "waiting for the JobSet controller to become available"
   kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
   kube -n jobset-system get deployments
@@ -47,7 +61,7 @@ install_trainer() {
   fi
   echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
   kube apply --server-side -k "$engines/trainer"
-  kube wait --for condition=established --timeout=120s crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
+  wait_established crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
   echo "waiting for the Trainer and JobSet controllers to become available"
   kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
   # The runtimes go through Trainer's webhook, which answers once the manager is available.
@@ -100,7 +114,7 @@ install_kserve() {
   kserve_manifest "$script" get_kserve_runtime_manifests KSERVE_RUNTIME_MANIFEST_EOF >"$dir/kserve-runtimes.yaml"
   echo "installing KServe $KSERVE_VERSION in Standard mode (server-side: its CRDs are too large for client-side apply)"
   kube apply --server-side -f "$dir/kserve-crds.yaml" >/dev/null
-  kube wait --for condition=established --timeout=120s crd/inferenceservices.serving.kserve.io
+  wait_established crd/inferenceservices.serving.kserve.io
   kube apply --server-side -f "$dir/kserve.yaml" >/dev/null
   kube -n kserve wait --for condition=Available --timeout=300s deployment --all
   # The cluster runtimes go through KServe's webhook, which answers once the controller is available.

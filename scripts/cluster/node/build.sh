@@ -49,11 +49,12 @@ etcd() {
 # the module cache, against the module's own go.sum, as its Dockerfile does (go install MODULE@VERSION would also
 # read the proxy's version list, which it does not serve for every module). -mod=mod: a module zip keeps a vendored
 # module's vendor/modules.txt but not its vendor tree (local-path-provisioner), and the go command would read that.
+# SOURCE (optional): build in this copy of the module instead.
 module_build() {
   local name=$1 module=$2 version=$3 package=$4 ldflags=${5:-} dir
   built "$name-$version" && return
   echo "  building $name $version ($module, $package)"
-  dir=$(module_dir "$module" "$version")
+  dir=${SOURCE:-$(module_dir "$module" "$version")}
   (cd "$dir" && go build -mod=mod -ldflags "-s -w $ldflags" -o "$bin/$name-$version.tmp" "$package")
   mv "$bin/$name-$version.tmp" "$bin/$name-$version"
 }
@@ -103,8 +104,18 @@ module_build kueue sigs.k8s.io/kueue "$KUEUE_VERSION" ./cmd/kueue \
 if [[ -n ${SERVE:-} ]]; then
   argo=github.com/argoproj/argo-workflows/v4
   argo_ldflags="-X $argo.version=$NODE_ARGO_WORKFLOWS_VERSION -X $argo.gitTag=$NODE_ARGO_WORKFLOWS_VERSION -X $argo.gitTreeState=clean"
-  module_build workflow-controller "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/workflow-controller "$argo_ldflags"
-  module_build argoexec "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/argoexec "$argo_ldflags"
+  # Argo's repository holds workflow/executor/osspecific/signal_linux.go as a symlink to signal_darwin.go, and a module
+  # zip holds no symlinks: the build runs in a copy of the module with that one link put back.
+  argo_source=$cache/src/argo-workflows-$NODE_ARGO_WORKFLOWS_VERSION
+  if [ ! -e "$argo_source/workflow/executor/osspecific/signal_linux.go" ]; then
+    rm -rf "$argo_source" && mkdir -p "$cache/src"
+    cp -R "$(module_dir "$argo" "$NODE_ARGO_WORKFLOWS_VERSION")" "$argo_source.tmp" && chmod -R u+w "$argo_source.tmp"
+    ln -s signal_darwin.go "$argo_source.tmp/workflow/executor/osspecific/signal_linux.go"
+    mv "$argo_source.tmp" "$argo_source"
+  fi
+  SOURCE=$argo_source module_build workflow-controller "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/workflow-controller \
+    "$argo_ldflags"
+  SOURCE=$argo_source module_build argoexec "$argo" "$NODE_ARGO_WORKFLOWS_VERSION" ./cmd/argoexec "$argo_ldflags"
   module_build kserve-controller github.com/kserve/kserve "$KSERVE_VERSION" ./cmd/manager
   kserve_script=$(kserve_install_script)
   kserve_core=$(mktemp)
