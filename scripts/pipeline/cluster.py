@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 from typing import Any
@@ -229,6 +230,17 @@ def workflow(
     }
 
 
+# The containers Argo adds to a container template's pod (its executor: `init` and `wait`, workflow/common/common.go),
+# whose security context comes from the controller's configuration and is empty by default: without this patch a
+# namespace enforcing Pod Security "restricted" refuses the selection's pod. Their root stays writable (Argo sets no
+# read-only root for them either).
+EXECUTOR_CONTAINER = {key: value for key, value in RESTRICTED_CONTAINER.items() if key != "readOnlyRootFilesystem"}
+EXECUTOR_PATCH = {
+    "initContainers": [{"name": "init", "securityContext": EXECUTOR_CONTAINER}],
+    "containers": [{"name": "wait", "securityContext": EXECUTOR_CONTAINER}],
+}
+
+
 def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
     base_path = f"{settings['MOUNT_PATH']}/{serving_base_path(settings)}"
@@ -236,6 +248,7 @@ def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> di
     command += [model_dir(settings, job) for job in jobs]
     return {
         "name": "select",
+        "podSpecPatch": json.dumps(EXECUTOR_PATCH),
         "container": {
             "image": image,
             "imagePullPolicy": "IfNotPresent",

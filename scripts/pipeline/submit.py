@@ -158,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         f"deadline, {cluster.TRAIN_DEADLINE_SECONDS} s, for a workflow; 600 s for serving)",
     )
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # The trainer's flags after "--", taken apart here: argparse gives a "*" positional after another one nothing.
+    ours, trainer_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = parser.parse_args(ours)
+    args.trainer_args += trainer_args
     try:
         settings = project_settings.load()
         context = project_settings.kube_context(settings)

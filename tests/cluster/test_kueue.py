@@ -108,3 +108,17 @@ def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees
     assert "succeeded; the model is on volume" in log.read_text()
     assert condition(workload_of_the_jobset(), "Admitted").get("status") == "True"
     make("delete", *JOB)
+
+
+def test_a_namespace_deleted_with_kueue_installed_is_gone_and_kueues_aggregated_api_answers():
+    # Kueue's visibility API is aggregated: while its discovery went stale (the API server reached it through the
+    # Service's ClusterIP), every namespace deletion hung in Terminating (NamespaceDeletionDiscoveryFailure).
+    assert kubectl("get", "deployment", "-n", "kueue-system", "kueue-controller-manager").returncode == 0
+    listed = json.loads(kubectl("get", "--raw", "/apis/visibility.kueue.x-k8s.io/v1beta1").stdout)
+    assert listed["groupVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
+    name = f"e2e-kueue-gone-{time.monotonic_ns()}"
+    kubectl("create", "namespace", name)
+    kubectl("wait", "-n", name, "--for=create", "serviceaccount/default", "--timeout=60s")
+    deleted = kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+    assert deleted.returncode == 0, deleted.stderr
+    assert kubectl("get", "namespace", name, check=False).returncode != 0

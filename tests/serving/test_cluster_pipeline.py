@@ -6,6 +6,7 @@ pipeline's."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -386,7 +387,17 @@ def restricted(pod: dict, containers: list[dict], where: str) -> None:
 
 def test_every_pod_added_passes_pod_security_restricted(workflow):
     _, document = workflow
-    restricted(document["spec"], [templates(document)["select"]["container"]], "the selection pod")
+    select = templates(document)["select"]
+    # Argo adds its executor to a container template's pod (init and wait, workflow/common/common.go at v4), with the
+    # controller's default security context, which is empty: the template's podSpecPatch must make them restricted.
+    patch = json.loads(select["podSpecPatch"])
+    executor = [*patch["initContainers"], *patch["containers"]]
+    assert sorted(container["name"] for container in executor) == ["init", "wait"]
+    for container in executor:
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False and security["capabilities"]["drop"] == ["ALL"]
+        assert security["runAsNonRoot"] is True and security["seccompProfile"]["type"] == "RuntimeDefault"
+    restricted(document["spec"], [select["container"]], "the selection pod")
     documents = generated("inferenceservice", "--image", "img:1")
     (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
     (serving_runtime,) = [doc for doc in documents if doc["kind"] == "ServingRuntime"]

@@ -59,15 +59,20 @@ module_build() {
   mv "$bin/$name-$version.tmp" "$bin/$name-$version"
 }
 
-# image NAME USER ENTRYPOINT FILE...: a single-layer image FROM scratch holding the files (SRC:DEST pairs), saved as
-# an OCI archive that cluster-up imports into containerd under exactly NAME, the name the manifests use.
+# image NAME USER ENTRYPOINT FILE...: a single-layer image FROM scratch holding the files (SRC:DEST pairs) and, as
+# the distroless base of the upstream images has, a world-writable /tmp (Argo's executor writes a resource template's
+# manifest there); saved as an OCI archive that cluster-up imports into containerd under exactly NAME, the name the
+# manifests use.
 image() {
-  local name=$1 user=$2 entrypoint=$3 archive ctr
+  local name=$1 user=$2 entrypoint=$3 archive ctr base
   shift 3
   archive=$images/$(printf '%s' "$name" | tr '/:' '__').tar
   [ -f "$archive" ] && echo "  cached: $name" && return
   echo "  image $name"
   ctr=$(buildah from scratch)
+  base=$(mktemp -d) && mkdir -m 1777 "$base/tmp"
+  buildah copy --quiet "$ctr" "$base" / >/dev/null
+  rm -rf "$base"
   for pair in "$@"; do buildah copy --quiet "$ctr" "${pair%%:*}" "${pair#*:}" >/dev/null; done
   buildah config --entrypoint "[\"$entrypoint\"]" --cmd "" --user "$user" --env PATH=/usr/bin:/bin "$ctr"
   buildah commit --quiet --rm "$ctr" "$name" >/dev/null
