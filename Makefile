@@ -145,7 +145,7 @@ test-cluster: install image ## run the cluster suite on the local node, with eve
 	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
 	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
 	@# Requests sized for a 2-core node that also runs the engines' controllers.
-	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m \
+	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
 	  $(PY) -m pytest -m cluster tests/cluster
 
 k3d-down: ## delete the k3d cluster

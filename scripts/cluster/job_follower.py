@@ -197,8 +197,8 @@ class JobFollower:
                 self._shown_conditions.add(key)
                 self.out(
                     f"[{self.name}] pod {pod.metadata.name} cannot be scheduled: {condition.message} It waits until "
-                    f"the nodes have room: free some, or lower WORKER_CPU_REQUEST (and PS_EVALUATOR_CPU_REQUEST) in "
-                    f"k8s/base/settings.env"
+                    "the nodes have room: free some, or lower WORKER_CPU_REQUEST (and PS_EVALUATOR_CPU_REQUEST, "
+                    "DATA_CPU_REQUEST) in k8s/base/settings.env"
                 )
 
     def pods(self, chief_only: bool = False) -> list[Any]:

@@ -71,7 +71,8 @@ RULES: dict[str, tuple[str, str]] = {
     "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
     "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
     **dict.fromkeys(
-        ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST"), (_CPU, "a CPU quantity such as 1, 0.5 or 250m")
+        ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST", "DATA_CPU_REQUEST", "SERVE_CPU_REQUEST"),
+        (_CPU, "a CPU quantity such as 1, 0.5 or 250m"),
     ),
 }
 _VERSION_RULE = (_VERSION, "a version such as v1.2.3")

@@ -67,7 +67,14 @@ RESTRICTED_POD = {
     "fsGroup": 1000,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def resources(settings: dict[str, str]) -> dict[str, Any]:
+    """The selection pod's and the predictor's: SERVE_CPU_REQUEST, sized to the nodes as the job's requests are."""
+    return {
+        "requests": {"cpu": settings["SERVE_CPU_REQUEST"], "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi"},
+    }
 
 
 def serving_base_path(settings: dict[str, str]) -> str:
@@ -254,7 +261,7 @@ def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> di
             "imagePullPolicy": "IfNotPresent",
             "command": command,
             "securityContext": RESTRICTED_CONTAINER,
-            "resources": RESOURCES,
+            "resources": resources(settings),
             "volumeMounts": [
                 {"name": "volume", "mountPath": settings["MOUNT_PATH"]},
                 {"name": "tmp", "mountPath": "/tmp"},
@@ -285,7 +292,7 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
     else:
         model["runtime"] = "kserve-tensorflow-serving"
         model["runtimeVersion"] = settings["TF_SERVING_VERSION"]
-        model["resources"] = RESOURCES
+        model["resources"] = resources(settings)
     service = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -328,7 +335,7 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
                     ],
                     "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": int(rest)}},
                     "securityContext": RESTRICTED_CONTAINER,
-                    "resources": RESOURCES,
+                    "resources": resources(settings),
                     "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                 }
             ],
