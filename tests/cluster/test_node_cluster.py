@@ -113,3 +113,31 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
         "get", "pods,services", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}", "-o", "name"
     ).stdout
     assert left.strip() == ""
+
+
+def test_a_pods_sandbox_is_removed_after_the_host_ran_ip_netns(restricted_namespace) -> None:
+    # The first `ip netns add` on a host makes /run/netns a recursive bind of itself (the slow suite's bench runs it,
+    # as may anything on the host): a pod network namespace mounted there before is then mounted twice, and removing
+    # its sandbox failed with "device or resource busy", its pod's status unknown (Argo's steps then never ended).
+    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sandbox-probe", "namespace": restricted_namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:" + SETTINGS["NODE_PAUSE_VERSION"],
+                            "imagePullPolicy": "Never", "securityContext": security}],
+        },
+    }  # fmt: skip
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl("wait", "-n", restricted_namespace, "--for=condition=Ready", "pod/sandbox-probe", "--timeout=120s")
+    probe = f"distml-probe-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", probe], check=True)
+    subprocess.run(["ip", "netns", "del", probe], check=True)
+    deleted = kubectl("delete", "pod", "-n", restricted_namespace, "sandbox-probe", "--timeout=90s", check=False)
+    assert deleted.returncode == 0, deleted.stderr
+    events = kubectl("get", "events", "-n", restricted_namespace, "--field-selector",
+                     "involvedObject.name=sandbox-probe", "-o", "jsonpath={.items[*].reason}").stdout  # fmt: skip
+    assert "FailedKillPod" not in events, events

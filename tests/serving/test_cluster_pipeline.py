@@ -264,6 +264,10 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
             trained.append((job, model.group(1) if model else None))
     assert trained == local
     assert steps.index("select") > max(steps.index(f"train-{job}") for job, _ in local)
+    # One failed variant leaves the selection to judge the rest (it refuses the failed one: no checked export).
+    continued = [step for group in by_name["pipeline"]["steps"] for step in group if step.get("continueOn")]
+    assert continued and all(step["name"].startswith("train-") for step in continued)
+    assert [step["continueOn"] for step in continued] == [{"failed": True}] * len(local)
     assert steps.index("prepare-data") < min(steps.index(f"train-{job}") for job, _ in local)
     selection = by_name["select"]["container"]["command"]
     make_select = make_dry_run("-o", ".venv/.installed", "select").split()

@@ -119,6 +119,10 @@ state = "$NODE_RUN/containerd"
   sandbox_image = "registry.k8s.io/pause:$NODE_PAUSE_VERSION"
   # The kubelet asks for negative OOM scores, which need CAP_SYS_RESOURCE; these VMs withhold it from root.
   restrict_oom_score_adj = true
+  # The pods' network namespaces under the node's own state directory, not /run/netns: once anything on the host runs
+  # "ip netns", /run/netns is a shared bind of itself, each namespace mounted there is mounted twice, and removing a
+  # sandbox fails ("unlinkat /run/netns/cni-...: device or resource busy"), leaving its pod's status unknown.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
