@@ -59,7 +59,11 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
 QUEUED_EXAMPLES = Gauge("serving_queued_examples", "examples waiting for a model call")
-REQUESTS_SHED = Counter("serving_requests_shed_total", "requests refused at once because the queue was full")
+# By the limit that refused them: max_queued_examples (the batcher's queue) or max_concurrent_requests (the transport's
+# admission, trainer/serving/admission.py).
+REQUESTS_SHED = Counter(
+    "serving_requests_shed_total", "requests refused at once because the server was full, by the limit", ["limit"]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +173,7 @@ class Batcher:
         rows = rows_of(arrays)
         size = rows if rows is not None else 1
         if self._queued and self._queued + size > self.options.max_queued_examples:
-            REQUESTS_SHED.inc()
+            REQUESTS_SHED.labels(limit="max_queued_examples").inc()
             raise QueueFull(self._queued, size, self.options.max_queued_examples)
         loop = asyncio.get_running_loop()
         if self._dispatcher is None or self._dispatcher.done():

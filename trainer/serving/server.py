@@ -7,11 +7,14 @@ its own extension points:
 - refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
   request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput;
 - TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness;
-- one log line per refused request, and a 503 or RESOURCE_EXHAUSTED for a full queue (trainer/serving/refusals.py).
+- one log line per refused request, and a 503 or RESOURCE_EXHAUSTED for a full queue (trainer/serving/refusals.py);
+- an admission limit at the transport, refusing an inference request past --max-concurrent-requests before KServe
+  decodes it (trainer/serving/admission.py): REST middleware outside the body limit, the first gRPC interceptor.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
@@ -28,6 +31,7 @@ from kserve.protocol.rest.v2_datamodels import InferenceRequest
 from pydantic import ValidationError
 
 from trainer.serving import refusals
+from trainer.serving.admission import Admission, GrpcAdmission, RestAdmission
 from trainer.serving.batching import describe
 from trainer.serving.model import SavedModelVersions
 
@@ -117,8 +121,11 @@ def _replay(messages: list[dict[str, Any]]) -> Any:
     return receive
 
 
-def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request_bytes: int) -> None:
-    """Loads the model's highest version, then serves REST (v1, v2, health, /metrics) and gRPC v2 until a signal."""
+def serve(
+    model: SavedModelVersions, http_port: int, grpc_port: int, max_request_bytes: int, max_concurrent_requests: int = 0
+) -> None:
+    """Loads the model's highest version, then serves REST (v1, v2, health, /metrics) and gRPC v2 until a signal;
+    past max_concurrent_requests inference requests at once (0: no limit) a new one is refused at once."""
     model.load()
     # ModelServer reads the gRPC limits from its module's parsed arguments when it starts the gRPC server.
     kserve.model_server.args.grpc_max_receive_message_length = max_request_bytes
@@ -129,7 +136,9 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
     server.dataplane = VersionedDataPlane(server.registered_models, model)
     app = kserve.model_server.app
     app.add_middleware(BodyLimit, limit=max_request_bytes, expected=model.expected)
-    refusals.install(app)
+    admission = Admission(max_concurrent_requests)
+    app.add_middleware(RestAdmission, admission=admission)  # added last: it runs first, before the body is read
+    refusals.install(app, functools.partial(GrpcAdmission, admission))
 
     async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
         return refusals.rest_answer(
@@ -155,12 +164,13 @@ def serve(model: SavedModelVersions, http_port: int, grpc_port: int, max_request
 
     app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
     log.info(
-        "serving %s (version %d) from %s: REST on port %d, gRPC on port %d, %s",
+        "serving %s (version %d) from %s: REST on port %d, gRPC on port %d, %s, %s",
         model.name,
         model.served.version,
         model.base_path,
         http_port,
         grpc_port,
         describe(model.batching),
+        f"refusing past {max_concurrent_requests} requests at once" if max_concurrent_requests else "no request limit",
     )
     server.start([model])
