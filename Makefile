@@ -233,7 +233,7 @@ serve-cluster: install ## apply the InferenceService (KServe, Standard mode) ser
 
 # The server's batching flags, each only when its setting is set (empty: the server's default); the cluster's
 # ServingRuntime passes the same ones (scripts/pipeline/cluster.py SERVER_FLAGS; a test holds the two equal).
-SERVE_BATCHING = $(if $(SERVE_MAX_BATCH_SIZE),--max-batch-size $(SERVE_MAX_BATCH_SIZE)) $(if $(SERVE_BATCH_TIMEOUT_MS),--batch-timeout-ms $(SERVE_BATCH_TIMEOUT_MS)) $(if $(SERVE_MAX_QUEUED_EXAMPLES),--max-queued-examples $(SERVE_MAX_QUEUED_EXAMPLES))
+SERVE_BATCHING = $(if $(SERVE_MAX_BATCH_SIZE),--max-batch-size $(SERVE_MAX_BATCH_SIZE)) $(if $(SERVE_BATCH_TIMEOUT_MS),--batch-timeout-ms $(SERVE_BATCH_TIMEOUT_MS)) $(if $(SERVE_MAX_QUEUED_EXAMPLES),--max-queued-examples $(SERVE_MAX_QUEUED_EXAMPLES)) $(if $(SERVE_MAX_CONCURRENT_REQUESTS),--max-concurrent-requests $(SERVE_MAX_CONCURRENT_REQUESTS))
 
 serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2); SERVE_MAX_BATCH_SIZE= turns batching on
 	@$(CHECK_SETTINGS)
