@@ -342,7 +342,7 @@ def test_past_the_concurrent_request_limit_a_request_is_refused_before_it_is_que
     assert [answer.status for answer in refused] == [503, 503, "RESOURCE_EXHAUSTED"]
     for answer in refused:
         assert answer.error == (
-            "the server is full: 3 requests are in it, its limit of 3 (--max-concurrent-requests); retry shortly, "
+            "the server is full: it holds 3 requests at once, its limit (--max-concurrent-requests); retry shortly, "
             "or send from fewer clients at once"
         )
     assert [answer.headers["retry-after"] for answer in refused[:2]] == ["1", "1"]

@@ -60,8 +60,8 @@ class Admission:
         """The reason a refused request is given (and logged); counts the refusal."""
         REQUESTS_SHED.labels(limit=LIMIT_LABEL).inc()
         return (
-            f"the server is full: {self.in_flight} requests are in it, its limit of {self.limit} "
-            f"(--max-concurrent-requests); retry shortly, or send from fewer clients at once"
+            f"the server is full: it holds {self.limit} requests at once, its limit (--max-concurrent-requests); retry "
+            f"shortly, or send from fewer clients at once"
         )
 
 

@@ -35,8 +35,9 @@ from trainer.serving.signature import Signature
 
 log = logging.getLogger(__name__)
 
-# asyncio's epoll wait rounds up to whole milliseconds: a batch goes once its deadline is nearer than that, so the
-# wake-up that follows never puts a request past its timeout.
+# The event loop's timers count whole milliseconds (asyncio's epoll wait rounds up to them, uvloop's libuv timers
+# count them): a batch goes once its deadline is nearer than that, so the wake-up that follows never puts a request
+# past its timeout.
 TIMER_SLACK_SECONDS = 0.001
 
 # One model per server process, so no model label.
