@@ -69,7 +69,8 @@ def problem(tool: Tool, settings: dict[str, str]) -> str | None:
     done = subprocess.run([go, "version", "-m", str(path)], capture_output=True, text=True, timeout=60)
     built = [line.split("\t")[2:] for line in done.stdout.splitlines() if line.startswith("\tmod\t")]
     if built != [[tool.module, version, module_sum]]:
-        found = " ".join(built[0]) if built else f"no module record ({done.stderr.strip()[:200]})"
+        error = done.stderr.strip()[:200]
+        found = " ".join(built[0]) if built else "no module record" + (f" ({error})" if error else "")
         return f"{path} was built from {found}, not {tool.module} {version} {module_sum}: {fix}"
     return None
 
