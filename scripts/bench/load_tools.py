@@ -1,18 +1,19 @@
 """The serving bench's load generators: ghz (gRPC) and hey (HTTP), two Go programs, so that the load takes little of
 the server's CPU (the Python clients took as much per request as the server: 0.65 ms per gRPC request and 4.8 ms per
-REST one, against ghz's 0.31 and hey's 0.2, measured here). Each runs on one core (GOMAXPROCS 1).
+REST one, against ghz's 0.17 to 0.31 and hey's 0.2, measured here). Each runs on one core (GOMAXPROCS 1).
 
-Pinned in k8s/base/settings.env (BENCH_GHZ_VERSION and BENCH_GHZ_SUM, BENCH_HEY_VERSION and BENCH_HEY_SUM: the
-module's version and its go.sum hash) and installed into the venv's bin by `make bench-tools`
-(`python -m scripts.bench.load_tools --install`): `go install MODULE/CMD@VERSION`, which checks the module against the
-Go checksum database, and then the binary's own record of the module it was built from (`go version -m`) must name
-the pinned version and hash, or the bench refuses to run it. Each cell's per-request latencies and outcomes come from
-the tool's own report (ghz's JSON details, hey's CSV).
+Pinned in k8s/base/settings.env (BENCH_GHZ_VERSION and BENCH_GHZ_MODULE_SHA256, BENCH_HEY_VERSION and
+BENCH_HEY_MODULE_SHA256: the module's version and its go.sum hash, h1:, in hex) and installed into the venv's bin by
+`make bench-tools` (`python -m scripts.bench.load_tools --install`): `go install MODULE/CMD@VERSION`, which checks the
+module against the Go checksum database, and then the binary's own record of the module it was built from
+(`go version -m`) must name the pinned version and hash, or the bench refuses to run it. Each cell's per-request
+latencies and outcomes come from the tool's own report (ghz's JSON details, hey's CSV).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import csv
 import dataclasses
 import io
@@ -35,10 +36,12 @@ class Tool:
     name: str
     module: str
     package: str
-    setting: str  # BENCH_<NAME>: its _VERSION and _SUM settings
+    setting: str  # BENCH_<NAME>: its _VERSION and _MODULE_SHA256 settings
 
     def pin(self, settings: dict[str, str]) -> tuple[str, str]:
-        return settings[f"{self.setting}_VERSION"], settings[f"{self.setting}_SUM"]
+        """(the module's version, its go.sum hash as go writes it: h1: and the sha256 in base64)"""
+        digest = bytes.fromhex(settings[f"{self.setting}_MODULE_SHA256"])
+        return settings[f"{self.setting}_VERSION"], f"h1:{base64.b64encode(digest).decode()}"
 
 
 TOOLS = (

@@ -66,7 +66,7 @@ RULES: dict[str, tuple[str, str]] = {
     "SERVE_MAX_QUEUED_EXAMPLES": (r"[0-9]*", "digits, or empty for the server's default"),
     "SERVE_MAX_CONCURRENT_REQUESTS": (r"[0-9]*", "digits (0: no limit), or empty for the server's default"),
     **dict.fromkeys(
-        ("BENCH_GHZ_SUM", "BENCH_HEY_SUM"), (r"h1:[A-Za-z0-9+/]{43}=", "a Go module hash: h1: and 44 base64 characters")
+        ("BENCH_GHZ_MODULE_SHA256", "BENCH_HEY_MODULE_SHA256"), (r"[0-9a-f]{64}", "64 lower-case hex digits")
     ),
     "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.

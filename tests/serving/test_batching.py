@@ -287,7 +287,7 @@ def test_the_queue_refuses_exactly_past_its_limit_at_once_and_the_server_stays_r
             httpx.get(f"{rows_server.url}/v2/models/rows/ready"),
         )
         refused_while_busy = not blocker.done()
-        shed = shed_by(metrics(rows_server), "max_queued_examples") - shed_by(before, "max_queued_examples")
+        shed = metrics(rows_server)["serving_requests_shed_total"] - before["serving_requests_shed_total"]
         answers = [future.result() for future in admitted]
         assert blocker.result().ys == [1.0]
     assert refused_while_busy, "the blocker ended before the queue was filled: raise BLOCKER_SECONDS"
@@ -304,11 +304,6 @@ def test_the_queue_refuses_exactly_past_its_limit_at_once_and_the_server_stays_r
     log = rows_server.log.read_text()[len(log_before) :]
     assert log.count("refused with 503") == 2 and log.count("refused with RESOURCE_EXHAUSTED") == 1, log
     assert "Traceback" not in log, log
-
-
-def shed_by(sample: dict[str, float], limit: str) -> float:
-    """Requests refused so far by one limit (max_queued_examples, max_concurrent_requests), per /metrics."""
-    return sample.get(f'serving_requests_shed_total{{limit="{limit}"}}', 0.0)
 
 
 def test_past_the_concurrent_request_limit_a_request_is_refused_before_it_is_queued_and_health_still_answers(tmp_path):
@@ -351,14 +346,15 @@ def test_past_the_concurrent_request_limit_a_request_is_refused_before_it_is_que
     # Refused before the queue: nothing more waits, the batcher's limit refused nothing, /metrics counts the three.
     assert before["serving_requests_in_flight"] == after["serving_requests_in_flight"] == 3
     assert after["serving_queued_examples"] == 2
-    assert shed_by(after, "max_concurrent_requests") - shed_by(before, "max_concurrent_requests") == 3
-    assert shed_by(after, "max_queued_examples") == 0
+    shed = {name: after[name] - before[name] for name in SHED_COUNTERS}
+    assert shed == dict.fromkeys(SHED_COUNTERS, 3)  # all three at admission: none reached the queue's limit
     assert [answer.ys for answer in answers] == [[2.0], [4.0]] and afterwards.ys == [10.0]
     log = server.log.read_text()
     assert log.count("refused with 503") == 2 and log.count("refused with RESOURCE_EXHAUSTED") == 1, log
     assert "Traceback" not in log, log
 
 
+SHED_COUNTERS = ("serving_requests_shed_total", "serving_requests_shed_at_admission_total")
 # Never refused, however full the server: health, readiness, metadata, TF Serving's model status, /metrics.
 HEALTH_PATHS = (
     "/",

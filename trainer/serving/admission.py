@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 from grpc.aio import ServerInterceptor
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from trainer.serving import refusals
 from trainer.serving.batching import REQUESTS_SHED
@@ -32,9 +32,12 @@ GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 # REST inference: a POST to a model's path (v1 :predict and :explain, v2 /infer); GETs (health, readiness, metadata,
 # /metrics, TF Serving's model status) are never refused.
 REST_INFER_PREFIXES = ("/v1/models/", "/v2/models/")
-LIMIT_LABEL = "max_concurrent_requests"
 
 IN_FLIGHT = Gauge("serving_requests_in_flight", "inference requests in the server now, over REST and gRPC together")
+SHED_AT_ADMISSION = Counter(
+    "serving_requests_shed_at_admission_total",
+    "requests refused by --max-concurrent-requests before they were decoded (in serving_requests_shed_total too)",
+)
 
 
 class Admission:
@@ -58,7 +61,8 @@ class Admission:
 
     def refusal(self) -> str:
         """The reason a refused request is given (and logged); counts the refusal."""
-        REQUESTS_SHED.labels(limit=LIMIT_LABEL).inc()
+        REQUESTS_SHED.inc()
+        SHED_AT_ADMISSION.inc()
         return (
             f"the server is full: it holds {self.limit} requests at once, its limit (--max-concurrent-requests); retry "
             f"shortly, or send from fewer clients at once"

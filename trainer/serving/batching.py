@@ -60,10 +60,11 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
 QUEUED_EXAMPLES = Gauge("serving_queued_examples", "examples waiting for a model call")
-# By the limit that refused them: max_queued_examples (the batcher's queue) or max_concurrent_requests (the transport's
-# admission, trainer/serving/admission.py).
+# Every shed request, whichever limit refused it (trainer/serving/admission.py counts its own apart as well).
 REQUESTS_SHED = Counter(
-    "serving_requests_shed_total", "requests refused at once because the server was full, by the limit", ["limit"]
+    "serving_requests_shed_total",
+    "requests refused at once because the server was full: its queue (--max-queued-examples) or its admission limit "
+    "(--max-concurrent-requests)",
 )
 
 
@@ -174,7 +175,7 @@ class Batcher:
         rows = rows_of(arrays)
         size = rows if rows is not None else 1
         if self._queued and self._queued + size > self.options.max_queued_examples:
-            REQUESTS_SHED.labels(limit="max_queued_examples").inc()
+            REQUESTS_SHED.inc()
             raise QueueFull(self._queued, size, self.options.max_queued_examples)
         loop = asyncio.get_running_loop()
         if self._dispatcher is None or self._dispatcher.done():
