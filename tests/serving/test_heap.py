@@ -11,9 +11,26 @@ import weakref
 from model_server import ServerProcess, metrics, publish_version, save_rows_model
 
 
-def test_the_old_versions_cycles_are_freed_when_the_heap_is_frozen_again_after_a_swap(tmp_path):
-    from trainer.serving.model import SavedModelVersions, freeze_heap
+class Timers:
+    """threading.Timer, recording what is scheduled instead of running it in this test process later."""
 
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[float, object]] = []
+
+    def __call__(self, seconds: float, function: object) -> Timers:
+        self.scheduled.append((seconds, function))
+        return self
+
+    def start(self) -> None:
+        pass
+
+
+def test_the_old_versions_cycles_are_freed_when_the_heap_is_frozen_again_after_a_swap(tmp_path, monkeypatch):
+    from trainer.serving import model as model_module
+    from trainer.serving.model import REFREEZE_AFTER_SWAP_SECONDS, SavedModelVersions, freeze_heap
+
+    timers = Timers()
+    monkeypatch.setattr(model_module.threading, "Timer", timers)
     base_path = tmp_path / "serving"
     save_rows_model(base_path / "1", factor=2.0)
     save_rows_model(tmp_path / "tripling", factor=3.0)
@@ -28,7 +45,8 @@ def test_the_old_versions_cycles_are_freed_when_the_heap_is_frozen_again_after_a
         assert model.served.version == 2
         gc.collect()
         assert old() is not None, "frozen, the old version's cycles outlive a collection: nothing to test"
-        freeze_heap()  # what the swap's timer runs
+        assert timers.scheduled == [(REFREEZE_AFTER_SWAP_SECONDS, freeze_heap)]  # the swap's refreeze, for later
+        timers.scheduled[0][1]()
         assert old() is None, "the old version was kept"
     finally:
         gc.unfreeze()
