@@ -66,7 +66,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -109,7 +109,7 @@ PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores; TEST_WORKERS=)
 	$(PYTEST) -m "not slow and not image and not cluster"
 
-test-slow: install ## the slow suites: long multi-process runs and the image build (CI runs these; TEST_WORKERS=)
+test-slow: install bench-tools ## the slow suites: long multi-process runs, the serving bench and the image build (CI runs these; TEST_WORKERS=)
 	$(PYTEST) -m "slow or image"
 
 test-all: test test-slow ## everything CI runs
@@ -177,11 +177,15 @@ fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
-bench: install ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
+bench: install bench-tools ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
 	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
 
-bench-serving: install ## the serving bench alone: load by protocol, batching off against on (interleaved), shedding (BENCH_ARGS=)
+bench-serving: install bench-tools ## the serving bench alone: load by protocol, batching off against on (interleaved), shedding (BENCH_ARGS=)
 	$(PY) -m scripts.bench.serving_load $(BENCH_ARGS)
+
+bench-tools: install ## the serving bench's load generators, ghz and hey, into .venv/bin at their pins in settings.env, checked (needs Go 1.24+)
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) $(PY) -m scripts.bench.load_tools --install
 
 # A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
 # runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (docs/local-runner.md).
@@ -231,7 +235,7 @@ serve-cluster: install $(if $(filter project,$(SERVE_RUNTIME)),image) ## apply t
 
 # The server's batching flags, each only when its setting is set (empty: the server's default); the cluster's
 # ServingRuntime passes the same ones (scripts/pipeline/cluster.py SERVER_FLAGS; a test holds the two equal).
-SERVE_BATCHING = $(if $(SERVE_MAX_BATCH_SIZE),--max-batch-size $(SERVE_MAX_BATCH_SIZE)) $(if $(SERVE_BATCH_TIMEOUT_MS),--batch-timeout-ms $(SERVE_BATCH_TIMEOUT_MS)) $(if $(SERVE_MAX_QUEUED_EXAMPLES),--max-queued-examples $(SERVE_MAX_QUEUED_EXAMPLES))
+SERVE_BATCHING = $(if $(SERVE_MAX_BATCH_SIZE),--max-batch-size $(SERVE_MAX_BATCH_SIZE)) $(if $(SERVE_BATCH_TIMEOUT_MS),--batch-timeout-ms $(SERVE_BATCH_TIMEOUT_MS)) $(if $(SERVE_MAX_QUEUED_EXAMPLES),--max-queued-examples $(SERVE_MAX_QUEUED_EXAMPLES)) $(if $(SERVE_MAX_CONCURRENT_REQUESTS),--max-concurrent-requests $(SERVE_MAX_CONCURRENT_REQUESTS))
 
 serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (REST v1/v2) and SERVE_GRPC_PORT (gRPC v2); SERVE_MAX_BATCH_SIZE= turns batching on
 	@$(CHECK_SETTINGS)

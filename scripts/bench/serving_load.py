@@ -13,9 +13,13 @@ protocol's examples/s at the largest batch to the in-process call's.
 Then batching (the server's --max-batch-size): one server with batching off and one per --batching setting
 (MAX_BATCH:TIMEOUT_MS), all running at once, measured interleaved, cell by cell (the order flipped every other cell,
 so a drift in the machine's load falls on both): batch-1 requests from each --batching-clients count, over both
-protocols; reported with the mean batch the server formed (its /metrics). Last, load shedding: --shed-clients gRPC
-clients against a server whose queue holds --shed-queue-limit examples, reporting how fast the shed requests were
-answered, whether any admitted request failed, and the server's memory before and after.
+protocols; reported with the mean batch the server formed (its /metrics). Last, load shedding: --shed-clients clients,
+over gRPC and then REST, against a server whose queue holds --shed-queue-limit examples (and so, by default, admits
+that many requests plus a batch: --max-concurrent-requests), reporting how fast the shed requests were answered,
+whether any admitted request failed, and the server's memory before and after. The batching and shedding cells'
+load comes from ghz (gRPC) and hey (REST), Go programs on one core each, so that the clients take little of the
+server's CPU (scripts/bench/load_tools.py; `make bench-tools` installs them, and the bench refuses to start without
+them, saying how); the cells above keep the Python client, which reads each answer's version across the swap.
 
 Run alone (make bench-serving); with tiny counts: python -m scripts.bench.serving_load --serving-requests 8
 --serving-clients 1,2 --batching-requests 8 --batching-clients 1,2 --shed-clients 4 --shed-requests 16
@@ -38,6 +42,7 @@ from typing import Any
 from scripts.common.ports import free_ports
 from scripts.common.settings import ROOT
 
+from . import load_tools
 from .runs import BenchError, clean_environment, log_tail, scratch_dir
 
 PROTOCOLS = ("v1_json", "grpc_v2")
@@ -64,9 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--batching-clients", default="1,8,32,128", help="concurrent clients in the batching cells")
     group.add_argument("--batching-requests", type=int, default=1000, help="batch-1 requests per batching cell")
-    group.add_argument("--shed-clients", type=int, default=128, help="concurrent gRPC clients in the shedding cell")
+    group.add_argument("--shed-clients", type=int, default=128, help="concurrent clients in the shedding cells")
     group.add_argument("--shed-queue-limit", type=int, default=32, help="the shedding server's --max-queued-examples")
-    group.add_argument("--shed-requests", type=int, default=4000, help="requests in the shedding cell, shed included")
+    group.add_argument(
+        "--shed-requests", type=int, default=4000, help="requests in each shedding cell (gRPC, REST), shed included"
+    )
 
 
 def counts(text: str, flag: str) -> list[int]:
@@ -275,6 +282,7 @@ def start_server(
 def run_serving(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
     clients = counts(args.serving_clients, "--serving-clients")
     batches = counts(args.serving_batches, "--serving-batches")
+    tools = load_tools.require()  # before anything is trained: a missing tool is named at once, with its fix
     scratch.mkdir(parents=True, exist_ok=True)
     print("[serving] training the served model ...", flush=True)
     base_path = train_model(scratch, args.timeout)
@@ -308,7 +316,7 @@ def run_serving(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, An
                         cells[-1]["version_published_halfway"] = 2
     finally:
         stop_server(server)
-    batching = run_batching(args, base_path, scratch)
+    batching = run_batching(args, base_path, scratch, tools)
     return summarize(cells, in_process_rows, batching)
 
 
@@ -340,9 +348,50 @@ def memory_mb(server: subprocess.Popen) -> dict[str, float]:
     return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM") if key in fields}
 
 
-def run_batching(args: argparse.Namespace, base_path: pathlib.Path, scratch: pathlib.Path) -> dict[str, Any]:
+def request_files(scratch: pathlib.Path) -> dict[str, pathlib.Path]:
+    """What the load generators send: one image as a serialized gRPC v2 request with its schema (a protoset, from
+    KServe's own descriptor), and as a REST v1 body."""
+    from google.protobuf import descriptor_pb2
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
+
+    images = image_batch(1)
+    tensor = pb.ModelInferRequest.InferInputTensor(name="images", datatype="UINT8", shape=list(images.shape))
+    request = pb.ModelInferRequest(model_name="bench", inputs=[tensor], raw_input_contents=[images.tobytes()])
+    protoset = descriptor_pb2.FileDescriptorSet(
+        file=[descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)]
+    )
+    files = {
+        "protoset": scratch / "grpc_predict_v2.protoset",
+        "grpc": scratch / "request.bin",
+        "v1": scratch / "v1.json",
+    }
+    files["protoset"].write_bytes(protoset.SerializeToString())
+    files["grpc"].write_bytes(request.SerializeToString())
+    files["v1"].write_text(json.dumps({"instances": images.tolist()}))
+    return files
+
+
+def tool_cell(
+    tools: dict[str, pathlib.Path],
+    files: dict[str, pathlib.Path],
+    protocol: str,
+    url: str,
+    target: str,
+    clients: int,
+    requests: int,
+) -> dict[str, Any]:
+    """One batch-1 cell from ghz (gRPC v2) or hey (REST v1)."""
+    if protocol == "grpc_v2":
+        return load_tools.ghz_cell(tools["ghz"], target, files["protoset"], files["grpc"], clients, requests)
+    return load_tools.hey_cell(tools["hey"], f"{url}/v1/models/bench:predict", files["v1"], clients, requests)
+
+
+def run_batching(
+    args: argparse.Namespace, base_path: pathlib.Path, scratch: pathlib.Path, tools: dict[str, pathlib.Path]
+) -> dict[str, Any]:
     """Batch-1 requests against batching off and each --batching setting, interleaved cell by cell; then shedding."""
     settings = batching_settings(args.batching)
+    files = request_files(scratch)
     client_counts = counts(args.batching_clients, "--batching-clients")
     modes: dict[str, list[str]] = {"off": []}
     for size, timeout_ms in settings:
@@ -362,7 +411,7 @@ def run_batching(args: argparse.Namespace, base_path: pathlib.Path, scratch: pat
                     _, url, target = servers[mode]
                     print(f"[serving] batching {mode}, {protocol}, {clients} client(s) ...", flush=True)
                     examples, calls = batch_counts(url)
-                    cell = asyncio.run(load_cell(protocol, url, target, "bench", 1, clients, args.batching_requests))
+                    cell = tool_cell(tools, files, protocol, url, target, clients, args.batching_requests)
                     examples_after, calls_after = batch_counts(url)
                     made = calls_after - calls
                     cell["mode"] = mode
@@ -374,16 +423,25 @@ def run_batching(args: argparse.Namespace, base_path: pathlib.Path, scratch: pat
     size, timeout_ms = settings[0]
     flags = ["--max-batch-size", str(size), "--batch-timeout-ms", f"{timeout_ms:g}"]
     flags += ["--max-queued-examples", str(args.shed_queue_limit)]
-    print(f"[serving] shedding: {args.shed_clients} gRPC clients, queue limit {args.shed_queue_limit} ...", flush=True)
     server, url, target = start_server(base_path, scratch / "server-shed.log", args.timeout, flags)
+    mode = f"on {size}:{timeout_ms:g}, queue {args.shed_queue_limit}, {args.shed_queue_limit + size} requests"
+    shedding = []
     try:
-        before = memory_mb(server)
-        shed = asyncio.run(load_cell("grpc_v2", url, target, "bench", 1, args.shed_clients, args.shed_requests))
-        shed.update(mode=f"on {size}:{timeout_ms:g}, queue {args.shed_queue_limit}", memory_before_mb=before)
-        shed["memory_after_mb"] = memory_mb(server)
+        for protocol in ("grpc_v2", "v1_json"):
+            print(f"[serving] shedding: {args.shed_clients} {protocol} clients, {mode} ...", flush=True)
+            before = memory_mb(server)
+            shed = tool_cell(tools, files, protocol, url, target, args.shed_clients, args.shed_requests)
+            shed.update(mode=mode, memory_before_mb=before, memory_after_mb=memory_mb(server))
+            shedding.append(shed)
     finally:
         stop_server(server)
-    return {"settings": list(modes), "cells": cells, "shedding": shed, "timeout_ms": timeout_ms}
+    return {
+        "settings": list(modes),
+        "cells": cells,
+        "shedding": shedding[0],
+        "shedding_rest": shedding[1],
+        "timeout_ms": timeout_ms,
+    }
 
 
 def publish(base_path: pathlib.Path, version: int, url: str, timeout: float) -> None:
@@ -492,18 +550,23 @@ def batching_targets(batching: dict[str, Any] | None) -> list[dict[str, Any]]:
                     "met": added <= batching["timeout_ms"],
                 }
             )
-    shed = batching["shedding"]
-    shed_p99 = shed.get("shed_p99_ms")
-    targets.append(
-        {
-            "key": "serving_shed_answer",
-            "name": f"serving: p99 of the shed answers at {shed['clients']} clients (ms; {shed.get('shed', 0)} shed, "
-            f"{shed['failed']} admitted requests failed)",
-            "measured": shed_p99,
-            "target": f"<= {TARGET_SHED_MS:g}, with requests shed and none admitted failing",
-            "met": shed_p99 is not None and shed_p99 <= TARGET_SHED_MS and shed["failed"] == 0,
-        }
-    )
+    for key, shed in (
+        ("serving_shed_answer", batching["shedding"]),
+        ("serving_shed_answer_rest", batching.get("shedding_rest")),
+    ):
+        if not shed:
+            continue
+        shed_p99 = shed.get("shed_p99_ms")
+        targets.append(
+            {
+                "key": key,
+                "name": f"serving: {shed['protocol']} p99 of the shed answers at {shed['clients']} clients (ms; "
+                f"{shed.get('shed', 0)} shed, {shed['failed']} admitted requests failed)",
+                "measured": shed_p99,
+                "target": f"<= {TARGET_SHED_MS:g}, with requests shed and none admitted failing",
+                "met": shed_p99 is not None and shed_p99 <= TARGET_SHED_MS and shed["failed"] == 0,
+            }
+        )
     return targets
 
 
@@ -532,14 +595,17 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"{row['mode']:<12}{row['protocol']:<10}{row['clients']:>8}{row['requests_per_second'] or 0:>9,.0f}"
             f"{row['p50_ms'] or 0:>9.2f}{row['p99_ms'] or 0:>9.2f}{row['mean_batch']:>7.1f}{row['failed']:>7}"
         )
-    shed = batching["shedding"]
-    print(
-        f"shedding ({shed['mode']}, {shed['clients']} gRPC clients): {shed.get('shed', 0)} of {shed['requests']} "
-        f"shed, answered in p50 {shed.get('shed_p50_ms') or 0:.2f} / p99 {shed.get('shed_p99_ms') or 0:.2f} / max "
-        f"{shed.get('shed_max_ms') or 0:.2f} ms; admitted {shed['requests_per_second'] or 0:,.0f} req/s, p99 "
-        f"{shed['p99_ms'] or 0:.1f} ms, {shed['failed']} failed; server memory {shed['memory_before_mb']} -> "
-        f"{shed['memory_after_mb']} MiB"
-    )
+    for shed in (batching["shedding"], batching.get("shedding_rest")):
+        if not shed:
+            continue
+        print(
+            f"shedding ({shed['mode']}, {shed['clients']} {shed['protocol']} clients): {shed.get('shed', 0)} of "
+            f"{shed['requests']} shed, answered in p50 {shed.get('shed_p50_ms') or 0:.2f} / p99 "
+            f"{shed.get('shed_p99_ms') or 0:.2f} / max {shed.get('shed_max_ms') or 0:.2f} ms; admitted "
+            f"{shed['requests_per_second'] or 0:,.0f} req/s, p50 {shed['p50_ms'] or 0:.1f} ms, p99 "
+            f"{shed['p99_ms'] or 0:.1f} ms, {shed['failed']} failed; server memory {shed['memory_before_mb']} -> "
+            f"{shed['memory_after_mb']} MiB"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,10 @@ RULES: dict[str, tuple[str, str]] = {
         "milliseconds such as 2 or 0.5, or empty for the server's default",
     ),
     "SERVE_MAX_QUEUED_EXAMPLES": (r"[0-9]*", "digits, or empty for the server's default"),
+    "SERVE_MAX_CONCURRENT_REQUESTS": (r"[0-9]*", "digits (0: no limit), or empty for the server's default"),
+    **dict.fromkeys(
+        ("BENCH_GHZ_MODULE_SHA256", "BENCH_HEY_MODULE_SHA256"), (r"[0-9a-f]{64}", "64 lower-case hex digits")
+    ),
     "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),

@@ -278,6 +278,7 @@ SERVER_FLAGS = {
     "SERVE_MAX_BATCH_SIZE": "--max-batch-size",
     "SERVE_BATCH_TIMEOUT_MS": "--batch-timeout-ms",
     "SERVE_MAX_QUEUED_EXAMPLES": "--max-queued-examples",
+    "SERVE_MAX_CONCURRENT_REQUESTS": "--max-concurrent-requests",
 }
 
 

@@ -5,7 +5,9 @@ other's, so a mix-up cannot pass.
 Concurrent clients over REST v1 (both forms), REST v2 and gRPC v2 each get exactly their own rows, and a request over
 the maximum runs alone; a malformed request sent into a full batch fails alone and at once; a failing model call fails
 only its own batch, each request with a 5xx saying so; the queue refuses a new request exactly past its limit (REST
-503 with Retry-After, gRPC RESOURCE_EXHAUSTED, one log line each) while the server stays ready; a request waits at
+503 with Retry-After, gRPC RESOURCE_EXHAUSTED, one log line each) while the server stays ready; past the admission
+limit (--max-concurrent-requests) a request is refused before it is queued, while health, readiness, metadata and
+/metrics still answer; a request waits at
 most the timeout when the model is idle, and the timeout plus the call ahead of it when it is busy; and across a
 version swap each answer comes from the version it names.
 
@@ -304,6 +306,67 @@ def test_the_queue_refuses_exactly_past_its_limit_at_once_and_the_server_stays_r
     assert "Traceback" not in log, log
 
 
+def test_past_the_concurrent_request_limit_a_request_is_refused_before_it_is_queued_and_health_still_answers(tmp_path):
+    base_path = tmp_path / "serving"
+    save_rows_model(base_path / "1", factor=2.0)
+    flags = ["--max-batch-size", str(MAX_BATCH), "--batch-timeout-ms", str(TIMEOUT_MS)]
+    flags += ["--max-queued-examples", str(QUEUE_LIMIT), "--max-concurrent-requests", "3"]
+    server = ServerProcess(base_path, "rows", tmp_path / "server.log", *flags).wait_ready()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            blocker = start_blocker(server, pool)
+            admitted = send_each(pool, server, (1.0, 2.0), "v2 grpc")
+            wait_for(lambda: metrics(server)["serving_queued_examples"] == 2, "two requests queued behind the blocker")
+            before = metrics(server)
+            refused = [send(server, protocol, [9.0]) for protocol in ("v1", "v2", "grpc")]
+            gets = {path: httpx.get(f"{server.url}{path}", timeout=30) for path in HEALTH_PATHS}
+            with grpc.insecure_channel(server.grpc_target) as channel:
+                stub = GRPCInferenceServiceStub(channel)
+                grpc_ready = (
+                    stub.ServerReady(pb.ServerReadyRequest(), timeout=30).ready,
+                    stub.ModelReady(pb.ModelReadyRequest(name="rows"), timeout=30).ready,
+                )
+            after = metrics(server)
+            refused_while_busy = not blocker.done()
+            answers = [future.result() for future in admitted]
+            assert blocker.result().ys == [1.0]
+        afterwards = send(server, "grpc", [5.0])  # the blocker and its two are out: room again
+    finally:
+        server.stop()
+    assert refused_while_busy, "the blocker ended before the refusals: raise BLOCKER_SECONDS"
+    assert [answer.status for answer in refused] == [503, 503, "RESOURCE_EXHAUSTED"]
+    for answer in refused:
+        assert answer.error == (
+            "the server is full: it holds 3 requests at once, its limit (--max-concurrent-requests); retry shortly, "
+            "or send from fewer clients at once"
+        )
+    assert [answer.headers["retry-after"] for answer in refused[:2]] == ["1", "1"]
+    assert {path: answer.status_code for path, answer in gets.items()} == dict.fromkeys(HEALTH_PATHS, 200)
+    assert gets["/v2/health/ready"].json() == {"ready": True} and grpc_ready == (True, True)
+    # Refused before the queue: nothing more waits, the batcher's limit refused nothing, /metrics counts the three.
+    assert before["serving_requests_in_flight"] == after["serving_requests_in_flight"] == 3
+    assert after["serving_queued_examples"] == 2
+    shed = {name: after[name] - before[name] for name in SHED_COUNTERS}
+    assert shed == dict.fromkeys(SHED_COUNTERS, 3)  # all three at admission: none reached the queue's limit
+    assert [answer.ys for answer in answers] == [[2.0], [4.0]] and afterwards.ys == [10.0]
+    log = server.log.read_text()
+    assert log.count("refused with 503") == 2 and log.count("refused with RESOURCE_EXHAUSTED") == 1, log
+    assert "Traceback" not in log, log
+
+
+SHED_COUNTERS = ("serving_requests_shed_total", "serving_requests_shed_at_admission_total")
+# Never refused, however full the server: health, readiness, metadata, TF Serving's model status, /metrics.
+HEALTH_PATHS = (
+    "/",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/rows/ready",
+    "/v2/models/rows",
+    "/v1/models/rows",
+    "/metrics",
+)
+
+
 def test_a_request_waits_at_most_the_timeout_when_idle_and_the_timeout_plus_the_call_ahead_when_busy(rows_server):
     timeout = TIMEOUT_MS / 1000
     wait_for(lambda: metrics(rows_server)["serving_queued_examples"] == 0, "the queue is empty")
@@ -372,6 +435,7 @@ def test_across_a_version_swap_each_answer_comes_from_the_version_it_names(tmp_p
         (["--batch-timeout-ms", "5"], "--batch-timeout-ms applies to batching, which is off: add --max-batch-size N"),
         (["--max-queued-examples", "64"], "--max-queued-examples applies to batching, which is off"),
         (["--max-batch-size", "-1"], "--max-batch-size must be 0 (off) or more, got -1"),
+        (["--max-concurrent-requests", "-1"], "--max-concurrent-requests must be 0 (no limit) or more, got -1"),
         (["--max-batch-size", "8", "--batch-timeout-ms", "-1"], "--batch-timeout-ms must be 0 or more"),
         (
             ["--max-batch-size", "8", "--max-queued-examples", "4"],
@@ -393,5 +457,9 @@ def test_one_flag_turns_batching_on_with_tf_servings_queue_default():
 
     off = parse(["--model-base-path", "unused"])
     assert (off.max_batch_size, off.batch_timeout_ms, off.max_queued_examples) == (0, None, None)
+    assert off.max_concurrent_requests == 0  # no limit
     on = parse(["--model-base-path", "unused", "--max-batch-size", "16"])
     assert (on.max_batch_size, on.batch_timeout_ms, on.max_queued_examples) == (16, DEFAULT_BATCH_TIMEOUT_MS, 160)
+    assert on.max_concurrent_requests == 160 + 16  # a full queue and a call of single-example requests
+    alone = parse(["--model-base-path", "unused", "--max-concurrent-requests", "8"])
+    assert (alone.max_batch_size, alone.max_concurrent_requests) == (0, 8)  # shedding without batching

@@ -418,7 +418,12 @@ def test_the_pinned_stack_is_tested_on_the_clusters_kubernetes_minor():
         assert k3s_minor in minors, f"{key} ({SETTINGS[key]}) does not include the cluster's {k3s_minor}"
 
 
-BATCHING = {"SERVE_MAX_BATCH_SIZE": "32", "SERVE_BATCH_TIMEOUT_MS": "2.5", "SERVE_MAX_QUEUED_EXAMPLES": "256"}
+BATCHING = {
+    "SERVE_MAX_BATCH_SIZE": "32",
+    "SERVE_BATCH_TIMEOUT_MS": "2.5",
+    "SERVE_MAX_QUEUED_EXAMPLES": "256",
+    "SERVE_MAX_CONCURRENT_REQUESTS": "300",
+}
 
 
 @pytest.mark.parametrize("chosen", [BATCHING, {}], ids=["batching set", "defaults"])
@@ -436,11 +441,13 @@ def test_the_batching_settings_reach_make_serve_and_the_serving_runtime_alike(ch
     local = serve.split()[serve.split().index("--grpc-port") + 2 :]
     flags = {"SERVE_MAX_BATCH_SIZE": "--max-batch-size", "SERVE_BATCH_TIMEOUT_MS": "--batch-timeout-ms"}
     flags["SERVE_MAX_QUEUED_EXAMPLES"] = "--max-queued-examples"
+    flags["SERVE_MAX_CONCURRENT_REQUESTS"] = "--max-concurrent-requests"
     assert cluster == local == [part for key, value in chosen.items() for part in (flags[key], value)]
     from trainer.serving.__main__ import parse  # the server takes them as given
 
     parsed = parse(["--model-base-path", "/mnt/models", *cluster])
-    assert (parsed.max_batch_size, parsed.max_queued_examples) == ((32, 256) if chosen else (0, None))
+    limits = (parsed.max_batch_size, parsed.max_queued_examples, parsed.max_concurrent_requests)
+    assert limits == ((32, 256, 300) if chosen else (0, None, 0))
 
 
 def test_a_batching_setting_that_is_not_a_number_is_refused_naming_the_key():

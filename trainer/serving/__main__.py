@@ -34,7 +34,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--poll-seconds", type=float, default=1.0, help="how often to look for a new version")
     batching = parser.add_argument_group(
-        "batching and load shedding", "off by default; --max-batch-size turns both on (docs/serving.md)"
+        "batching and load shedding",
+        "off by default; --max-batch-size turns both on, --max-concurrent-requests alone sheds without batching "
+        "(docs/serving.md)",
     )
     batching.add_argument(
         "--max-batch-size",
@@ -55,6 +57,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help=f"refuse a new request at once (REST 503, gRPC RESOURCE_EXHAUSTED) past this many waiting examples "
         f"(default {DEFAULT_QUEUED_BATCHES} batches: {DEFAULT_QUEUED_BATCHES} x --max-batch-size)",
     )
+    batching.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        help="refuse a new inference request at once (REST 503, gRPC RESOURCE_EXHAUSTED), before it is decoded, while "
+        "this many are in the server, REST and gRPC together (0: no limit; default: none with batching off, else "
+        "--max-queued-examples + --max-batch-size, the single-example requests a full queue and a call hold)",
+    )
     args = parser.parse_args(argv)
     if args.max_request_bytes < 1 or args.poll_seconds <= 0:
         parser.error("--max-request-bytes must be at least 1 and --poll-seconds above 0")
@@ -66,7 +75,11 @@ def check_batching(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     """The batching flags checked together, their defaults filled in when batching is on."""
     if args.max_batch_size < 0:
         parser.error(f"--max-batch-size must be 0 (off) or more, got {args.max_batch_size}")
+    if args.max_concurrent_requests is not None and args.max_concurrent_requests < 0:
+        parser.error(f"--max-concurrent-requests must be 0 (no limit) or more, got {args.max_concurrent_requests}")
     if args.max_batch_size == 0:
+        if args.max_concurrent_requests is None:
+            args.max_concurrent_requests = 0
         for flag, value in (
             ("--batch-timeout-ms", args.batch_timeout_ms),
             ("--max-queued-examples", args.max_queued_examples),
@@ -85,6 +98,8 @@ def check_batching(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             f"--max-queued-examples {args.max_queued_examples} is below --max-batch-size {args.max_batch_size}, so "
             f"no batch could fill: set it to at least {args.max_batch_size}"
         )
+    if args.max_concurrent_requests is None:
+        args.max_concurrent_requests = args.max_queued_examples + args.max_batch_size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rest_port,
             args.grpc_port,
             args.max_request_bytes,
+            args.max_concurrent_requests,
         )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

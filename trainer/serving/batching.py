@@ -35,8 +35,9 @@ from trainer.serving.signature import Signature
 
 log = logging.getLogger(__name__)
 
-# asyncio's epoll wait rounds up to whole milliseconds: a batch goes once its deadline is nearer than that, so the
-# wake-up that follows never puts a request past its timeout.
+# The event loop's timers count whole milliseconds (asyncio's epoll wait rounds up to them, uvloop's libuv timers
+# count them): a batch goes once its deadline is nearer than that, so the wake-up that follows never puts a request
+# past its timeout.
 TIMER_SLACK_SECONDS = 0.001
 
 # One model per server process, so no model label.
@@ -59,7 +60,12 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
 QUEUED_EXAMPLES = Gauge("serving_queued_examples", "examples waiting for a model call")
-REQUESTS_SHED = Counter("serving_requests_shed_total", "requests refused at once because the queue was full")
+# Every shed request, whichever limit refused it (trainer/serving/admission.py counts its own apart as well).
+REQUESTS_SHED = Counter(
+    "serving_requests_shed_total",
+    "requests refused at once because the server was full: its queue (--max-queued-examples) or its admission limit "
+    "(--max-concurrent-requests)",
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,8 @@ Inference Protocol (REST v2 and gRPC v2) through KServe's own InferRequest and I
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 import uuid
 from typing import Any
 
@@ -21,6 +23,22 @@ from trainer.serving.versions import Loaded, VersionWatcher
 # One model per server process, so no model label.
 SERVED_VERSION = Gauge("serving_model_version", "the version being served")
 VERSION_SWAPS = Counter("serving_version_swaps_total", "versions swapped in after the first")
+HEAP_FROZEN = Gauge("serving_heap_frozen_objects", "objects kept out of the garbage collector's scans (freeze_heap)")
+# How long after a swap the heap is frozen again: by then the requests that started on the old version are answered.
+REFREEZE_AFTER_SWAP_SECONDS = 10.0
+
+
+def freeze_heap() -> None:
+    """Every object alive now (the loaded SavedModels', TensorFlow's and KServe's: about 440,000 here) is moved out of
+    the cyclic garbage collector's scans (gc.freeze). Each full collection used to walk them all, stopping the whole
+    server for 250 to 350 ms every few hundred REST requests (their JSON makes many objects): REST v1's p99 at 8
+    clients was 355 ms, and 50 to 58 ms with the heap frozen (docs/bench.md). Objects without cycles are still freed as
+    before. What was frozen before is thawed and collected first, so after a swap the old version's objects are freed
+    rather than kept: one full collection per swap, and one at start."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    HEAP_FROZEN.set(gc.get_freeze_count())
 
 
 class SavedModelVersions(kserve.Model):
@@ -36,6 +54,7 @@ class SavedModelVersions(kserve.Model):
 
     def load(self) -> bool:
         self.watcher.load_first()
+        freeze_heap()
         self.ready = True
         return True
 
@@ -56,6 +75,9 @@ class SavedModelVersions(kserve.Model):
         SERVED_VERSION.set(loaded.version)
         if previous is not None:
             VERSION_SWAPS.inc()
+            refreeze = threading.Timer(REFREEZE_AFTER_SWAP_SECONDS, freeze_heap)
+            refreeze.daemon = True
+            refreeze.start()
 
     def get_input_types(self) -> list[dict[str, Any]]:
         return [spec.metadata() for spec in self.served.signature.inputs]

@@ -86,25 +86,20 @@ class RefusalsToStatus(ExceptionToStatusInterceptor):
         await super().handle_exception(ex, request_or_iterator, context, method_name)
 
 
-class NoCallLog(ServerInterceptor):
-    """In place of KServe's per-call "grpc method" line: /metrics counts the calls, and a refusal has its own line."""
-
-    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        return await continuation(handler_call_details)
-
-
 class _SkipLoggedRefusals(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not _LOGGED.get()
 
 
-def install(app: FastAPI) -> None:
-    """Before ModelServer starts: KServe registers these handlers and interceptors as its servers start."""
+def install(app: FastAPI, first_interceptor: Callable[[], ServerInterceptor]) -> None:
+    """Before ModelServer starts: KServe registers these handlers and interceptors as its servers start.
+    `first_interceptor` makes the gRPC interceptor KServe puts first, in place of its per-call "grpc method" log line
+    (/metrics counts the calls, and a refusal has its own line): the admission limit (trainer/serving/admission.py)."""
     kserve.protocol.rest.server.invalid_input_handler = rest_handler(400)
     kserve.protocol.rest.server.model_not_found_handler = rest_handler(404)
     kserve.protocol.rest.server.model_not_ready_handler = rest_handler(503)
     kserve.protocol.grpc.server.ExceptionToStatusInterceptor = RefusalsToStatus
-    kserve.protocol.grpc.server.LoggingInterceptor = NoCallLog
+    kserve.protocol.grpc.server.LoggingInterceptor = first_interceptor
     app.add_exception_handler(QueueFull, rest_handler(503, {"Retry-After": str(RETRY_AFTER_SECONDS)}))
     app.add_exception_handler(JoinedCallFailed, rest_handler(500))
     app.add_exception_handler(HTTPException, http_exception)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ INVALID_ARGUMENT), whose message names every input the model expects.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -28,9 +29,9 @@ class TensorInfo:
     dtype: str  # numpy's name: uint8, float32
     shape: tuple[int, ...] | None  # None: any rank
 
-    @property
+    @functools.cached_property
     def datatype(self) -> str:
-        """The Open Inference Protocol's name of the dtype (UINT8, FP32)."""
+        """The Open Inference Protocol's name of the dtype (UINT8, FP32); once, not per request."""
         return str(from_np_dtype(np.dtype(self.dtype)))
 
     def describe(self) -> str:
