@@ -387,6 +387,8 @@ def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
         {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS},
         {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": JOB_VERBS},
         {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": JOB_VERBS},
+        # A TrainJob variant's runtime, which holds its trainer args, applied before it.
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch"]},
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices", "servingruntimes"],

@@ -90,8 +90,10 @@ def test_the_workflow_runs_every_step_to_succeeded_and_publishes_the_selected_va
 
 @pytest.fixture(scope="module")
 def predictor(pipeline):
-    """The InferenceService Ready, and its Service's address as the node reaches it."""
-    kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"inferenceservice/{JOB}", "--timeout=600s")
+    """The InferenceService Ready (the Workflow applied it; make serve-cluster applies it again and waits), and its
+    Service's address as the node reaches it."""
+    served = make("serve-cluster", *WHERE, timeout=900)
+    assert f"InferenceService {JOB} is Ready" in served.stdout, served.stdout[-3000:]
     service = json.loads(kubectl("get", "service", "-n", NAMESPACE, f"{JOB}-predictor", "-o", "json").stdout)
     address = service["spec"]["clusterIP"]
     ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}

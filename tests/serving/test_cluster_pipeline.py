@@ -455,3 +455,31 @@ def test_a_batching_setting_that_is_not_a_number_is_refused_naming_the_key():
         ["make", "k3d-down", "SERVE_BATCH_TIMEOUT_MS=2ms"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert refused.returncode == 2 and "setting SERVE_BATCH_TIMEOUT_MS='2ms' is not allowed" in refused.stderr
+
+
+# What Argo's executor calls for each action of a resource template (workflow/executor/resource.go at v4): kubectl
+# apply reads the object and creates or patches it; create creates it, then the conditions get it until they hold;
+# delete deletes it (--ignore-not-found reads it first).
+ACTION_VERBS = {"apply": {"get", "create", "patch"}, "create": {"create", "get"}, "delete": {"delete", "get"}}
+
+
+def test_the_workflows_service_account_may_do_what_every_resource_step_does(workflow):
+    # Before: a TrainJob pipeline's steps that apply each variant's TrainingRuntime were Forbidden on the real cluster.
+    engine, document = workflow
+    (role,) = [doc for doc in generated("rbac") if doc["kind"] == "Role"]
+    for template in document["spec"]["templates"]:
+        resource = template.get("resource")
+        if resource is None:
+            continue
+        obj = yaml.safe_load(resource["manifest"])
+        group = obj["apiVersion"].rpartition("/")[0]
+        plural = f"{obj['kind'].lower()}s" if not obj["kind"].endswith("y") else f"{obj['kind'].lower()[:-1]}ies"
+        granted = set().union(
+            *(
+                set(rule["verbs"])
+                for rule in role["rules"]
+                if group in rule["apiGroups"] and plural in rule["resources"]
+            )
+        )
+        missing = ACTION_VERBS[resource["action"]] - granted
+        assert not missing, f"{engine}: step {template['name']} may not {sorted(missing)} {group or 'core'}/{plural}"
