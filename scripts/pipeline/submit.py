@@ -141,7 +141,7 @@ def serve(image: str, runtime: str, settings: dict[str, str], timeout_s: float) 
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.submit", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["workflow", "serving"])
     parser.add_argument("--image", required=True)
@@ -158,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         f"deadline, {cluster.TRAIN_DEADLINE_SECONDS} s, for a workflow; 600 s for serving)",
     )
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
-    argv = sys.argv[1:] if argv is None else argv
     # The trainer's flags after "--", taken apart here: argparse gives a "*" positional after another one nothing.
     ours, trainer_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
     args.trainer_args += trainer_args
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
     try:
         settings = project_settings.load()
         context = project_settings.kube_context(settings)
