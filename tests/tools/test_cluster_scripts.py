@@ -88,6 +88,12 @@ def test_cluster_up_names_every_missing_tool_at_once_with_where_to_get_it(tmp_pa
     )
     if os.getuid() != 0:
         assert "run it as root (sudo make cluster-up)" in result.stderr
+    # SERVE=1 reads KServe's manifest with the project's Python: without the venv, named with its fix.
+    served = run_script(
+        "node/up.sh", path, SERVE="1", PY=str(tmp_path / "no-venv/bin/python"), **node_settings(tmp_path)
+    )
+    assert served.returncode == 1
+    assert f"the project's Python ({tmp_path / 'no-venv/bin/python'}): run make install first" in served.stderr
 
 
 def test_cluster_up_names_a_port_another_process_holds_before_it_starts_anything(tmp_path):

@@ -27,6 +27,10 @@ preflight() {
       problems=1
     fi
   done
+  if [[ -n ${SERVE:-} && ! -x $PY ]]; then
+    echo "error: SERVE=1 reads KServe's manifest with the project's Python ($PY): run make install first, or make cluster-up SERVE=1, which does" >&2
+    problems=1
+  fi
   if [ ! -x "$NODE_CNI_BIN/bridge" ]; then
     echo "error: the CNI plugins are not in $NODE_CNI_BIN: apt-get install containernetworking-plugins, or set NODE_CNI_BIN" >&2
     problems=1
@@ -290,6 +294,7 @@ recover() {
 }
 
 engine=${ENGINE:-tfjob}
+PY=${PY:-.venv/bin/python}  # make cluster-up passes the venv's (make install)
 check_engine "$engine"
 preflight
 recover
