@@ -21,6 +21,7 @@ ROOM_TESTS = {
         "tests/tools/test_bench.py",
         "tests/tools/test_bench_async.py",
         "tests/tools/test_bench_links.py",
+        "tests/tools/test_bench_load_tools.py",
         "tests/serving/test_bench_serving.py",
         "tests/helpers/bench_runs.py",
     ],
@@ -30,6 +31,7 @@ ROOM_TESTS = {
         "tests/tools/test_submit_engines.py",
         "tests/tools/test_engine_manifests.py",
         "tests/tools/test_cluster_scripts.py",
+        "tests/tools/test_webhook_certs.py",
         "tests/cluster/test_node_cluster.py",
     ],
 }
