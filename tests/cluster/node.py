@@ -117,16 +117,32 @@ def project_image() -> str:
     ).stdout.strip()
 
 
-def model_dir_on_node(job_name: str) -> pathlib.Path | None:
-    """JOB_NAME's model directory as the node's disk holds it (local-path keeps the claim there); None before the
-    claim is bound."""
-    claim = kubectl("get", "pvc", "-n", NAMESPACE, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout
+def volume_on_node(namespace: str = NAMESPACE) -> pathlib.Path | None:
+    """The namespace's claim as the node's disk holds it (local-path keeps it there); None before it is bound."""
+    claim = kubectl("get", "pvc", "-n", namespace, SETTINGS["VOLUME_CLAIM"], "-o", "json", check=False).stdout
     volume = json.loads(claim or "{}").get("spec", {}).get("volumeName")
     if not volume:
         return None
-    root = json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"]
-    model_root = pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"])
-    return pathlib.Path(root, model_root, job_name)
+    return pathlib.Path(json.loads(kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["hostPath"]["path"])
+
+
+def model_dir_on_node(job_name: str, namespace: str = NAMESPACE) -> pathlib.Path | None:
+    """JOB_NAME's model directory as the node's disk holds it; None before the claim is bound."""
+    root = volume_on_node(namespace)
+    if root is None:
+        return None
+    return root / pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"]) / job_name
+
+
+# 0: connected; anything else (refused, unreachable, timed out) is a refusal.
+PROBE = "import socket, sys; s = socket.socket(); s.settimeout(3); print(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
+
+
+def connects(pod: str, namespace: str, address: str, port: int) -> bool:
+    """Whether POD (its image has Python) opens a TCP connection to ADDRESS:PORT."""
+    probed = kubectl("exec", "-n", namespace, pod, "--", "python3", "-c", PROBE, address, str(port), check=False)
+    assert probed.returncode == 0, probed.stderr
+    return probed.stdout.strip() == "0"
 
 
 def clear_model_dir(job_name: str) -> None:

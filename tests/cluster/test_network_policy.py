@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from scripts.common import settings as project_settings
-from tests.cluster.node import NAMESPACE, ROOT, SETTINGS, kubectl, project_image, wait_until
+from tests.cluster.node import NAMESPACE, ROOT, SETTINGS, connects, kubectl, project_image, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,8 +33,6 @@ def serve(port):
 threading.Thread(target=serve, args=({TF_PORT},), daemon=True).start()
 serve({STATUS_PORT})
 """
-# 0: connected; anything else (refused, unreachable, timed out) is a refusal.
-PROBE = "import socket, sys; s = socket.socket(); s.settimeout(3); print(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
 
 
 def rendered_job(job_name: str) -> list[dict]:
@@ -94,12 +92,6 @@ def listener_and_probes():
     for name in ("listener", "peer", "outsider"):
         kubectl("delete", "-n", NAMESPACE, "pod", f"{JOB}-{name}", "--wait=false", check=False)
     kubectl("delete", "namespace", OTHER_NAMESPACE, "--wait=false", check=False)
-
-
-def connects(source: str, namespace: str, address: str, port: int) -> bool:
-    probed = kubectl("exec", "-n", namespace, source, "--", "python3", "-c", PROBE, address, str(port), check=False)
-    assert probed.returncode == 0, probed.stderr
-    return probed.stdout.strip() == "0"
 
 
 def test_the_tf_port_admits_only_the_job_s_pods_and_the_status_port_only_the_namespace_s(listener_and_probes):

@@ -26,7 +26,18 @@ import pytest
 import tensorflow as tf
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
-from tests.cluster.node import ROOT, SETTINGS, kubectl, make, make_environment, project_image, wait_until
+from tests.cluster.node import (
+    ROOT,
+    SETTINGS,
+    connects,
+    kubectl,
+    make,
+    make_environment,
+    model_dir_on_node,
+    project_image,
+    volume_on_node,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -39,16 +50,15 @@ WHERE = [f"NAMESPACE={NAMESPACE}", f"JOB_NAME={JOB}"]
 REST_PORT, GRPC_PORT = int(SETTINGS["SERVE_PORT"]), int(SETTINGS["SERVE_GRPC_PORT"])
 
 
-def volume_on_node(namespace: str = NAMESPACE) -> pathlib.Path:
-    """The claim's directory on the node's disk (local-path keeps it there)."""
-    claim = json.loads(kubectl("get", "pvc", "-n", namespace, SETTINGS["VOLUME_CLAIM"], "-o", "json").stdout)
-    volume = json.loads(kubectl("get", "pv", claim["spec"]["volumeName"], "-o", "json").stdout)
-    return pathlib.Path(volume["spec"]["hostPath"]["path"])
+def published(job: str = JOB) -> pathlib.Path:
+    """A pipeline's base path on the node: SELECTION_ROOT/JOB/serving, selection.json beside it."""
+    return volume_on_node(NAMESPACE) / SETTINGS["SELECTION_ROOT"] / job / "serving"
 
 
-def published(namespace: str = NAMESPACE) -> pathlib.Path:
-    """The pipeline's base path on the node: SELECTION_ROOT/JOB/serving, selection.json beside it."""
-    return volume_on_node(namespace) / SETTINGS["SELECTION_ROOT"] / JOB / "serving"
+def predictor_pods(jsonpath: str) -> str:
+    """A field of the predictor's pods, as kubectl's jsonpath prints it."""
+    selector = f"serving.kserve.io/inferenceservice={JOB}"
+    return kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", f"jsonpath={jsonpath}").stdout
 
 
 def images(count: int = 8) -> np.ndarray:
@@ -149,16 +159,7 @@ def test_a_bad_request_gets_a_4xx_and_the_server_goes_on(predictor):
 
 def test_a_new_version_on_the_volume_is_served_without_a_restart_or_a_failed_request(predictor):
     rest, _ = predictor
-    pods_before = kubectl(
-        "get",
-        "pods",
-        "-n",
-        NAMESPACE,
-        "-l",
-        f"serving.kserve.io/inferenceservice={JOB}",
-        "-o",
-        "jsonpath={.items[*].metadata.uid}",
-    ).stdout.split()
+    pods_before = predictor_pods("{.items[*].metadata.uid}").split()
     answers: list[int] = []
     stop = threading.Event()
 
@@ -188,20 +189,8 @@ def test_a_new_version_on_the_volume_is_served_without_a_restart_or_a_failed_req
         stop.set()
         client.join(timeout=120)
     assert answers and set(answers) == {200}, f"{len(answers)} requests, statuses {sorted(set(answers))}"
-    pods_after = kubectl(
-        "get",
-        "pods",
-        "-n",
-        NAMESPACE,
-        "-l",
-        f"serving.kserve.io/inferenceservice={JOB}",
-        "-o",
-        "jsonpath={.items[*].metadata.uid}",
-    ).stdout.split()
+    pods_after = predictor_pods("{.items[*].metadata.uid}").split()
     assert pods_after == pods_before, "the predictor pod was replaced"
-
-
-PROBE = "import socket, sys; s = socket.socket(); s.settimeout(3); print(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
 
 
 def probe_pod(name: str, namespace: str) -> None:
@@ -233,12 +222,6 @@ def probe_pod(name: str, namespace: str) -> None:
     kubectl("wait", "-n", namespace, "--for=condition=Ready", f"pod/{name}", "--timeout=180s")
 
 
-def connects(pod: str, namespace: str, address: str, port: int) -> bool:
-    probed = kubectl("exec", "-n", namespace, pod, "--", "python3", "-c", PROBE, address, str(port), check=False)
-    assert probed.returncode == 0, probed.stderr
-    return probed.stdout.strip() == "0"
-
-
 def test_the_predictor_admits_its_namespace_on_the_serving_ports_and_no_other_namespace(predictor):
     other = f"pipeline-other-{os.getpid()}"
     kubectl("create", "namespace", other)
@@ -246,16 +229,7 @@ def test_the_predictor_admits_its_namespace_on_the_serving_ports_and_no_other_na
     try:
         probe_pod("serving-client", NAMESPACE)
         probe_pod("serving-stranger", other)
-        pod_ip = kubectl(
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            f"serving.kserve.io/inferenceservice={JOB}",
-            "-o",
-            "jsonpath={.items[0].status.podIP}",
-        ).stdout
+        pod_ip = predictor_pods("{.items[0].status.podIP}")
         for port in (REST_PORT, GRPC_PORT):
             assert connects("serving-client", NAMESPACE, pod_ip, port), port
         wait_until(
@@ -294,7 +268,7 @@ def test_a_failing_variant_fails_its_step_at_once_and_the_best_of_the_rest_is_pu
     # the step's deadline (the test's timeout is a small part of it).
     assert "train-e2e-fail-no-such-model: Failed" in submitted.stdout, submitted.stdout[-3000:]
     assert "select: Succeeded" in submitted.stdout, submitted.stdout[-3000:]
-    selection = json.loads((volume_on_node() / SETTINGS["SELECTION_ROOT"] / "e2e-fail" / "selection.json").read_text())
+    selection = json.loads((published("e2e-fail").parent / "selection.json").read_text())
     refused = {candidate["model_dir"]: candidate["refused"] for candidate in selection["candidates"]}
     assert refused[f"{SETTINGS['MODEL_ROOT']}/e2e-fail-no-such-model"], selection
     assert selection["winner"] == f"{SETTINGS['MODEL_ROOT']}/e2e-fail-cnn", selection
@@ -345,12 +319,12 @@ def test_a_variant_whose_export_check_fails_is_refused_and_the_best_of_the_rest_
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     # The dropout variant's export check failed its run (exit 2, nothing published), and so its step.
     assert "train-e2e-skew-dropout: Failed" in submitted.stdout, submitted.stdout[-3000:]
-    models = volume_on_node() / pathlib.PurePosixPath(SETTINGS["MODEL_ROOT"]).relative_to(SETTINGS["MOUNT_PATH"])
-    status = json.loads((models / "e2e-skew-dropout" / "status.json").read_text())
+    dropout, cnn = (model_dir_on_node(f"e2e-skew-{model}", NAMESPACE) for model in ("dropout", "cnn"))
+    status = json.loads((dropout / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 2, status
-    assert not (models / "e2e-skew-dropout" / "metrics.json").exists()
-    assert json.loads((models / "e2e-skew-cnn" / "metrics.json").read_text())["export_check"]["passed"] is True
-    selection = json.loads((volume_on_node() / SETTINGS["SELECTION_ROOT"] / "e2e-skew" / "selection.json").read_text())
+    assert not (dropout / "metrics.json").exists()
+    assert json.loads((cnn / "metrics.json").read_text())["export_check"]["passed"] is True
+    selection = json.loads((published("e2e-skew").parent / "selection.json").read_text())
     refused = {candidate["model_dir"]: candidate["refused"] for candidate in selection["candidates"]}
     assert refused[f"{SETTINGS['MODEL_ROOT']}/e2e-skew-dropout"], selection
     assert selection["winner"] == f"{SETTINGS['MODEL_ROOT']}/e2e-skew-cnn", selection
