@@ -5,9 +5,10 @@ which ExitCode retries), the group resumes from its checkpoint, `make logs` foll
 job finishes at the step it planned. Under JobSet, a worker pod deleted restarts the group, which resumes and
 finishes as planned.
 
-A TFJob worker pod *deleted* is not here: training operator v1.9.4 counts a Running pod with a deletionTimestamp as a
-failed replica and fails the TFJob before the trainer's 143 arrives, whatever the restartPolicy (pkg/core/status.go,
-pkg/controller.v1/tensorflow/tfjob_controller.go at v1.9.4; kubeflow/trainer#1560, #2124; docs/cluster.md).
+A TFJob worker pod *deleted* fails the TFJob instead: training operator v1.9.4 counts a Running pod with a
+deletionTimestamp as a failed replica before the trainer's 143 arrives, whatever the restartPolicy (pkg/core/status.go,
+pkg/controller.v1/tensorflow/tfjob_controller.go at v1.9.4; kubeflow/trainer#1560, #2124). What docs/cluster.md tells
+the user to do then, `make submit` again, resumes from the checkpoint and finishes as planned: tested here too.
 
 The faults are timed from the chief's status.json, read on the node's disk: `make status` is too slow a clock.
 """
@@ -150,4 +151,32 @@ def test_a_deleted_worker_pod_restarts_the_jobset_group_which_resumes_and_finish
     metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
     assert metrics["steps"] == TOTAL_STEPS and metrics["restarts"] >= 1
     assert metrics["resumed_from_step"] >= first["checkpoint_step"]
+    make("delete", *job)
+
+
+def test_a_deleted_tfjob_worker_pod_fails_the_job_and_a_resubmit_resumes_and_finishes_at_its_planned_step(tmp_path):
+    job_name = "e2e-tfjob-deleted"
+    job = ["ENGINE=tfjob", "STRATEGY=sync", f"JOB_NAME={job_name}"]
+    make("delete", *job, check=False)
+    clear_model_dir(job_name)
+    submit_log = tmp_path / "submit.log"
+    submitted = start_make("-o", "image", "submit", *job, *LONG_JOB, log=submit_log)
+    try:
+        first = running_past(restarts=0, step=0, job_name=job_name)
+        worker_1 = f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-index=1"
+        pod = running_worker_1(worker_1)["metadata"]["name"]
+        assert kubectl("delete", "pod", "-n", NAMESPACE, pod, "--wait=false").returncode == 0
+        # The operator fails the job (docs/cluster.md); make submit says so and exits non-zero.
+        assert submitted.wait(timeout=600) != 0, submit_log.read_text()[-3000:]
+    finally:
+        if submitted.poll() is None:
+            submitted.kill()
+    assert f"TFJob {job_name} failed" in submit_log.read_text(), submit_log.read_text()[-3000:]
+
+    # The user's fix: submit the same job again. It replaces the failed one and resumes from its checkpoint.
+    again = make("-o", "image", "submit", *job, *LONG_JOB)
+    assert f"deleting the failed TFJob {job_name}" in again.stdout, again.stdout[-3000:]
+    metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
+    assert metrics["steps"] == TOTAL_STEPS, "the resubmitted job ends at the step the first one planned"
+    assert metrics["resumed_from_step"] >= first["checkpoint_step"] > 0
     make("delete", *job)
