@@ -66,7 +66,7 @@ $(error $(KUBECTL_PROBLEM))
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -182,6 +182,9 @@ bench: install bench-tools ## throughput, scaling, start-up against the tutorial
 
 bench-serving: install bench-tools ## the serving bench alone: load by protocol, batching off against on (interleaved), shedding (BENCH_ARGS=)
 	$(PY) -m scripts.bench.serving_load $(BENCH_ARGS)
+
+bench-floor: install bench-tools ## the model server, batching off and on, against a bare Python gRPC server with no model (the floor), interleaved; shedding (BENCH_ARGS=)
+	$(PY) -m scripts.bench.grpc_floor $(BENCH_ARGS)
 
 bench-tools: install ## the serving bench's load generators, ghz and hey, into .venv/bin at their pins in settings.env, checked (needs Go 1.24+)
 	@$(CHECK_SETTINGS)

@@ -50,3 +50,25 @@ def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
     targets = json.loads(done.stdout.splitlines()[-1])["targets"]
     assert [target["met"] for target in targets][1] is True
     assert targets[0]["measured"] > 0
+
+
+@pytest.mark.slow
+def test_the_floor_bench_measures_the_bare_grpc_server_beside_the_model_server_and_both_shed():
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.bench.grpc_floor", "--clients", "1,4", "--requests", "16"]
+        + ["--batch-size", "4", "--shed-queue-limit", "4", "--shed-clients", "16", "--shed-requests", "200"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("floor ", "off ", "on 4:2 "))]
+    assert {(row[0], row[-5]) for row in rows} == {
+        (mode, clients) for mode in ("floor", "off", "on") for clients in "14"
+    }
+    assert all(row[-1] == "0" for row in rows), done.stdout
+    shedding = [line for line in done.stdout.splitlines() if line.startswith("shedding")]
+    assert [line.split("(")[1].split(",")[0] for line in shedding] == ["model server", "floor"], shedding
+    for line in shedding:  # each refused some of the 16 clients past its limit of 8, and failed none it admitted
+        assert " 0 failed" in line and not line.split("): ")[1].startswith("0 of"), line
