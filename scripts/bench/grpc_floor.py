@@ -164,10 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        from trainer.serving.server import use_uvloop
+        # uvloop, as the model server runs on (its room is not imported here: the bench only starts it).
+        try:
+            import uvloop
 
-        use_uvloop()
-        asyncio.get_event_loop().run_until_complete(serve_floor(args.serve, args.limit, args.hold_ms / 1000))
+            loop_factory = uvloop.new_event_loop
+        except ImportError:
+            loop_factory = None
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve_floor(args.serve, args.limit, args.hold_ms / 1000))
         return 0
     with scratch_dir("grpc-floor-") as scratch:
         print_report(run(args, scratch))
