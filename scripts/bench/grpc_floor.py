@@ -96,13 +96,13 @@ def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
     def ghz(target: str, clients: int, requests: int) -> dict[str, Any]:
         return load_tools.ghz_cell(tools["ghz"], target, files["protoset"], files["grpc"], clients, requests)
 
+    batching_on = ["--max-batch-size", str(args.batch_size), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
     processes: list[subprocess.Popen] = []
     try:
         (floor_port,) = free_ports(1)
         processes.append(start_floor(floor_port, scratch / "floor.log"))
         targets = {"floor": f"127.0.0.1:{floor_port}"}
-        on = ["--max-batch-size", str(args.batch_size), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
-        for mode, flags in (("off", []), (f"on {args.batch_size}:{BATCH_TIMEOUT_MS}", on)):
+        for mode, flags in (("off", []), (f"on {args.batch_size}:{BATCH_TIMEOUT_MS}", batching_on)):
             server, _, target = serving_load.start_server(base_path, scratch / f"{mode[:3]}.log", args.timeout, flags)
             processes.append(server)
             targets[mode] = target
@@ -119,8 +119,7 @@ def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
     # The model server's admission limit by default: a full queue of single-example requests and a batch.
     limit = args.shed_queue_limit + args.batch_size
     shedding = []
-    flags = ["--max-batch-size", str(args.batch_size), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
-    flags += ["--max-queued-examples", str(args.shed_queue_limit)]
+    flags = [*batching_on, "--max-queued-examples", str(args.shed_queue_limit)]
     server, _, target = serving_load.start_server(base_path, scratch / "shed.log", args.timeout, flags)
     (floor_port,) = free_ports(1)
     floor = start_floor(floor_port, scratch / "floor-shed.log", limit, args.hold_ms)

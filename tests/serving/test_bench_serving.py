@@ -15,18 +15,23 @@ import pytest
 from model_server import ROOT
 
 
-@pytest.mark.slow
-def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
+def run_bench(module: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`python -m scripts.bench.MODULE FLAGS`, which must exit 0."""
     done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.serving_load", "--serving-requests", "8"]
-        + ["--serving-clients", "1,2", "--serving-batches", "1,4", "--batching", "4:2", "--batching-clients", "1,4"]
-        + ["--batching-requests", "16", "--shed-clients", "16", "--shed-queue-limit", "4", "--shed-requests", "200"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-m", f"scripts.bench.{module}", *flags], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
+    done = run_bench(
+        "serving_load",
+        *["--serving-requests", "8", "--serving-clients", "1,2", "--serving-batches", "1,4", "--batching", "4:2"],
+        *["--batching-clients", "1,4", "--batching-requests", "16", "--shed-clients", "16", "--shed-queue-limit", "4"],
+        *["--shed-requests", "200"],
+    )
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("in_process", "v1_json", "grpc_v2"))]
     assert {(row[0], row[1], row[2]) for row in rows} == {
         ("in_process", "1", "1"),
@@ -54,15 +59,11 @@ def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
 
 @pytest.mark.slow
 def test_the_floor_bench_measures_the_bare_grpc_server_beside_the_model_server_and_both_shed():
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.grpc_floor", "--clients", "1,4", "--requests", "16"]
-        + ["--batch-size", "4", "--shed-queue-limit", "4", "--shed-clients", "16", "--shed-requests", "200"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    done = run_bench(
+        "grpc_floor",
+        *["--clients", "1,4", "--requests", "16", "--batch-size", "4", "--shed-queue-limit", "4"],
+        *["--shed-clients", "16", "--shed-requests", "200"],
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("floor ", "off ", "on 4:2 "))]
     assert {(row[0], row[-5]) for row in rows} == {
         (mode, clients) for mode in ("floor", "off", "on") for clients in "14"
