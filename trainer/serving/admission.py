@@ -5,7 +5,8 @@ KServe decodes it and before it queues behind the requests already in.
 Why at the transport: under overload the cost of a request is the event loop's, not the model's. The batcher's own
 limit (`--max-queued-examples`) sees a request only once KServe has decoded it, and by then it has waited its turn
 behind every request ahead of it in the loop, so a shed answer took as long as an admitted one. Here a request is
-counted from the moment its transport (the REST middleware, the gRPC interceptor) runs for it to the moment its
+counted from the moment its transport (the REST middleware, gRPC's ModelInfer handler in
+trainer/serving/grpc_infer.py) runs for it to the moment its
 answer is handed back, and refused with one comparison when the count is at the limit: REST 503 with Retry-After,
 gRPC RESOURCE_EXHAUSTED, each with a message naming the limit and the fix. Health, readiness, metadata and /metrics
 are never counted nor refused: the server is healthy, only full.
@@ -17,18 +18,13 @@ both, with no lock.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-from grpc.aio import ServerInterceptor
 from prometheus_client import Counter, Gauge
 
 from trainer.serving import refusals
 from trainer.serving.batching import REQUESTS_SHED
 
-# gRPC's inference call; the others (health, metadata, the model repository) are never refused.
-GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 # REST inference: a POST to a model's path (v1 :predict and :explain, v2 /infer); GETs (health, readiness, metadata,
 # /metrics, TF Serving's model status) are never refused.
 REST_INFER_PREFIXES = ("/v1/models/", "/v2/models/")
@@ -46,6 +42,7 @@ class Admission:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_flight = 0
+        IN_FLIGHT.set_function(lambda: self.in_flight)  # read when /metrics is scraped, not set per request
 
     @property
     def full(self) -> bool:
@@ -53,11 +50,9 @@ class Admission:
 
     def enter(self) -> None:
         self.in_flight += 1
-        IN_FLIGHT.set(self.in_flight)
 
     def leave(self) -> None:
         self.in_flight -= 1
-        IN_FLIGHT.set(self.in_flight)
 
     def refusal(self) -> str:
         """The reason a refused request is given (and logged); counts the refusal."""
@@ -97,46 +92,3 @@ class RestAdmission:
             await self.app(scope, receive, send)
         finally:
             admission.leave()
-
-
-class GrpcAdmission(ServerInterceptor):
-    """The first gRPC interceptor: a ModelInfer call past the limit is aborted with RESOURCE_EXHAUSTED before the
-    other interceptors, KServe's decoding and the model see it; every other call passes untouched."""
-
-    def __init__(self, admission: Admission) -> None:
-        self.admission = admission
-
-    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        if handler_call_details.method != GRPC_INFER:
-            return await continuation(handler_call_details)
-        if self.admission.full:
-            # Refused without asking the other interceptors for their handler, and without decoding the message.
-            return grpc.unary_unary_rpc_method_handler(self._refuse)
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        return grpc.unary_unary_rpc_method_handler(
-            self._admitted(handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    async def _refuse(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        reason = self.admission.refusal()
-        refusals.logged(f"gRPC {GRPC_INFER}", grpc.StatusCode.RESOURCE_EXHAUSTED.name, reason)
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
-
-    def _admitted(self, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        admission = self.admission
-
-        async def admitted(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            # Checked again: others may have come in since this call's handler was chosen.
-            if admission.full:
-                return await self._refuse(request, context)
-            admission.enter()
-            try:
-                return await behavior(request, context)
-            finally:
-                admission.leave()
-
-        return admitted

@@ -163,6 +163,7 @@ class Batcher:
         self._queue: collections.deque[_Batch] = collections.deque()
         self._open: dict[tuple[Signature, InputLayout], _Batch] = {}  # the newest batch of each kind still taking rows
         self._queued = 0  # examples waiting, the head batch's included until its call starts
+        QUEUED_EXAMPLES.set_function(lambda: self._queued)  # read when /metrics is scraped, not set per request
         self._changed: asyncio.Event | None = None
         self._dispatcher: asyncio.Task[None] | None = None
 
@@ -188,7 +189,6 @@ class Batcher:
         if batch.layout is not None and batch.rows >= self.options.max_batch_size:
             self._close(batch)
         self._queued += size
-        QUEUED_EXAMPLES.set(self._queued)
         head = self._queue[0]
         if head.closed or (head is batch and len(batch.waiting) == 1):
             assert self._changed is not None
@@ -236,7 +236,6 @@ class Batcher:
             self._queue.popleft()
             self._close(head)
             self._queued -= head.rows
-            QUEUED_EXAMPLES.set(self._queued)
             await self._call(head, loop)
 
     async def _call(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:

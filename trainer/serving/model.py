@@ -7,6 +7,7 @@ import asyncio
 import gc
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kserve
@@ -95,14 +96,14 @@ class SavedModelVersions(kserve.Model):
         signature = served.signature
         if isinstance(payload, InferRequest):
             arrays = signature.complete(_v2_arrays(payload, signature))
-            outputs = await self._run(signature, arrays)
+            outputs = await self.run(signature, arrays)
             return _v2_response(payload, self.name, served.version, outputs)
         if isinstance(payload, bytes | str):
             raise signature.refuse("the body must be JSON (Content-Type: application/json)")
         arrays, form, named = tf_serving_json.decode(payload, served.signatures)
-        return tf_serving_json.encode(await self._run(named, arrays), form)
+        return tf_serving_json.encode(await self.run(named, arrays), form)
 
-    async def _run(self, signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(self, signature: Signature, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The outputs for checked inputs: joined with other requests' when batching is on, else a call of their own."""
         if self.batcher is not None:
             return await self.batcher.run(signature, arrays)
@@ -111,19 +112,25 @@ class SavedModelVersions(kserve.Model):
 
 
 def _v2_arrays(request: InferRequest, signature: Signature) -> dict[str, np.ndarray]:
-    arrays = {}
-    for tensor in request.inputs:
-        spec = signature.input_named(tensor.name)
-        if tensor.datatype != spec.datatype:
-            raise signature.refuse(f"input {spec.name!r} has datatype {tensor.datatype}, expected {spec.datatype}")
-        try:
-            array = tensor.as_numpy()
-        except (ValueError, TypeError) as error:
-            raise signature.refuse(
-                f"input {spec.name!r}: its data does not fill its shape {list(tensor.shape)} ({error})"
-            ) from None
-        arrays[spec.name] = signature.checked(spec, array)
-    return arrays
+    return dict(
+        v2_input(signature, tensor.name, tensor.datatype, tensor.shape, tensor.as_numpy) for tensor in request.inputs
+    )
+
+
+def v2_input(
+    signature: Signature, name: str, datatype: str, shape: Sequence[int], decode: Callable[[], np.ndarray]
+) -> tuple[str, np.ndarray]:
+    """One v2 input tensor, decoded and checked against the signature: (its input's name, the array)."""
+    spec = signature.input_named(name)
+    if datatype != spec.datatype:
+        raise signature.refuse(f"input {spec.name!r} has datatype {datatype}, expected {spec.datatype}")
+    try:
+        array = decode()
+    except (ValueError, TypeError) as error:
+        raise signature.refuse(
+            f"input {spec.name!r}: its data does not fill its shape {list(shape)} ({error})"
+        ) from None
+    return spec.name, signature.checked(spec, array)
 
 
 def _v2_response(request: InferRequest, model_name: str, version: int, outputs: dict[str, np.ndarray]) -> InferResponse:
