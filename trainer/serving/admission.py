@@ -5,11 +5,11 @@ KServe decodes it and before it queues behind the requests already in.
 Why at the transport: under overload the cost of a request is the event loop's, not the model's. The batcher's own
 limit (`--max-queued-examples`) sees a request only once KServe has decoded it, and by then it has waited its turn
 behind every request ahead of it in the loop, so a shed answer took as long as an admitted one. Here a request is
-counted from the moment its transport (the REST middleware, gRPC's ModelInfer handler in
-trainer/serving/grpc_infer.py) runs for it to the moment its
-answer is handed back, and refused with one comparison when the count is at the limit: REST 503 with Retry-After,
-gRPC RESOURCE_EXHAUSTED, each with a message naming the limit and the fix. Health, readiness, metadata and /metrics
-are never counted nor refused: the server is healthy, only full.
+counted from the moment its transport (the REST middleware; for gRPC, the ModelInfer handler in
+trainer/serving/grpc_infer.py) runs for it to the moment its answer is handed back, and refused with one comparison
+when the count is at the limit: REST 503 with Retry-After, gRPC RESOURCE_EXHAUSTED, each with a message naming the
+limit and the fix. Health, readiness, metadata and /metrics are never counted nor refused: the server is healthy,
+only full.
 
 REST and gRPC share one event loop in this server (KServe's ModelServer with one worker), so one plain counter holds
 both, with no lock.

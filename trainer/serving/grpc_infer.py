@@ -6,7 +6,8 @@ InferResponse types, and that work, not gRPC and not the model, was most of the 
 (docs/bench.md, "Serving: ModelInfer answered by the project"). With batching on, the loop is the bound: every request
 passes through it while the model call is shared. So this handler, the first interceptor, answers ModelInfer itself:
 
-- the admission limit (trainer/serving/admission.py): a call past --max-concurrent-requests is refused at once;
+- the admission limit (trainer/serving/admission.py): a call past --max-concurrent-requests is refused at once,
+  before its message is parsed;
 - the model's name and readiness, refused as KServe refuses them (NOT_FOUND, UNAVAILABLE), and KServe's own request
   validation;
 - raw tensors (`raw_input_contents`, what KServe's InferenceGRPCClient and Triton's clients send) are read straight
@@ -52,18 +53,23 @@ class ModelInferHandler(ServerInterceptor):
             request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=pb.ModelInferResponse.SerializeToString,
         )
+        # A full server refuses with this one: no deserializer, so the refused message is never parsed.
+        self.refusing_handler = grpc.unary_unary_rpc_method_handler(self.refuse)
 
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         if handler_call_details.method == GRPC_INFER:
-            return self.handler
+            return self.refusing_handler if self.admission.full else self.handler
         return await continuation(handler_call_details)
+
+    async def refuse(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        reason = self.admission.refusal()
+        refusals.logged(f"gRPC {GRPC_INFER}", grpc.StatusCode.RESOURCE_EXHAUSTED.name, reason)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
 
     async def infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         admission = self.admission
-        if admission.full:
-            reason = admission.refusal()
-            refusals.logged(f"gRPC {GRPC_INFER}", grpc.StatusCode.RESOURCE_EXHAUSTED.name, reason)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
+        if admission.full:  # checked again: others may have come in since this call's handler was chosen
+            await self.refuse(request, context)
         admission.enter()
         try:
             with self.latency.time():
