@@ -94,7 +94,8 @@ class _SkipLoggedRefusals(logging.Filter):
 def install(app: FastAPI, first_interceptor: Callable[[], ServerInterceptor]) -> None:
     """Before ModelServer starts: KServe registers these handlers and interceptors as its servers start.
     `first_interceptor` makes the gRPC interceptor KServe puts first, in place of its per-call "grpc method" log line
-    (/metrics counts the calls, and a refusal has its own line): the admission limit (trainer/serving/admission.py)."""
+    (/metrics counts the calls, and a refusal has its own line): the ModelInfer handler
+    (trainer/serving/grpc_infer.py)."""
     kserve.protocol.rest.server.invalid_input_handler = rest_handler(400)
     kserve.protocol.rest.server.model_not_found_handler = rest_handler(404)
     kserve.protocol.rest.server.model_not_ready_handler = rest_handler(503)

@@ -11,7 +11,7 @@ its own extension points:
 - uvloop as the event loop of both servers (KServe's ModelServer runs them on asyncio's own: its --event_loop reaches
   only uvicorn's config, which makes no loop here), for less time per request in the loop;
 - an admission limit at the transport, refusing an inference request past --max-concurrent-requests before KServe
-  decodes it (trainer/serving/admission.py): REST middleware outside the body limit, and on gRPC
+  decodes it (trainer/serving/admission.py): REST middleware outside the body limit, and gRPC's ModelInfer handler;
 - ModelInfer answered by the project's own handler, the first gRPC interceptor (trainer/serving/grpc_infer.py), in
   place of KServe's servicer and the layers around it, which cost most of the event loop's time per request.
 """
