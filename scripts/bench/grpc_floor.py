@@ -8,6 +8,10 @@ fastest a shed answer comes: with --limit N, a call past N in the handler at onc
 (one comparison, as the model server's admission), and an admitted call holds its place --hold-ms, asleep (no CPU),
 as a model call would.
 
+With --baseline-rev REV, that revision's model server (batching off, from a git worktree of it) is measured beside
+them: the server before a change, in the same run, since a figure here means something only against another taken
+with it.
+
 Every cell is batch-1 gRPC v2 from ghz (make bench-tools), 1,000 requests unless told, the servers up at once and
 measured interleaved cell by cell (the order flipped every other cell). Then shedding: the floor and the model server
 (batching on, the queue of the serving bench's shedding cell) each take --shed-clients clients.
@@ -87,6 +91,28 @@ def start_floor(port: int, log: pathlib.Path, limit: int = 0, hold_ms: float = 0
 # ---- the bench ------------------------------------------------------------------------------------------------------
 
 
+def is_commit(revision: str) -> bool:
+    command = ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"]
+    done = subprocess.run(command, capture_output=True)
+    return done.returncode == 0
+
+
+def baseline_worktree(revision: str, path: pathlib.Path) -> None:
+    """A detached git worktree of this repository at revision (removed by remove_worktree)."""
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise BenchError(
+            f"--baseline-rev {revision}: git could not check it out ({done.stderr.strip()}); give a commit, tag or "
+            f"branch of this repository (git log --oneline)"
+        )
+
+
+def remove_worktree(path: pathlib.Path) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
+
+
 def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
     tools = load_tools.require()
     print("[floor] training the served model ...", flush=True)
@@ -97,13 +123,19 @@ def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
         return load_tools.ghz_cell(tools["ghz"], target, files["protoset"], files["grpc"], clients, requests)
 
     batching_on = ["--max-batch-size", str(args.batch_size), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
+    servers = [("off", [], ROOT), (f"on {args.batch_size}:{BATCH_TIMEOUT_MS}", batching_on, ROOT)]
+    worktree = scratch / "baseline"
+    if args.baseline_rev:
+        baseline_worktree(args.baseline_rev, worktree)
+        servers.insert(0, (f"{args.baseline_rev} off", [], worktree))
     processes: list[subprocess.Popen] = []
     try:
         (floor_port,) = free_ports(1)
         processes.append(start_floor(floor_port, scratch / "floor.log"))
         targets = {"floor": f"127.0.0.1:{floor_port}"}
-        for mode, flags in (("off", []), (f"on {args.batch_size}:{BATCH_TIMEOUT_MS}", batching_on)):
-            server, _, target = serving_load.start_server(base_path, scratch / f"{mode[:3]}.log", args.timeout, flags)
+        for number, (mode, flags, root) in enumerate(servers):
+            log = scratch / f"server-{number}.log"
+            server, _, target = serving_load.start_server(base_path, log, args.timeout, flags, root)
             processes.append(server)
             targets[mode] = target
         cells = []
@@ -115,6 +147,8 @@ def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
     finally:
         for process in processes:
             serving_load.stop_server(process)
+        if args.baseline_rev:
+            remove_worktree(worktree)
 
     # The model server's admission limit by default: a full queue of single-example requests and a batch.
     limit = args.shed_queue_limit + args.batch_size
@@ -134,11 +168,12 @@ def run(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str, Any]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    print(f"\n{'server':<12}{'clients':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'failed':>7}")
+    width = max(12, *(len(row["mode"]) + 1 for row in report["cells"]))
+    print(f"\n{'server':<{width}}{'clients':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'failed':>7}")
     for row in report["cells"]:
         print(
-            f"{row['mode']:<12}{row['clients']:>8}{row['requests_per_second'] or 0:>9,.0f}{row['p50_ms'] or 0:>9.2f}"
-            f"{row['p99_ms'] or 0:>9.2f}{row['failed']:>7}"
+            f"{row['mode']:<{width}}{row['clients']:>8}{row['requests_per_second'] or 0:>9,.0f}"
+            f"{row['p50_ms'] or 0:>9.2f}{row['p99_ms'] or 0:>9.2f}{row['failed']:>7}"
         )
     for shed in report["shedding"]:
         print(
@@ -158,10 +193,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shed-queue-limit", type=int, default=32, help="the model server's --max-queued-examples")
     parser.add_argument("--shed-requests", type=int, default=4000)
     parser.add_argument("--hold-ms", type=float, default=30.0, help="how long the floor's admitted calls hold a place")
+    parser.add_argument(
+        "--baseline-rev", metavar="REV", help="also measure this git revision's model server, batching off"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds to train and to start each server")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.baseline_rev and not is_commit(args.baseline_rev):
+        parser.error(
+            f"--baseline-rev {args.baseline_rev} is not a commit of this repository: give a commit, tag or branch "
+            f"(git log --oneline)"
+        )
     if args.serve:
         # uvloop, as the model server runs on (its room is not imported here: the bench only starts it).
         try:

@@ -255,15 +255,20 @@ def train_model(scratch: pathlib.Path, timeout: float) -> pathlib.Path:
 
 
 def start_server(
-    base_path: pathlib.Path, log: pathlib.Path, timeout: float, flags: list[str] | None = None
+    base_path: pathlib.Path,
+    log: pathlib.Path,
+    timeout: float,
+    flags: list[str] | None = None,
+    root: pathlib.Path = ROOT,
 ) -> tuple[subprocess.Popen, str, str]:
+    """The model server as a process, ready; root: the checkout whose trainer/serving runs (another revision's)."""
     import httpx
 
     rest, grpc_port = free_ports(2)
     command = [sys.executable, "-m", "trainer.serving", "--model-base-path", str(base_path), "--model-name", "bench"]
     command += ["--rest-port", str(rest), "--grpc-port", str(grpc_port), "--poll-seconds", "0.5", *(flags or [])]
     with log.open("w") as out:
-        server = subprocess.Popen(command, cwd=ROOT, env=clean_environment(), stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command, cwd=root, env=clean_environment(), stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{rest}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

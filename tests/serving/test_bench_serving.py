@@ -58,16 +58,19 @@ def test_the_serving_phase_measures_every_cell_and_the_swap_with_tiny_counts():
 
 
 @pytest.mark.slow
-def test_the_floor_bench_measures_the_bare_grpc_server_beside_the_model_server_and_both_shed():
+def test_the_floor_bench_measures_the_bare_grpc_server_beside_the_model_server_and_a_baseline_revision():
     done = run_bench(
         "grpc_floor",
         *["--clients", "1,4", "--requests", "16", "--batch-size", "4", "--shed-queue-limit", "4"],
-        *["--shed-clients", "16", "--shed-requests", "200"],
+        *["--shed-clients", "16", "--shed-requests", "200", "--baseline-rev", "HEAD"],
     )
-    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("floor ", "off ", "on 4:2 "))]
+    servers = ("floor ", "off ", "on 4:2 ", "HEAD off ")
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(servers)]
     assert {(row[0], row[-5]) for row in rows} == {
-        (mode, clients) for mode in ("floor", "off", "on") for clients in "14"
+        (mode, clients) for mode in ("floor", "off", "on", "HEAD") for clients in "14"
     }
+    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
+    assert "baseline" not in worktrees  # the baseline revision's checkout is removed after the run
     assert all(row[-1] == "0" for row in rows), done.stdout
     shedding = [line for line in done.stdout.splitlines() if line.startswith("shedding")]
     assert [line.split("(")[1].split(",")[0] for line in shedding] == ["model server", "floor"], shedding
