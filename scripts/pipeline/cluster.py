@@ -315,6 +315,8 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
         },
     }
     rest, grpc = settings["SERVE_PORT"], settings["SERVE_GRPC_PORT"]
+    # TensorFlow's pools sized to the pod's CPU limit (whole CPUs, from the kubelet), not to the node's cores.
+    threads = ["--threads", "$(SERVE_THREADS)"]
     serving_runtime = {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "ServingRuntime",
@@ -328,8 +330,14 @@ def inference_service(image: str, settings: dict[str, str], runtime: str) -> tup
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.serving"],
-                    "args": ["--model-base-path", "/mnt/models", "--model-name", "{{.Name}}"]
+                    "args": ["--model-base-path", "/mnt/models", "--model-name", "{{.Name}}", *threads]
                     + ["--rest-port", rest, "--grpc-port", grpc, *server_flags(settings)],
+                    "env": [
+                        {
+                            "name": "SERVE_THREADS",
+                            "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}},
+                        }
+                    ],
                     # KServe's Service: port 80 to the first port; each further port as itself, a "grpc" name
                     # marking it h2c (service_reconciler.go at KSERVE_VERSION).
                     "ports": [

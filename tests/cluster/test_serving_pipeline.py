@@ -148,6 +148,30 @@ def test_the_project_client_and_kserves_get_the_in_process_answers_over_v1_v2_an
         np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-5)
 
 
+# In the predictor: the server's command line and the threads of TensorFlow's inter-op pool (named tf_Compute). The
+# server is `python -m trainer.serving ...` (tini, its parent, has the same words after its own flags).
+THREADS_SEEN = r"""
+import pathlib
+commands = {p: (p / "cmdline").read_bytes().split(b"\0") for p in pathlib.Path("/proc").glob("[0-9]*")}
+(server,) = [p for p, parts in commands.items() if parts[1:3] == [b"-m", b"trainer.serving"]]
+print(" ".join(part.decode() for part in commands[server]))
+print(sum((task / "comm").read_text().strip() == "tf_Compute" for task in (server / "task").iterdir()))
+"""
+
+
+def test_the_predictor_sizes_tensorflows_pools_to_its_cpu_limit(predictor):
+    rest, _ = predictor
+    assert v1_predict(rest, images(1)).status_code == 200
+    pod = predictor_pods("{.items[0].metadata.name}")
+    limit = predictor_pods("{.items[0].spec.containers[?(@.name=='kserve-container')].resources.limits.cpu}")
+    in_pod = ["exec", "-n", NAMESPACE, pod, "-c", "kserve-container", "--"]
+    seen = kubectl(*in_pod, "python", "-c", THREADS_SEEN, check=False)
+    assert seen.returncode == 0, seen.stderr
+    command, pool = seen.stdout.strip().splitlines()
+    assert f" --threads {limit} " in command, command  # the kubelet wrote the limit into the args
+    assert int(pool) == int(limit), seen.stdout
+
+
 def test_a_bad_request_gets_a_4xx_and_the_server_goes_on(predictor):
     rest, grpc_target = predictor
     wrong_shape = httpx.post(f"{rest}/v1/models/{JOB}:predict", json={"instances": [[1, 2, 3]]}, timeout=60)

@@ -374,6 +374,11 @@ def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtim
             ("grpc", int(SETTINGS["SERVE_GRPC_PORT"])),
         ]
         assert container["args"][container["args"].index("--grpc-port") + 1] == SETTINGS["SERVE_GRPC_PORT"]
+        # TensorFlow's pools get the pod's CPU limit, which the kubelet writes into the variable the args expand.
+        assert container["args"][container["args"].index("--threads") + 1] == "$(SERVE_THREADS)"
+        (threads,) = [variable for variable in container["env"] if variable["name"] == "SERVE_THREADS"]
+        assert threads["valueFrom"]["resourceFieldRef"] == {"resource": "limits.cpu", "divisor": "1"}
+        assert container["resources"]["limits"]["cpu"]  # without a limit the kubelet would write the node's cores
 
 
 def restricted(pod: dict, containers: list[dict], where: str) -> None:

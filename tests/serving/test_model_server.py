@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import threading
 
@@ -182,12 +183,25 @@ BAD_REQUESTS = {
 }
 
 
+# A thread count no machine's default gives: TensorFlow's own is one per core.
+LIMITED_THREADS = (os.cpu_count() or 1) + 1
+
+
 @pytest.fixture(scope="module")
 def limited_server(image_model, tmp_path_factory):
+    """Limited in request bytes and in TensorFlow's threads."""
     base_path = copy_versions(image_model, tmp_path_factory.mktemp("limited") / "serving")
-    server = ServerProcess(base_path, "images", base_path.parent / "server.log", "--max-request-bytes", "65536")
+    flags = ["--max-request-bytes", "65536", "--threads", str(LIMITED_THREADS)]
+    server = ServerProcess(base_path, "images", base_path.parent / "server.log", *flags)
     yield server.wait_ready()
     server.stop()
+
+
+def test_threads_sizes_tensorflows_thread_pool_whatever_the_machines_cores(limited_server):
+    assert post(limited_server, "/v1/models/images:predict", {"instances": image_examples(1).tolist()}).is_success
+    tasks = pathlib.Path(f"/proc/{limited_server.process.pid}/task")
+    names = [(task / "comm").read_text().strip() for task in tasks.iterdir()]
+    assert names.count("tf_Compute") == LIMITED_THREADS, sorted(names)  # TensorFlow's inter-op pool, by its name
 
 
 @pytest.mark.parametrize("case", sorted(BAD_REQUESTS))

@@ -33,6 +33,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the largest request body (REST) or message (gRPC) accepted; larger ones get 413",
     )
     parser.add_argument("--poll-seconds", type=float, default=1.0, help="how often to look for a new version")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="TensorFlow's intra- and inter-op threads (0: its default, one per core of the machine; in a pod give "
+        "its CPU limit, as the cluster's ServingRuntime does)",
+    )
     batching = parser.add_argument_group(
         "batching and load shedding",
         "off by default; --max-batch-size turns both on, --max-concurrent-requests alone sheds without batching "
@@ -67,6 +74,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_request_bytes < 1 or args.poll_seconds <= 0:
         parser.error("--max-request-bytes must be at least 1 and --poll-seconds above 0")
+    if args.threads < 0:
+        parser.error(f"--threads must be 0 (TensorFlow's default) or more, got {args.threads}")
     check_batching(parser, args)
     return args
 
@@ -106,9 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     # kserve parses sys.argv when it is imported; our flags are not its flags.
     sys.argv[1:] = []
+    import tensorflow as tf
+
     from trainer.serving.batching import BatchingOptions
     from trainer.serving.model import SavedModelVersions
     from trainer.serving.server import serve
+
+    if args.threads:
+        # TensorFlow sizes its pools to the machine's cores, not a pod's CPU limit, and is then throttled.
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
     batching = (
         BatchingOptions(args.max_batch_size, args.batch_timeout_ms / 1000, args.max_queued_examples)
