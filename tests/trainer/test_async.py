@@ -178,13 +178,36 @@ def progress_or_retryable_exit(model_dir, at_least, chief, timeout=240):
     raise AssertionError(f"step {at_least} not reached in {timeout} s")
 
 
+def test_a_worker_lost_before_its_calls_output_reached_the_chief_has_the_call_run_again():
+    """The coordinator marks a call's output ready before its own thread has copied it to the chief, so the chief's
+    fetch may copy it first, from a worker that has just died. The fetch must wait for the call's second run (on
+    the restarted worker), not fail the run."""
+    cluster = async_cluster(1, 1)
+    servers = start_servers(cluster, RUN)
+    chief = None
+    try:
+        command = [str(servers["worker-0"].pid)]
+        chief = OutputFollower(start(command, tf_config(cluster, "chief", 0), module="worker_lost_in_copy"))
+        chief.wait_for("worker killed")
+        servers["worker-0"].wait()
+        servers["worker-0"] = start(RUN, tf_config(cluster, "worker", 0))
+        chief.process.wait(timeout=180)
+    finally:
+        if chief is not None and chief.process.poll() is None:
+            kill(chief.process)
+        stop_servers(servers)
+    output = chief.output()
+    assert chief.process.returncode == 0, output[-3000:]
+    assert "fetched [2.0, 4.0, 6.0]" in output, output[-3000:]
+    assert "waiting for the coordinator to run the call again" in output  # the fetch did copy from the dead worker
+
+
 @pytest.mark.slow
 def test_a_killed_worker_is_worked_around_and_gets_work_again_after_its_restart(tmp_path):
-    """The first kill must be worked around. After the second, TF 2.21's coordinator now and then reports the
-    just-killed worker as a failed function registration ("Connection refused") instead of rescheduling, either
-    at once or when it reconnects to the restarted worker; the chief then exits 144 (retryable) and, recreated
-    as the operator would, resumes from its checkpoint. Either way the run must
-    finish every step."""
+    """The first kill must be worked around (the chief's fetch waits for a call whose output was lost with the
+    worker to run again). After the second, when the coordinator reconnects to the restarted worker, the chief may
+    still exit 144 (retryable); recreated as the operator would, it resumes from its checkpoint. Either way the run
+    must finish every step."""
     model_dir = tmp_path / "model"
     cluster = async_cluster(2, 1)
     args = [*FAULT_RUN, "--model-dir", str(model_dir)]

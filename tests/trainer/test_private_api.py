@@ -81,3 +81,20 @@ def test_the_barrier_exists_and_needs_the_coordination_service():
     # A group's workers meet at it for real in tests/trainer/test_multiworker.py; alone, it must refuse cleanly.
     with pytest.raises(tf.errors.FailedPreconditionError, match="[Cc]oordination service"):
         private_api.wait_at_barrier("private_api_probe", 100)
+
+
+# The error a chief's copy of a call's output raised when the worker died (tests/trainer/test_async.py reproduces it).
+COPY_FROM_A_DEAD_WORKER = (
+    "{{function_node __wrapped__Identity_device_/job:chief/replica:0/task:0/device:CPU:0}} failed to connect to all "
+    "addresses; last error: UNKNOWN: ipv4:127.0.0.1:46639: Failed to connect to remote host: Connection refused\n"
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+    "/tensorflow.eager.EagerService/Enqueue"
+)
+
+
+def test_the_coordinator_counts_a_dead_workers_connection_as_a_lost_worker_and_nothing_else():
+    lost = tf.errors.UnavailableError(None, None, COPY_FROM_A_DEAD_WORKER)
+    assert private_api.is_lost_worker(lost), broken("ClusterCoordinator no longer reruns a dead worker's calls")
+    from_a_ps = tf.errors.UnavailableError(None, None, COPY_FROM_A_DEAD_WORKER.replace("/job:worker", "/job:ps"))
+    assert not private_api.is_lost_worker(from_a_ps)  # the variables are lost: the group restarts
+    assert not private_api.is_lost_worker(tf.errors.InvalidArgumentError(None, None, "bad input on /job:worker"))

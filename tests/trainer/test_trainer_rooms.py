@@ -26,6 +26,7 @@ PS_TESTS = [
     "tests/trainer/test_evaluator.py",
     "tests/tools/test_async_manifest.py",
     "tests/tools/test_bench_async.py",
+    "tests/helpers/worker_lost_in_copy.py",
 ]
 
 

@@ -65,3 +65,11 @@ def wait_at_barrier(name: str, timeout_ms: int) -> None:
     from tensorflow.python.eager import context
 
     context.context().wait_at_barrier(name, timeout_ms)
+
+
+def is_lost_worker(error: BaseException) -> bool:
+    """Whether ClusterCoordinator counts `error` as a lost worker, whose call it runs again on another worker (or on
+    that one once it is back) instead of failing it; TensorFlow has no public name for the test. For trainer/ps."""
+    from tensorflow.python.distribute.coordinator import cluster_coordinator
+
+    return cluster_coordinator._is_worker_failure(error)

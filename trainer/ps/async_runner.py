@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer.base import private_api
 from trainer.data import catalog, datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.settings.config import Config
@@ -32,6 +34,7 @@ from trainer.task import Task
 log = logging.getLogger(__name__)
 
 CALLS_IN_FLIGHT_PER_WORKER = 2  # one running, one queued: a worker never waits for the chief
+REFETCH_SECONDS = 0.5  # while the coordinator runs again a call whose worker died before its output was copied
 
 
 class AsyncRunner(StepRunner):
@@ -112,7 +115,7 @@ class AsyncRunner(StepRunner):
             settle or len(self.in_flight) > CALLS_IN_FLIGHT_PER_WORKER * self.cluster.num_workers
         ):
             called, scheduled = self.in_flight.popleft()
-            values = np.asarray(scheduled.fetch())
+            values = fetch_output(scheduled)
             finished += values[:-3]
             leading, at_end, within = (int(v) for v in values[-3:])
             # In the order the calls finish: a call skipped whole extends the run, any other ends it.
@@ -132,6 +135,34 @@ class AsyncRunner(StepRunner):
             f"asynchronously, {self.cluster.num_workers} worker(s) x batch {self.config.per_worker_batch_size}, "
             f"{self.cluster.num_ps} ps task(s)"
         )
+
+
+def fetch_output(scheduled: Any) -> np.ndarray:
+    """A scheduled call's output, copied to the chief. The coordinator marks an output ready before its own thread
+    has copied it here, so this fetch may be the one that copies it, from a worker that died just after the call
+    finished; the coordinator then runs the call again, as for any lost worker, and the fetch is repeated until that
+    run's output arrives. Any other error is raised."""
+    waiting = False
+    while True:
+        try:
+            return np.asarray(scheduled.fetch())
+        except tf.errors.OpError as error:
+            if not private_api.is_lost_worker(error):
+                raise
+            if not waiting:
+                log.warning(
+                    "a worker was lost before its call's output reached the chief; waiting for the coordinator to "
+                    "run the call again (TensorFlow says: %s)",
+                    _first_cause(error)[:200],
+                )
+                waiting = True
+            time.sleep(REFETCH_SECONDS)
+
+
+def _first_cause(error: tf.errors.OpError) -> str:
+    """The first line of TensorFlow's message that says what failed (not its "2 root error(s) found." header)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return next((line for line in lines if "root error(s) found" not in line), str(error))
 
 
 def _worker_batches(
