@@ -178,6 +178,7 @@ def progress_or_retryable_exit(model_dir, at_least, chief, timeout=240):
     raise AssertionError(f"step {at_least} not reached in {timeout} s")
 
 
+@pytest.mark.slow  # three processes for 15 s: make test-slow, as the other fault tests
 def test_a_worker_lost_before_its_calls_output_reached_the_chief_has_the_call_run_again():
     """The coordinator marks a call's output ready before its own thread has copied it to the chief, so the chief's
     fetch may copy it first, from a worker that has just died. The fetch must wait for the call's second run (on
