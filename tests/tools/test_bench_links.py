@@ -72,6 +72,9 @@ def test_namespaces_are_removed_on_sigterm_and_orphans_of_a_killed_bench_by_the_
     assert namespaces_of(killed.pid) == []
 
 
+ALONE_AND_SIDE_BY_SIDE = ("alone_examples_per_second", "side_by_side_examples_per_second")
+
+
 @needs_namespaces
 @pytest.mark.slow
 def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leaves_nothing(tmp_path):
@@ -95,7 +98,10 @@ def test_a_tiny_separate_machines_phase_measures_every_rate_and_variant_and_leav
     # Two copies that never talk ran together, each on its own core: the machine's ceiling for a pair.
     for program in ("trainer", "peer"):
         assert summary["side_by_side_examples_per_second"][program]["median"] > 0
-        assert 0 < summary["side_by_side_efficiency"][program] < 1.5
+        # A ratio of two timings: how high it comes depends on what else shares the 2 cores, so only its definition
+        # is checked here, never a bound.
+        alone_rate, paired_rate = (summary[key][program]["median"] for key in ALONE_AND_SIDE_BY_SIDE)
+        assert summary["side_by_side_efficiency"][program] == pytest.approx(paired_rate / (2 * alone_rate))
         copies = tmp_path / f"links-{program}_side_by_side-0" / "try-0"
         assert sorted(path.name for path in copies.iterdir()) == ["copy-0", "copy-1"]
         for copy in ("copy-0", "copy-1"):
