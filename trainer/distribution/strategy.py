@@ -169,12 +169,17 @@ _TASK_NAME = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 _WHY = re.compile(r"crashed|heartbeat|unhealthy|connect|socket|unavailable|deadline|aborted|cancelled", re.IGNORECASE)
 
 
+def failure_reason(error: BaseException) -> str:
+    """The line of TensorFlow's many-line error that says why a peer was lost (its first line when none does)."""
+    return next((line.strip() for line in str(error).splitlines() if _WHY.search(line)), first_line(error))
+
+
 def lost_group_message(error: BaseException, cluster: Cluster) -> str:
     """The one line a worker prints when its group broke up: which task stopped answering (as TensorFlow names it
     in the error), why in TensorFlow's words, and that every worker restarts."""
     text = str(error)
     peers = sorted({f"{job}-{index}" for job, index in _TASK_NAME.findall(text)} - {cluster.name})
-    reason = next((line.strip() for line in text.splitlines() if _WHY.search(line)), first_line(error))
+    reason = failure_reason(error)
     who = f"{', '.join(peers)} stopped answering" if peers else "a peer stopped answering"
     return (
         f"{cluster.name} lost contact with the training group: {who} (crashed, stopped, or its node froze or was "

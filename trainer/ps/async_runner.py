@@ -27,6 +27,7 @@ import tensorflow as tf
 from trainer.base import private_api
 from trainer.data import catalog, datasets, pipeline
 from trainer.distribution.cluster import Cluster
+from trainer.distribution.strategy import failure_reason
 from trainer.settings.config import Config
 from trainer.step import CallResult, NonFiniteGuard, StepRunner, slots, test_totals, train_step
 from trainer.task import Task
@@ -153,16 +154,10 @@ def fetch_output(scheduled: Any) -> np.ndarray:
                 log.warning(
                     "a worker was lost before its call's output reached the chief; waiting for the coordinator to "
                     "run the call again (TensorFlow says: %s)",
-                    _first_cause(error)[:200],
+                    failure_reason(error)[:200],
                 )
                 waiting = True
             time.sleep(REFETCH_SECONDS)
-
-
-def _first_cause(error: tf.errors.OpError) -> str:
-    """The first line of TensorFlow's message that says what failed (not its "2 root error(s) found." header)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return next((line for line in lines if "root error(s) found" not in line), str(error))
 
 
 def _worker_batches(
