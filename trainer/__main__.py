@@ -1,8 +1,8 @@
 """`python -m trainer`: config -> cluster -> strategy -> the loop -> exit code.
 
 Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
-read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2, a full volume
-3, a SIGTERM 143, a lost group 144, success 0.
+read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2 (a module missing
+from the image too), a full volume 3, a SIGTERM 143, a lost group 144, success 0.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from trainer.base.errors import (  # noqa: E402
     Diverged,
     ExitCode,
     UserError,
+    missing_module,
     volume_full,
 )
 from trainer.data import catalog, tfds, tfrecord  # noqa: E402
@@ -55,12 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     outcome = Outcome()
     try:
         return run(argv, outcome)
-    except UserError as error:
-        if outcome.reporter is not None:
-            outcome.reporter.failed(str(error), ExitCode.BAD_CONFIG)
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.BAD_CONFIG
     except Exception as error:
+        user_error = error if isinstance(error, UserError) else missing_module(error)
+        if user_error is not None:
+            if outcome.reporter is not None:
+                outcome.reporter.failed(str(user_error), ExitCode.BAD_CONFIG)
+            print(f"error: {user_error}", file=sys.stderr)
+            return ExitCode.BAD_CONFIG
         full = volume_full(error, outcome.model_dir)
         if full is None:
             raise
@@ -183,7 +185,7 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
             full = volume_full(error, core.model_dir)
             if full is not None:  # main() reports it in one line; the status write may well fail too
                 reporter.failed(str(full), ExitCode.VOLUME_FULL)
-            elif not isinstance(error, UserError):  # main() reports a UserError, with its message alone
+            elif not isinstance(error, UserError) and missing_module(error) is None:  # main() reports these
                 reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
         message = lost_group_message(error, cluster)

@@ -1,17 +1,25 @@
-"""The image installs only what was checked: every package from a hashed lock (pip --require-hashes, written by
-make lock, kept in step with constraints.txt), FROM a base pinned by digest (a registry base without one is refused
+"""The image installs only what was checked, and all the runtime needs: every package from a hashed lock (pip
+--require-hashes, written by make lock, kept in step with constraints.txt and holding every package the trainer and
+the data step import, lazily included), FROM a base pinned by digest (a registry base without one is refused
 unless explicitly allowed), and no secret of the clone URL reaches its labels."""
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
+import sys
+import tomllib
 
 import pytest
 
+from record_files import write_records
+from refusing_proxy import refusing_proxy
 from scripts.image.image_requirements import FLAVOURS, requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -144,3 +152,149 @@ def test_every_file_the_dockerfile_copies_is_in_the_build_context():
             continue
         for source in words[1:-1]:
             assert any(source.rstrip("/") == a or source.startswith(a + "/") for a in allowed), source
+
+
+# --- completeness: every package the runtime imports, lazily included, is in each lock ----------------------------
+# Each route runs the real code in this venv, recording the file of every module it imported from site-packages
+# (tests/helpers/imports_of.py); the distribution owning each file must be in every flavour's lock. A package this
+# venv has for other reasons may be imported only because it is there (Keras draws with matplotlib when it can): such
+# a package passes only if the route, run again with it uninstallable, ends the same way.
+IMPORTS_OF = ROOT / "tests" / "helpers" / "imports_of.py"
+# The flavour's TensorFlow wheel installs the same import package as this venv's `tensorflow`.
+SAME_IMPORT_PACKAGE = {"tensorflow-cpu": "tensorflow"}
+# The project itself: its editable install's finder here, its wheel in the image.
+PROJECT = normalized(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"])
+
+
+@functools.cache
+def owners() -> dict[str, tuple[str, str]]:
+    """Each installed module file of this venv (resolved path) -> (its distribution's normalized name, its top-level
+    import package)."""
+    owned = {}
+    for distribution in importlib.metadata.distributions():
+        name = normalized(distribution.metadata["Name"])
+        for file in distribution.files or []:
+            if file.suffix in (".py", ".so", ".pyc"):
+                top_level = file.parts[0].split(".")[0]
+                owned[str(pathlib.Path(distribution.locate_file(file)).resolve())] = (name, top_level)
+    return owned
+
+
+def run_route(tmp_path: pathlib.Path, args: tuple[str, ...], env: dict[str, str], missing: set[str] = frozenset()):
+    """`python -m ARGS` under the recorder, with the MISSING top-level modules uninstallable; its result and
+    {distribution: its top-level packages the route imported}."""
+    out = tmp_path / "imports.json"
+    out.unlink(missing_ok=True)
+    result = subprocess.run(
+        [sys.executable, str(IMPORTS_OF), str(out), *(f"--missing={name}" for name in sorted(missing)), "-m", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env},
+        timeout=300,
+    )
+    assert out.is_file(), f"the route did not reach its exit ({result.returncode}):\n{result.stderr[-3000:]}"
+    files = [str(pathlib.Path(f).resolve()) for f in json.loads(out.read_text())]
+    unowned = [f for f in files if f not in owners()]
+    assert not unowned, f"modules from no installed distribution: {unowned[:5]}"
+    imported: dict[str, set[str]] = {}
+    for file in files:
+        distribution, top_level = owners()[file]
+        imported.setdefault(distribution, set()).add(top_level)
+    return result, imported
+
+
+def unlocked(distributions, flavour: str) -> set[str]:
+    locked = set(lock_of(flavour))
+    locked |= {SAME_IMPORT_PACKAGE.get(name, name) for name in locked}
+    return set(distributions) - locked - {PROJECT}
+
+
+def check_route(tmp_path: pathlib.Path, route: str, *args: str, env: dict[str, str] | None = None):
+    """Runs the route; fails naming each package it needs that a lock lacks. Returns the run's result."""
+    env = env or {}
+    result, imported = run_route(tmp_path, args, env)
+    extra = set().union(*(unlocked(imported, flavour) for flavour in FLAVOURS))
+    if extra:
+        # Imported only because this venv has them? Then the route ends the same without them, as in the image.
+        without = {top_level for name in extra for top_level in imported[name]}
+        again, imported_again = run_route(tmp_path, args, env, missing=without)
+        for flavour in FLAVOURS:
+            needed = sorted(unlocked(imported, flavour))
+            assert again.returncode == result.returncode and not unlocked(imported_again, flavour), (
+                f"{route} needs {needed}, which the {flavour} lock (scripts/image/locks/{flavour}.txt) does not "
+                f"install: without them it exits {again.returncode}, not {result.returncode}:\n"
+                f"{again.stderr[-2000:]}\nAdd them to pyproject.toml's dependencies and run make lock"
+            )
+    return result
+
+
+@pytest.fixture(scope="module")
+def prepared_fashion_mnist(tmp_path_factory) -> pathlib.Path:
+    data_dir = tmp_path_factory.mktemp("tfds")
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "helpers" / "prepared_tfds.py"), str(data_dir), "512", "128"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    return data_dir
+
+
+def test_every_package_the_default_datasets_preparation_imports_is_in_each_lock(tmp_path):
+    with refusing_proxy() as proxy:
+        result = check_route(
+            tmp_path,
+            "preparing fashion_mnist (python -m trainer.data)",
+            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
+            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
+        )
+    # As far as the download, which the proxy refuses: everything before it ran.
+    assert result.returncode == 1 and "HTTP code: 403" in result.stderr, result.stderr[-3000:]
+
+
+def test_every_package_the_trainer_imports_reading_a_prepared_tfds_dataset_is_in_each_lock(
+    tmp_path, prepared_fashion_mnist
+):
+    result = check_route(
+        tmp_path,
+        "the trainer on a prepared TFDS dataset (python -m trainer)",
+        *("trainer", "--dataset", "fashion_mnist", "--data-dir", str(prepared_fashion_mnist), "--epochs", "1"),
+        *("--model-dir", str(tmp_path / "model")),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["synthetic", "tfrecord"])
+def test_every_package_the_trainer_and_the_data_check_import_is_in_each_lock(tmp_path, dataset):
+    flags = ["--dataset", "synthetic", "--train-examples", "512", "--test-examples", "128"]
+    if dataset == "tfrecord":
+        records = write_records(tmp_path / "records", 512, 2, 128, 1, seed=3)
+        flags = ["--dataset", "tfrecord", *records, "--image-shape", "28x28x1", "--num-classes", "10"]
+        checked = check_route(tmp_path, "checking TFRecord files (python -m trainer.data)", "trainer.data", *flags)
+        assert checked.returncode == 0, checked.stderr[-3000:]
+    result = check_route(
+        tmp_path,
+        f"the trainer on {dataset} (python -m trainer)",
+        *("trainer", *flags, "--epochs", "1", "--model-dir", str(tmp_path / "model")),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_package_the_runtime_needs_and_a_lock_lacks_fails_the_check_naming_it(tmp_path, monkeypatch):
+    """The check itself: with importlib-resources taken out of the locks (as they were), the preparation fails it."""
+    real = lock_of
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "lock_of",
+        lambda flavour: {k: v for k, v in real(flavour).items() if k != "importlib-resources"},
+    )
+    with refusing_proxy() as proxy, pytest.raises(AssertionError, match=r"needs \['importlib-resources'\]"):
+        check_route(
+            tmp_path,
+            "preparing fashion_mnist",
+            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
+            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
+        )

@@ -1,6 +1,8 @@
 """Datasets and each worker's input pipeline, in one process."""
 
 import dataclasses
+import json
+import os
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
+from refusing_proxy import refusing_proxy
 from trainer.base.errors import DataError
 from trainer.data import __main__ as data
 from trainer.data import catalog, datasets, pipeline, synthetic, tfrecord
@@ -229,3 +232,47 @@ def test_a_failed_download_says_what_to_check(monkeypatch, capsys, tmp_path):
     message = capsys.readouterr().err
     assert "preparing fashion_mnist" in message and "ConnectionError" in message
     assert "Check the network" in message and "--dataset synthetic" in message
+
+
+def run_with_a_module_missing(tmp_path, missing, *args, env=None):
+    """`python -m ARGS` in this venv with the top-level module MISSING uninstallable, as in an image whose lock left
+    its package out."""
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "helpers", "imports_of.py"), str(tmp_path / "imports.json")]
+        + [f"--missing={missing}", "-m", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def test_a_module_missing_from_the_image_is_named_as_a_broken_image_with_the_fix_not_as_the_network(tmp_path):
+    # The default dataset's preparation in an image built without importlib_resources (TFDS imports it lazily).
+    with refusing_proxy() as proxy:
+        result = run_with_a_module_missing(
+            tmp_path,
+            "importlib_resources",
+            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
+            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
+        )
+    assert result.returncode == 2, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: preparing fashion_mnist failed: the Python module 'importlib_resources'")
+    assert "incomplete" in message and "make lock" in message and "make install" in message
+    assert "Check the network" not in result.stderr
+
+
+def test_the_trainer_names_a_module_missing_from_its_environment_in_one_line_and_exits_permanently(tmp_path):
+    model_dir = tmp_path / "model"
+    result = run_with_a_module_missing(
+        tmp_path,
+        "tensorflow_datasets",
+        *("trainer", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path), "--model-dir", str(model_dir)),
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "error: the Python module 'tensorflow_datasets' is not installed" in result.stderr
+    status = json.loads((model_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "tensorflow_datasets" in status["error"]

@@ -1,5 +1,6 @@
 """The exit codes, and the errors the user can fix, in one family: a UserError exits 2 (permanent: a restart cannot
-help); a full volume, VolumeFullError, exits 3; a run whose training went non-finite, Diverged, exits 4.
+help; a module missing from the image, BrokenEnvironmentError, is one); a full volume, VolumeFullError, exits 3; a
+run whose training went non-finite, Diverged, exits 4.
 
 `python -m trainer` maps each to its exit code in one place (`trainer/__main__.py`). Every message names the
 problem and the fix; raise the subclass that says where the problem is.
@@ -12,6 +13,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 
 
 class ExitCode(enum.IntEnum):
@@ -45,6 +47,11 @@ class DataError(UserError):
 class CorruptRecordError(DataError):
     """A TFRecord file cannot be read through (truncated, a checksum mismatch) or holds a record that is not the
     expected tf.train.Example: the message names the file, the record and the fix."""
+
+
+class BrokenEnvironmentError(UserError):
+    """A module the code imports is not installed: the image or virtualenv was built incomplete (its lock left the
+    package out), so neither the data, the flags nor the network can fix it, and a restart cannot either."""
 
 
 class ModelDirError(UserError):
@@ -101,6 +108,24 @@ def volume_full(error: BaseException, model_dir: str) -> VolumeFullError | None:
                 f"are intact. Free space there (older runs, --keep-checkpoints) or give the job a larger volume, "
                 f"then start it again: it resumes from the last checkpoint. Exit code {ExitCode.VOLUME_FULL}: a "
                 f"restart alone cannot help"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def missing_module(error: BaseException) -> BrokenEnvironmentError | None:
+    """The BrokenEnvironmentError for `error` when it (or what caused it) is a module that is not installed, else
+    None. Errors the trainer raises for a user's own module (--task-module, --dataset-module) are UserErrors already
+    and are not looked into."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, UserError):
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            package = seen.name.partition(".")[0]
+            return BrokenEnvironmentError(
+                f"the Python module {seen.name!r} is not installed in {sys.prefix}: this image or virtualenv is "
+                f"incomplete (the data, the flags and the network are not the cause, and a restart cannot help). "
+                f"Locally, run `make install`; for the image, add the package that provides {package!r} to "
+                f"pyproject.toml's dependencies, then `make lock` and `make image`, and submit again"
             )
         seen = seen.__cause__ or seen.__context__
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer.base.errors import UserError, first_line
+from trainer.base.errors import BrokenEnvironmentError, ExitCode, UserError, first_line, missing_module
 from trainer.data import catalog, datasets, tfrecord
 from trainer.data.tfds import TfdsOptions
 from trainer.settings import flags
@@ -59,14 +59,21 @@ def read_config(argv: list[str]) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = read_config(sys.argv[1:] if argv is None else argv)
-        catalog.check_dataset(config)
-        if config.dataset == "tfrecord":
-            print(check_files(config), flush=True)
-            return 0
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return prepare_or_check(sys.argv[1:] if argv is None else argv)
+    except Exception as error:
+        user_error = error if isinstance(error, UserError) else missing_module(error)
+        if user_error is None:
+            raise
+        print(f"error: {user_error}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
+
+
+def prepare_or_check(argv: list[str]) -> int:
+    config = read_config(argv)
+    catalog.check_dataset(config)
+    if config.dataset == "tfrecord":
+        print(check_files(config), flush=True)
+        return 0
     if config.dataset in datasets.DATASETS:
         print(
             f"dataset {config.dataset}: nothing to prepare (generated in the graph, or read by its own module)",
@@ -76,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = config.group(TfdsOptions).data_dir
     try:
         path = prepare(config.dataset, data_dir)
-    except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; the user needs the same advice for each)
+    except Exception as error:
+        broken = missing_module(error)
+        if broken is not None:  # a broken image, not a download problem
+            raise BrokenEnvironmentError(f"preparing {config.dataset} failed: {broken}") from error
         print(
             f"error: preparing {config.dataset} in {data_dir} failed ({type(error).__name__}: "
             f"{first_line(error)[:300]}). Check the network or proxy and that the directory is writable, then run "
