@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from multiworker import tf_config, worker_cluster
+from refusing_proxy import refusing_proxy
 from scripts.common import settings as project_settings
 from scripts.common.processes import signal_group
 from trainer.artifacts.layout import ModelDir
@@ -36,6 +37,7 @@ TEST_REPOSITORY = f"localhost/{SETTINGS['IMAGE_NAME']}-image-test"
 # The job's model directory as the manifests build it (k8s/base/trainer-pod.yaml): MODEL_ROOT/JOB_NAME.
 MOUNT_PATH, MODEL_DIR = SETTINGS["MOUNT_PATH"], f"{SETTINGS['MODEL_ROOT']}/{SETTINGS['JOB_NAME']}"
 MODEL_DIR_IN_VOLUME = pathlib.PurePosixPath(MODEL_DIR).relative_to(MOUNT_PATH)
+DATA_DIR_IN_VOLUME = pathlib.PurePosixPath(SETTINGS["TRAINER_DATA_DIR"]).relative_to(MOUNT_PATH)
 NON_ROOT_UID = 1000
 SIZE_LIMIT_BYTES = 2.5e9
 UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
@@ -210,55 +212,97 @@ def working_container(image: str):
         buildah("rm", container, check=False)
 
 
-@pytest.mark.image
-def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_model(built, tmp_path):
-    image = built[0]
-    volume = fs_group_volume(tmp_path)
+def in_image(container: str, volume: pathlib.Path, command: list[str], env: dict[str, str]) -> list[str]:
+    """`buildah run` of COMMAND in CONTAINER, the volume mounted where the pods mount it, as a pod runs it."""
+    flags = [f"--env={key}={value}" for key, value in env.items()]
+    mount = ["--volume", f"{volume}:{MOUNT_PATH}"]
+    return ["buildah", "run", "--isolation", "chroot", *flags, *mount, container, "--", *command]
+
+
+def train_in_image(image: str, volume: pathlib.Path, logs: pathlib.Path, flags: list[str]) -> ModelDir:
+    """Two workers of the image's entrypoint with FLAGS, each in its own container, to exit 0; the model dir."""
     entrypoint = image_config(image)["Entrypoint"]
     cluster = worker_cluster(2)
     with contextlib.ExitStack() as stack:
         workers = []
         for index in range(2):
-            command = [
-                "buildah",
-                "run",
-                "--isolation",
-                "chroot",
-                "--env",
-                f"TF_CONFIG={tf_config(cluster, 'worker', index)}",
-                "--volume",
-                f"{volume}:{MOUNT_PATH}",
+            command = in_image(
                 stack.enter_context(working_container(image)),
-                "--",
-                *entrypoint,
-                *TRAIN_FLAGS,
-                "--model-dir",
-                MODEL_DIR,
-            ]
-            log = tmp_path / f"worker-{index}.log"
+                volume,
+                [*entrypoint, *flags, "--model-dir", MODEL_DIR],
+                {"TF_CONFIG": tf_config(cluster, "worker", index)},
+            )
+            log = logs / f"worker-{index}.log"
             with log.open("w") as out:
                 process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             stack.callback(stop, process)
             workers.append((process, log))
         codes = [process.wait(timeout=TRAIN_TIMEOUT_S) for process, _ in workers]
-    logs = [log.read_text() for _, log in workers]
-    assert codes == [0, 0], "\n".join(
-        f"--- worker {i} exited {code}:\n{text[-3000:]}" for i, (code, text) in enumerate(zip(codes, logs, strict=True))
-    )
-
-    host_model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
-    assert os.path.isfile(host_model_dir.keras_model)
-    assert os.path.isfile(os.path.join(host_model_dir.latest_saved_model(), "saved_model.pb"))
-    metrics = json.loads(pathlib.Path(host_model_dir.metrics).read_text())
-    assert metrics["workers"] == 2
-    digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in logs]
+    texts = [log.read_text() for _, log in workers]
+    failures = (f"--- worker {i} exited {codes[i]}:\n{text[-3000:]}" for i, text in enumerate(texts))
+    assert codes == [0, 0], "\n".join(failures)
+    model_dir = ModelDir(str(volume / MODEL_DIR_IN_VOLUME))
+    metrics = json.loads(pathlib.Path(model_dir.metrics).read_text())
+    digests = [re.findall(r"weights sha256 ([0-9a-f]{64})", text) for text in texts]
     assert digests[0] and digests[0] == digests[1] == [metrics["weights_sha256"]], (
         f"the workers did not finish with the same weights: {digests}"
     )
+    return model_dir
+
+
+@pytest.mark.image
+def test_two_workers_train_inside_the_image_and_the_non_root_user_writes_the_model(built, tmp_path):
+    volume = fs_group_volume(tmp_path)
+    host_model_dir = train_in_image(built[0], volume, tmp_path, [*TRAIN_FLAGS])
+
+    assert os.path.isfile(host_model_dir.keras_model)
+    assert os.path.isfile(os.path.join(host_model_dir.latest_saved_model(), "saved_model.pb"))
+    assert json.loads(pathlib.Path(host_model_dir.metrics).read_text())["workers"] == 2
     written = list(volume.rglob("*"))
     assert written and all(path.stat().st_uid == NON_ROOT_UID for path in written), [
         f"{path} uid {path.stat().st_uid}" for path in written if path.stat().st_uid != NON_ROOT_UID
     ]
+
+
+@pytest.mark.image
+def test_the_default_dataset_is_prepared_in_the_image_up_to_the_download_and_trained_from_a_prepared_volume(
+    built, tmp_path
+):
+    """make submit's default path with the image's code: the data Job's TFDS preparation of fashion_mnist (nothing
+    can be downloaded here: a proxy refuses the download, so everything before it runs), then two workers reading a
+    prepared copy on the volume, as the Job leaves it."""
+    image, data_dir = built[0], SETTINGS["TRAINER_DATA_DIR"]
+    volume = fs_group_volume(tmp_path)
+    prepare = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.data", "--dataset=fashion_mnist"]
+    prepare.append(f"--data-dir={data_dir}")
+    with working_container(image) as container, refusing_proxy() as proxy:
+        refused = subprocess.run(
+            in_image(container, volume, prepare, {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy}),
+            capture_output=True,
+            text=True,
+            timeout=TRAIN_TIMEOUT_S,
+        )
+    assert refused.returncode == 1 and "HTTP code: 403" in refused.stderr, refused.stderr[-3000:]
+    assert "ModuleNotFoundError" not in refused.stderr, refused.stderr[-3000:]
+
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "tests/helpers/prepared_tfds.py"), str(volume / DATA_DIR_IN_VOLUME)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    with working_container(image) as container:
+        ready = subprocess.run(in_image(container, volume, prepare, {}), capture_output=True, text=True)
+    assert ready.returncode == 0 and f"dataset fashion_mnist is ready at {data_dir}/fashion_mnist" in ready.stdout, (
+        ready.stderr[-3000:]
+    )
+
+    flags = ["--dataset", "fashion_mnist", "--data-dir", data_dir, "--epochs", "1", "--startup-timeout", "180"]
+    model_dir = train_in_image(image, volume, tmp_path, flags)
+    metrics = json.loads(pathlib.Path(model_dir.metrics).read_text())
+    # The prepared images are learnable (a band per class): read through TFDS with their labels, they are learned.
+    assert metrics["config"]["dataset"] == "fashion_mnist" and metrics["test_accuracy"] > 0.5, metrics
 
 
 def read_status(model_dir: pathlib.Path) -> dict:
