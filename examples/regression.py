@@ -21,10 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.data import datasets
-from trainer.settings.config import Config
-from trainer.settings.options import option
-from trainer.task import Objective, Task, register
+from trainer.api import Config, Objective, Task, datasets, option, register
 
 FEATURES = 8
 

@@ -23,11 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.base.errors import DataError
-from trainer.data import datasets
-from trainer.settings.config import Config
-from trainer.settings.options import option
-from trainer.task import Task, register
+from trainer.api import Config, DataError, Task, datasets, option, register
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainer.base.errors import DataError
+from trainer.moved import moved_name
 from trainer.settings.options import Registry
 
 if TYPE_CHECKING:
@@ -210,3 +211,10 @@ def arrays_spec(features: Any, targets: Any) -> tuple[Any, Any]:
     return tf.nest.map_structure(
         lambda array: tf.TensorSpec(np.shape(array)[1:], tf.as_dtype(np.asarray(array).dtype)), (features, targets)
     )
+
+
+if not TYPE_CHECKING:  # mypy keeps checking every other name of this module
+
+    def __getattr__(name: str) -> Any:
+        """Names that moved to their kind's module (TfdsOptions, RecordOptions), for forks written before."""
+        return moved_name(__name__, name)

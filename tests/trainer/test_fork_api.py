@@ -1,0 +1,90 @@
+"""A fork's imports are one public module, trainer.api, and they keep working: the examples and the docs import
+nothing else from the trainer, and forks frozen as they were written against earlier layouts (tests/trainer/forks/)
+still load, register their task and dataset, and build their model through the trainer's own flags."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import trainer.api
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FORKS = ROOT / "tests" / "trainer" / "forks"
+# An import of the trainer in a document's code: a line starting `from trainer... import` or `import trainer...`.
+DOC_IMPORT = re.compile(r"^\s*(?:from\s+(trainer[\w.]*)\s+import|import\s+(trainer[\w.]*))", re.MULTILINE)
+
+
+def trainer_imports(path: pathlib.Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "trainer":
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "trainer"]
+    return found
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.py")), ids=lambda path: path.name)
+def test_an_example_imports_only_the_fork_api_from_the_trainer(example):
+    imports = trainer_imports(example)
+    assert imports and set(imports) == {"trainer.api"}, f"{example.name} imports {imports}: use trainer.api"
+
+
+def test_the_docs_show_forks_importing_only_the_fork_api():
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "modules" / "README.md"]
+    found = {
+        f"{path.relative_to(ROOT)}: {match.group(0).strip()}"
+        for path in documents
+        for match in DOC_IMPORT.finditer(path.read_text())
+        if (match.group(1) or match.group(2)) != "trainer.api"
+    }
+    assert not found, f"docs show imports of trainer's internals, not trainer.api: {sorted(found)}"
+
+
+def test_every_name_the_fork_api_lists_is_there():
+    assert all(hasattr(trainer.api, name) for name in trainer.api.__all__)
+    assert {"Task", "register", "Objective", "datasets", "option", "Config", "DataError"} <= set(trainer.api.__all__)
+
+
+# Loads the fork through the trainer's own flag parsing (its module imported by --task-module and --dataset-module),
+# then builds its dataset's Source and its task's model: what a training run does before the first step.
+LOAD = """
+import sys
+from trainer.__main__ import parse_config
+from trainer.data import catalog
+from trainer.task import task_of
+config = parse_config(sys.argv[1:])
+source = catalog.load(config)
+model = task_of(config).build_model(source)
+print("loaded", config.task, config.dataset, model.count_params())
+"""
+
+
+@pytest.mark.parametrize(
+    "fork, flags",
+    [
+        ("regression_2026_12_01", ["--task", "regression", "--dataset", "linear_features"]),
+        ("regression_2026_12_03", ["--task", "regression", "--dataset", "linear_features"]),
+        ("tabular_2026_12_03", ["--task", "tabular", "--dataset", "csv", "--csv-train", "rows.csv"]),
+    ],
+)
+def test_a_fork_written_against_an_earlier_layout_still_loads_and_builds_its_model(tmp_path, fork, flags):
+    (tmp_path / "rows.csv").write_text("a,b,label\n" + "".join(f"{i % 7},{i % 3},{i % 2}\n" for i in range(64)))
+    flags = [*flags, "--csv-test", "rows.csv"] if "--csv-train" in flags else flags
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD, "--task-module", fork, "--dataset-module", fork, *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(FORKS), str(ROOT)]), "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"loaded {flags[1]} {flags[3]}"), result.stdout
