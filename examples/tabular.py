@@ -4,8 +4,8 @@ Copy it into modules/ and point it at two CSV files with a header row, numeric c
 column:
 
     cp examples/tabular.py modules/
-    python -m trainer --task-module modules.tabular --task tabular --dataset-module modules.tabular \\
-        --dataset csv --csv-train data/train.csv --csv-test data/test.csv --csv-target label --epochs 5
+    python -m trainer --module modules.tabular --dataset csv --csv-train data/train.csv --csv-test data/test.csv \\
+        --csv-target label --epochs 5
 
 It registers the dataset `csv`, with its own options (--csv-train, --csv-test, --csv-target; also TRAINER_CSV_*
 variables, listed under "dataset csv" in --help), which holds the rows in memory as `datasets.Arrays` (each

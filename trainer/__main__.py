@@ -12,6 +12,7 @@ import time
 STARTED_AT = time.time()  # before the heavy imports: time to first step counts them
 
 import atexit  # noqa: E402
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import importlib.util  # noqa: E402
 import logging  # noqa: E402
@@ -77,8 +78,8 @@ def parse_config(
     argv: Sequence[str] | None = None, environ: dict[str, str] | None = None, with_task: bool = True
 ) -> Config:
     """The trainer's settings: the core knobs, every dataset kind's options and the chosen task's, flags over
-    TRAINER_* variables over defaults, validated. Raises ConfigError (DataError for a --dataset-module that cannot be
-    imported).
+    TRAINER_* variables over defaults, validated, with --task resolved (the one task of --module when not given).
+    Raises ConfigError (DataError for a --module or --dataset-module that cannot be imported).
 
     with_task=False reads the core options and the built-in dataset kinds' only, leaving the task's flags for later
     and its module and the dataset module unimported (so no TensorFlow): run() checks TF_CONFIG with it before
@@ -88,11 +89,13 @@ def parse_config(
     core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
     if not with_task:
         return core
+    catalog.import_dataset_module(core.module, "--module")
     catalog.import_dataset_module(core.dataset_module)
-    chosen = task.find(core.task, core.task_module)
-    config = flags.parse(argv, environ, [*catalog.option_groups(), (f"task {core.task}", chosen.Options)])
+    name = task.chosen_name(core.task, core.module)
+    chosen = task.find(name, core.task_module)
+    config = flags.parse(argv, environ, [*catalog.option_groups(), (f"task {name}", chosen.Options)])
     chosen.check_options(config.group(chosen.Options))
-    return config
+    return dataclasses.replace(config, task=name)
 
 
 def run(argv: list[str] | None, outcome: Outcome) -> int:

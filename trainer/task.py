@@ -6,8 +6,8 @@ Everything else (both training loops, the evaluator, saving, the status, TensorB
 metrics.json) only calls these methods and reads `metric_names`: a new task is one new module.
 
 To add one: subclass Task in your own module, decorate it with @register("name"), and run with
-`--task-module your_module --task name` (docs/fork.md walks through one). The built-in tasks live in
-trainer/tasks/; image_classification is the default.
+`--module your_module` (docs/fork.md walks through one); its one task is then the default --task. The built-in
+tasks live in trainer/tasks/; image_classification is the default.
 
 This module imports no TensorFlow: the flags are parsed, and a bad one refused, before TensorFlow starts.
 """
@@ -146,21 +146,40 @@ def register(name: str) -> Any:
     return add
 
 
+DEFAULT_TASK = "image_classification"
+
+
+def import_module(module: str, flag: str) -> None:
+    """Imports the module a flag names (registering its tasks); ConfigError when it cannot be imported."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise ConfigError(
+            f"{flag} {module}: cannot import it ({error}); put its directory on PYTHONPATH "
+            f"or install it in the trainer's environment"
+        ) from None
+
+
+def chosen_name(name: str, module: str = "") -> str:
+    """--task as given; without it, the one task that --module (already imported) registers, else the default."""
+    if name:
+        return name
+    own = sorted(key for key, task_class in TASKS.items() if module and task_class.__module__ == module)
+    if len(own) > 1:
+        raise ConfigError(f"--module {module} registers the tasks {', '.join(own)}: choose one with --task")
+    return own[0] if own else DEFAULT_TASK
+
+
 def find(name: str, module: str = "") -> type[Task]:
     """The Task class of --task, after importing --task-module (if any); the entry point (trainer/__main__.py) has
     registered the built-in tasks."""
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(
-                f"--task-module {module}: cannot import it ({error}); put its directory on PYTHONPATH "
-                f"or install it in the trainer's environment"
-            ) from None
+    import_module(module, "--task-module")
     if name not in TASKS:
         raise ConfigError(
             f"--task: unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}, or register your own "
-            f"with @trainer.task.register in a module given as --task-module"
+            f"with @trainer.api.register in a module given as --module"
         )
     return TASKS[name]
 

@@ -211,6 +211,7 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
 
 # What says which data there is: the data Job checks exactly what the trainer will read.
 DATA_SETTINGS = (
+    "TRAINER_MODULE",
     "TRAINER_DATASET",
     "TRAINER_DATA_DIR",
     "TRAINER_TRAIN_FILES",

@@ -192,3 +192,52 @@ def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_
 def test_a_negative_class_count_exits_2():
     result = run_trainer("--num-classes", "-1")
     assert result.returncode == 2 and "--num-classes must be 0 (unset) or a positive count" in result.stderr
+
+
+FORK_MODULE = """
+import dataclasses
+from trainer.api import NoOptions, Task, datasets, option, register
+
+@dataclasses.dataclass(frozen=True)
+class {name}Options:
+    width: int = option(3, "a fork's own option", at_least=1)
+
+@register("{name}_task")
+class {name}Task(Task):
+    Options = {name}Options
+
+@datasets.register("{name}_data")
+def {name}_data(config):
+    raise NotImplementedError
+"""
+
+
+def fork_module(tmp_path, monkeypatch, name, tasks=1):
+    """A fork's module, importable as NAME, registering TASKS tasks and one dataset."""
+    text = FORK_MODULE.format(name=name)
+    for extra in range(1, tasks):
+        text += f"\n@register('{name}_task_{extra}')\nclass Extra{extra}(Task):\n    Options = NoOptions\n"
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_one_module_flag_registers_a_forks_task_and_dataset_and_its_one_task_is_the_default(tmp_path, monkeypatch):
+    module = fork_module(tmp_path, monkeypatch, "fork_one")
+    config = parse_config(["--module", module, "--dataset", "fork_one_data", "--width", "5"], {})
+    assert config.task == "fork_one_task" and config.to_dict()["width"] == 5
+    catalog.check_dataset(config)  # the module's dataset is known
+    # The same from the settings alone (TRAINER_MODULE in settings.env reaches every pod), and --task still wins.
+    assert parse_config([], {"TRAINER_MODULE": module}).task == "fork_one_task"
+    assert parse_config(["--task", "image_classification"], {"TRAINER_MODULE": module}).task == "image_classification"
+
+
+def test_a_module_with_several_tasks_asks_for_one_by_name(tmp_path, monkeypatch):
+    module = fork_module(tmp_path, monkeypatch, "fork_two", tasks=2)
+    with pytest.raises(ConfigError, match="--module fork_two registers the tasks fork_two_task, fork_two_task_1: "):
+        parse_config(["--module", module], {})
+    assert parse_config(["--module", module, "--task", "fork_two_task_1"], {}).task == "fork_two_task_1"
+
+
+def test_without_a_module_the_task_is_image_classification():
+    assert parse_config([], {}).task == "image_classification"

@@ -21,6 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = pathlib.Path(sys.executable).parent.parent
 MODULE = "modules.regression"  # the fork's file in modules/, the folder the image copies and puts on PYTHONPATH
+# The three flags a fork passed before --module; still public, so the async run below keeps them.
 TASK_FLAGS = f"--task-module {MODULE} --task regression --dataset-module {MODULE}"
 
 
@@ -91,9 +92,11 @@ def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluat
     assert (project / "Dockerfile").read_bytes() == (ROOT / "Dockerfile").read_bytes()
 
     # Two all-reduce workers of the real manifest; worker 1 is killed mid-run and recreated, and the group resumes.
+    # The fork comes in by one setting (TRAINER_MODULE, as settings.env carries it); its one task is the default.
     console = tmp_path / "sync.txt"
-    flags = f"{TASK_FLAGS} --train-examples 8192 --test-examples 1024 --checkpoint-every 16 --log-every 16"
-    proc = make_run_local(project, console, "WORKERS=2", "DATASET=linear_features", "EPOCHS=4", f"ARGS={flags}")
+    flags = "--train-examples 8192 --test-examples 1024 --checkpoint-every 16 --log-every 16"
+    variables = (f"TRAINER_MODULE={MODULE}", "WORKERS=2", "DATASET=linear_features", "EPOCHS=4", f"ARGS={flags}")
+    proc = make_run_local(project, console, *variables)
     deadline = time.monotonic() + 240
     while "step 32/" not in "".join(p.read_text() for p in project.glob("runs/*/run-local/logs/worker-0.log")):
         assert proc.poll() is None and time.monotonic() < deadline, console.read_text()[-5000:]

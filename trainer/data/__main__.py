@@ -50,8 +50,9 @@ def check_files(config: Config) -> str:
 
 def read_config(argv: list[str]) -> Config:
     """The core and dataset settings of the trainer's command line, after importing the modules that may register
-    datasets: --dataset-module, and --task-module, which may register its own."""
+    datasets: --module, --dataset-module, and --task-module, which may register its own."""
     core = flags.parse(argv, None, catalog.option_groups(), partial=True, add_help=False)
+    catalog.import_dataset_module(core.module, "--module")
     catalog.import_dataset_module(core.dataset_module)
     catalog.import_dataset_module(core.task_module, "--task-module")
     return flags.parse(argv, None, catalog.option_groups(), partial=True)

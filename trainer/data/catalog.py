@@ -39,6 +39,7 @@ def import_dataset_module(module: str, flag: str = "--dataset-module") -> None:
 def check_dataset(config: Config) -> None:
     """Validates --dataset (and the flags it needs) without touching data or TensorFlow's runtime: call it
     before the group forms, so a typo never costs a start-up. Raises DataError."""
+    import_dataset_module(config.module, "--module")
     import_dataset_module(config.dataset_module)
     if config.dataset == "tfrecord":
         tfrecord.check_flags(config)
@@ -46,7 +47,7 @@ def check_dataset(config: Config) -> None:
         raise DataError(
             f"--dataset: unknown dataset {config.dataset!r}; choose one of {', '.join(sorted(DATASETS))}, "
             f"any TFDS image-classification dataset name, or register your own with "
-            f"@trainer.data.datasets.register in a module given as --dataset-module"
+            f"@datasets.register (from trainer.api) in a module given as --module"
         )
 
 

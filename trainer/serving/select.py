@@ -27,12 +27,12 @@ import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectiv
 from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.base.errors import ExitCode, SelectionError, UserError
-from trainer.task import Objective, find
+from trainer.task import Objective, find, import_module
 
 SELECTION = "selection.json"
 SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole selection
 # What makes two candidates' test figures comparable: the same task on the same test split.
-SETUP_KEYS = ("task", "dataset", "dataset_module", "test_files", "test_examples")
+SETUP_KEYS = ("task", "module", "dataset", "dataset_module", "test_files", "test_examples")
 # Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
 GENERATED_SETUP_KEYS = ("seed",)
 
@@ -83,7 +83,8 @@ def run_state(model_dir: str) -> str | None:
 def setup_of(record: dict[str, Any]) -> dict[str, Any]:
     config = record["config"]
     setup = {key: config.get(key) for key in SETUP_KEYS}
-    if config.get("dataset") == "synthetic" or config.get("dataset_module"):
+    setup["module"] = setup["module"] or ""  # a run from before --module existed had none
+    if config.get("dataset") == "synthetic" or config.get("dataset_module") or config.get("module"):
         setup.update({key: config.get(key) for key in GENERATED_SETUP_KEYS})
     setup["evaluated_test_examples"] = record.get("test_examples")
     return setup
@@ -92,6 +93,7 @@ def setup_of(record: dict[str, Any]) -> dict[str, Any]:
 def objective_of(record: dict[str, Any]) -> Objective:
     """The objective the candidate's own task declares (its module imported, as the trainer did)."""
     config = record["config"]
+    import_module(str(config.get("module") or ""), "--module")  # a run from before --module existed has none
     return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
 
 

@@ -31,9 +31,14 @@ class Config:
         "dataset: synthetic (no download), tfrecord (your files), any TFDS "
         "image-classification name, or one registered in --dataset-module",
     )
+    module: str = option(
+        "",
+        "your Python module (e.g. modules.my_task): imported first, it registers its tasks and datasets; "
+        "if it registers one task, that task is the default --task",
+    )
     dataset_module: str = option(
         "",
-        "your Python module that registers datasets with @trainer.data.datasets.register; "
+        "a module that registers datasets with @trainer.data.datasets.register (--module does this too); "
         "imported before --dataset is looked up",
     )
     train_examples: int = option(
@@ -56,14 +61,15 @@ class Config:
     )
     # Model and optimisation
     task: str = option(
-        "image_classification",
+        "",
         "what is learned: a task registered with @trainer.task.register (built in: image_classification), "
-        "here or in --task-module; its own options follow under its name",
+        "here or in --module; its own options follow under its name (default: the one task --module "
+        "registers, else image_classification)",
     )
     task_module: str = option(
         "",
-        "your Python module that registers tasks with @trainer.task.register (it may register its datasets "
-        "too); imported before --task is looked up",
+        "a module that registers tasks with @trainer.task.register (--module does this too); imported before "
+        "--task is looked up",
     )
     precision: str = option(
         "float32",
