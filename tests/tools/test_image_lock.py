@@ -254,6 +254,7 @@ def test_every_package_the_default_datasets_preparation_imports_is_in_each_lock(
     assert result.returncode == 1 and "HTTP code: 403" in result.stderr, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_every_package_the_trainer_imports_reading_a_prepared_tfds_dataset_is_in_each_lock(
     tmp_path, prepared_fashion_mnist
 ):

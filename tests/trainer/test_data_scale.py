@@ -198,7 +198,7 @@ def test_an_unknown_dataset_fails_before_the_group_forms(tmp_path):
         timeout=120,
     )["w"]
     assert result.returncode == 2, result.output[-3000:]
-    assert "unknown dataset 'fashion_mnistt'" in result.output and "--dataset-module" in result.output
+    assert "unknown dataset 'fashion_mnistt'" in result.output and "--module" in result.output
 
 
 @pytest.mark.parametrize(
