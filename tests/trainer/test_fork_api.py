@@ -1,6 +1,7 @@
 """A fork's imports are one public module, trainer.api, and they keep working: the examples and the docs import
-nothing else from the trainer, and forks frozen as they were written against earlier layouts (tests/trainer/forks/)
-still load, register their task and dataset, and build their model through the trainer's own flags."""
+nothing else from the trainer, and forks written against earlier layouts (today's examples with the imports a fork
+of that date had) still load, register their task and dataset, and build their model through the trainer's own
+flags."""
 
 from __future__ import annotations
 
@@ -16,7 +17,23 @@ import pytest
 import trainer.api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FORKS = ROOT / "tests" / "trainer" / "forks"
+# The imports the examples had on each date (git show of examples/ then): a fork written then has these lines.
+IMPORTS_AS_OF = {
+    "2026_12_01": [
+        "from trainer.config import Config",
+        "from trainer.data import datasets",
+        "from trainer.errors import ConfigError, DataError",
+        "from trainer.options import option",
+        "from trainer.task import Objective, Task, register",
+    ],
+    "2026_12_03": [
+        "from trainer.base.errors import DataError",
+        "from trainer.data import datasets",
+        "from trainer.settings.config import Config",
+        "from trainer.settings.options import option",
+        "from trainer.task import Objective, Task, register",
+    ],
+}
 # An import of the trainer in a document's code: a line starting `from trainer... import` or `import trainer...`.
 DOC_IMPORT = re.compile(r"^\s*(?:from\s+(trainer[\w.]*)\s+import|import\s+(trainer[\w.]*))", re.MULTILINE)
 
@@ -67,15 +84,25 @@ print("loaded", config.task, config.dataset, model.count_params())
 """
 
 
+def fork_as_of(example: str, date: str, folder: pathlib.Path) -> str:
+    """examples/EXAMPLE.py as a fork written on DATE imports the trainer; the module's name."""
+    text = (ROOT / "examples" / f"{example}.py").read_text()
+    (api_import,) = [line for line in text.splitlines() if line.startswith("from trainer.api import")]
+    name = f"{example}_{date}"
+    (folder / f"{name}.py").write_text(text.replace(api_import, "\n".join(IMPORTS_AS_OF[date])))
+    return name
+
+
 @pytest.mark.parametrize(
-    "fork, flags",
+    "example, date, flags",
     [
-        ("regression_2026_12_01", ["--task", "regression", "--dataset", "linear_features"]),
-        ("regression_2026_12_03", ["--task", "regression", "--dataset", "linear_features"]),
-        ("tabular_2026_12_03", ["--task", "tabular", "--dataset", "csv", "--csv-train", "rows.csv"]),
+        ("regression", "2026_12_01", ["--task", "regression", "--dataset", "linear_features"]),
+        ("regression", "2026_12_03", ["--task", "regression", "--dataset", "linear_features"]),
+        ("tabular", "2026_12_03", ["--task", "tabular", "--dataset", "csv", "--csv-train", "rows.csv"]),
     ],
 )
-def test_a_fork_written_against_an_earlier_layout_still_loads_and_builds_its_model(tmp_path, fork, flags):
+def test_a_fork_written_against_an_earlier_layout_still_loads_and_builds_its_model(tmp_path, example, date, flags):
+    fork = fork_as_of(example, date, tmp_path)
     (tmp_path / "rows.csv").write_text("a,b,label\n" + "".join(f"{i % 7},{i % 3},{i % 2}\n" for i in range(64)))
     flags = [*flags, "--csv-test", "rows.csv"] if "--csv-train" in flags else flags
     result = subprocess.run(
@@ -83,7 +110,7 @@ def test_a_fork_written_against_an_earlier_layout_still_loads_and_builds_its_mod
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(FORKS), str(ROOT)]), "CUDA_VISIBLE_DEVICES": ""},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "CUDA_VISIBLE_DEVICES": ""},
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
