@@ -317,9 +317,10 @@ def test_every_default_in_the_settings_file_passes_its_rule():
 
 
 def cluster_options() -> dict[str, dataclasses.Field]:
-    """The trainer's options a cluster user sets in settings.env, by name: a fork's module and task, which data and how
-    it is read (the core data knobs, every option of your TFRecord files, the TFDS data dir), what bad data does, and
-    the status port the Service reaches. The manifests set what else a pod needs (its model dir, its threads); --download is no worker's."""
+    """The trainer's options a cluster user sets in settings.env, by name: a fork's module and task, which data
+    and how it is read (the core data knobs, every option of your TFRecord files, the TFDS data dir), what bad data
+    does, and the status port the Service reaches. The manifests set what else a pod needs (its model dir, its
+    threads); --download is no worker's."""
     from trainer.data.tfds import TfdsOptions
     from trainer.data.tfrecord import RecordOptions
     from trainer.settings.config import Config

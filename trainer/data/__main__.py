@@ -84,7 +84,7 @@ def prepare_or_check(argv: list[str]) -> int:
     data_dir = config.group(TfdsOptions).data_dir
     try:
         path = prepare(config.dataset, data_dir)
-    except Exception as error:
+    except Exception as error:  # TFDS raises many kinds for one failed download; each is reported the same way
         broken = missing_module(error)
         if broken is not None:  # a broken image, not a download problem
             raise BrokenEnvironmentError(f"preparing {config.dataset} failed: {broken}") from error
