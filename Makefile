@@ -106,7 +106,7 @@ run-local: install ## run the overlay's pods as local processes under the engine
 TEST_WORKERS ?= 2
 PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 10 minutes on 2 cores; TEST_WORKERS=)
+test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 5 minutes on 2 cores; TEST_WORKERS=)
 	$(PYTEST) -m "not slow and not image and not cluster"
 
 test-slow: install bench-tools ## the slow suites: long multi-process runs, the serving bench and the image build (CI runs these; TEST_WORKERS=)
@@ -208,7 +208,7 @@ select: install ## publish the best of SELECT_CANDIDATES, by the task's objectiv
 	@$(CHECK_SETTINGS)
 	$(PY) -m trainer.serving.select --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
 
-# The pipeline's steps, here once: the cluster's Workflow (scripts/pipeline/workflow.py) is rendered from this list.
+# The pipeline on this machine; on a cluster, scripts/pipeline/cluster.py renders the same steps as an Argo Workflow.
 pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME-<model>), select the best, serve it and send one request
 	@$(CHECK_SETTINGS)
 	$(foreach model,$(PIPELINE_MODELS),$(MAKE) run-local JOB_NAME=$(call variant_job,$(model)) ARGS="--model $(model) $(ARGS)" &&) true

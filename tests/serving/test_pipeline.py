@@ -7,25 +7,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import subprocess
-import sys
 
 import pytest
 
+from project_copy import VENV, copy_project, venv_trainer
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV = pathlib.Path(sys.executable).parent.parent
 VARIANTS = {"cnn": "pipe-cnn", "dropout": "pipe-dropout", "batch_norm": "pipe-batch-norm"}
-
-
-def copy_project(target: pathlib.Path) -> pathlib.Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    target.mkdir()
-    for name in ("Makefile", "pyproject.toml", "constraints.txt"):
-        shutil.copy2(ROOT / name, target / name)
-    for name in ("trainer", "scripts", "modules", "k8s"):
-        shutil.copytree(ROOT / name, target / name, ignore=ignore)
-    return target
 
 
 def make(project: pathlib.Path, *goals: str, timeout: float) -> subprocess.CompletedProcess:
@@ -55,8 +44,10 @@ def make(project: pathlib.Path, *goals: str, timeout: float) -> subprocess.Compl
 
 @pytest.mark.slow
 def test_make_pipeline_trains_three_variants_selects_the_best_and_serves_it(tmp_path):
-    project = copy_project(tmp_path / "project")
+    project = copy_project(tmp_path / "project", files=("Makefile",), folders=("trainer", "scripts", "modules", "k8s"))
     done = make(project, "pipeline", timeout=1800)
+    # The copy's makes (pipeline starts one per step) left the venv's trainer where it was.
+    assert venv_trainer() == ROOT / "trainer"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # run-local's model dir for each variant: MODEL_ROOT/JOB_NAME on the job's volume, runs/<job>/models/<job>.
     model_dirs = {model: project / "runs" / job / "models" / job for model, job in VARIANTS.items()}

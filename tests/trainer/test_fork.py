@@ -12,30 +12,24 @@ import pathlib
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
+from project_copy import VENV, copy_project
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV = pathlib.Path(sys.executable).parent.parent
 MODULE = "modules.regression"  # the fork's file in modules/, the folder the image copies and puts on PYTHONPATH
 # The three flags a fork passed before --module; still public, so the async run below keeps them.
 TASK_FLAGS = f"--task-module {MODULE} --task regression --dataset-module {MODULE}"
 
 
-def copy_project(target: pathlib.Path) -> pathlib.Path:
+def copy_for_run_local(target: pathlib.Path) -> pathlib.Path:
     """What make run-local needs: the Makefile, the manifests, the tools, the trainer and modules/ (no tests, no
     examples)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    target.mkdir()
-    for name in ("Makefile", "pyproject.toml", "constraints.txt", "Dockerfile"):
-        shutil.copy2(ROOT / name, target / name)
-    for path in ROOT.iterdir():
-        if path.is_dir() and (path.name in ("trainer", "scripts", "modules") or path.name.startswith("k8s")):
-            shutil.copytree(path, target / path.name, ignore=ignore)
-    return target
+    folders = tuple(path.name for path in ROOT.iterdir() if path.is_dir() and path.name.startswith("k8s"))
+    return copy_project(target, files=("Makefile", "Dockerfile"), folders=("trainer", "scripts", "modules", *folders))
 
 
 def digests(folder: pathlib.Path) -> dict[str, str]:
@@ -85,7 +79,7 @@ def replica(proc: subprocess.Popen, task_type: str, index: int) -> psutil.Proces
 
 @pytest.mark.slow
 def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluated_and_served(tmp_path):
-    project = copy_project(tmp_path / "project")
+    project = copy_for_run_local(tmp_path / "project")
     shutil.copy2(ROOT / "examples" / "regression.py", project / "modules" / "regression.py")  # the one new file
     trainer_before = digests(project / "trainer")
     # Nor does the image's recipe change: it already ships modules/ on PYTHONPATH.
