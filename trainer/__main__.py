@@ -119,7 +119,7 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         )
 
     from trainer.artifacts import ownership, saving
-    from trainer.artifacts.report import Reporter
+    from trainer.reporting.report import Reporter
 
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
@@ -130,7 +130,6 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     reporter.starting(cluster.num_workers, core.status_host, core.status_port)
     config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
-    from trainer.artifacts.progress import Startup
     from trainer.distribution.strategy import (
         create_strategy,
         is_group_failure,
@@ -138,6 +137,7 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         lost_group_message,
         share_cores,
     )
+    from trainer.reporting.progress import Startup
 
     startup = Startup(STARTED_AT)
     startup.reached("tensorflow_imported")
@@ -151,15 +151,17 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
 
     check_inputs_before_the_group_forms(config, cluster)
     chosen = task.task_of(config)
-    if cluster.role == "server" or cluster.is_evaluator or cluster.is_async:
+    if cluster.is_evaluator:
+        from trainer import evaluator
+
+        # Joins no group and writes only its own files: logs/eval and evaluations.json.
+        logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
+        evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
+        return ExitCode.OK
+    if cluster.role == "server" or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
         ps.strategy.run_server(cluster, config.startup_timeout)
-        return ExitCode.OK
-    if cluster.is_evaluator:
-        # Joins no group and writes only its own files: logs/eval and evaluations.json.
-        logging.getLogger("trainer.ps.evaluator").setLevel(logging.INFO)
-        ps.evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
         return ExitCode.OK
     try:
         if cluster.is_async:
@@ -201,17 +203,16 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
 
 
 def _parameter_server_room(cluster: Cluster) -> Any:
-    """trainer.ps (the async mode and the evaluator), imported only for the roles that need it: this trainer's own
+    """trainer.ps (the parameter-server mode), imported only for the roles that need it: this trainer's own
     (an installed copy of the package elsewhere must not stand in for a deleted room)."""
     spec = importlib.util.find_spec("trainer.ps")
     if spec is None or spec.origin is None or pathlib.Path(spec.origin).parent.parent != pathlib.Path(__file__).parent:
         raise ClusterConfigError(
-            f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode or the evaluator, but "
+            f"TF_CONFIG makes this task {cluster.name}, a role of the parameter-server mode, but "
             f"this trainer has no trainer/ps package (the optional parameter-server mode was deleted); restore "
             f"trainer/ps or run all-reduce workers only"
         )
     import trainer.ps.async_runner
-    import trainer.ps.evaluator
     import trainer.ps.strategy
 
     return trainer.ps
@@ -245,7 +246,7 @@ def exit_without_teardown(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    from trainer.artifacts import tf_log_filter
+    from trainer.reporting import tf_log_filter
 
     # Before TensorFlow is imported: its C++ start-up lines go to fd 2 directly (TRAINER_TF_NOISE=1 keeps them).
     tf_log_filter.install()

@@ -19,13 +19,13 @@ import tensorflow as tf
 
 from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
-from trainer.artifacts.progress import Startup, Throughput
-from trainer.artifacts.report import Reporter
 from trainer.data import corrupt_records, datasets
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
 from trainer.optimizer import build_optimizer, learning_rate_words
+from trainer.reporting.progress import Startup, Throughput
+from trainer.reporting.report import Reporter
 from trainer.settings.config import Config
 from trainer.step import StepRunner, Totals, check_finite, metric_names
 from trainer.task import Task

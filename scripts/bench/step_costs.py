@@ -11,7 +11,7 @@ cores as in training), except `compute_alone`, which worker 0 runs while worker 
 - allreduce_model / allreduce_tiny: one batched all-reduce of tensors shaped like the model's gradients, and of
   one float (the fixed cost of a collective here: gRPC hand-offs and scheduling);
 - sync_constant: the trainer's own step function (trainer.distribution.sync_runner.SyncRunner) on constant inputs;
-- trainer: the same on the trainer's input pipeline and iterator (sync_runner.Inputs): what `make bench` runs;
+- trainer: the same on the trainer's input pipeline and iterator (trainer.data.inputs.Inputs): what `make bench` runs;
 - distributed_iterator: the same pipeline through tf.distribute's distributed iterator (the earlier design).
 
 The breakdown (worker 0's view): compute = compute_shared; transfer = allreduce_model; waiting for the peer and

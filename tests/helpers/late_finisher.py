@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from trainer.artifacts import tf_log_filter
+from trainer.reporting import tf_log_filter
 
 tf_log_filter.install()  # as python -m trainer does, before TensorFlow is imported
 

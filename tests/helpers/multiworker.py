@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from scripts.common.ports import free_ports
 from scripts.common.processes import signal_group
-from trainer.artifacts import status
+from trainer.reporting import status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from trainer.artifacts import tf_log_filter
+from trainer.reporting import tf_log_filter
 
 tf_log_filter.install()  # as python -m trainer does, before TensorFlow is imported
 

@@ -2,7 +2,7 @@ import pytest
 import tensorflow as tf
 
 from multiworker import free_ports
-from trainer.artifacts import status
+from trainer.reporting import status
 
 # Two logical CPUs before any test starts TensorFlow's runtime: in-process training runs two replicas, so
 # replica-context code (the loss scaling, dropout, synchronized batch norm) runs as it does in a group.

@@ -23,9 +23,10 @@ from multiworker import (
     wait_all,
     wait_for_step,
 )
-from trainer.artifacts import layout, status
+from trainer.artifacts import layout
 from trainer.base.errors import ExitCode
 from trainer.data import synthetic
+from trainer.reporting import status
 
 # 4096 examples / batch 32 = 128 steps per epoch, 2 epochs.
 RUN = [

@@ -5,13 +5,13 @@ import json
 import pytest
 import tensorflow as tf
 
+from trainer import evaluator
 from trainer.__main__ import parse_config
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError
 from trainer.data import records
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
-from trainer.ps import evaluator
 from trainer.task import task_of
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from local_runner import digests, finish, job_model_dir, replica, start_runner
 from multiworker import ROOT, free_ports, start, wait_all, wait_for_step
-from trainer.artifacts import layout, status
+from trainer.artifacts import layout
+from trainer.reporting import status
 
 CHECKPOINT_EVERY = 20
 # 6400 examples / global batch 64 = 100 steps per epoch, 3 epochs: long enough to strike mid-run.
@@ -201,7 +202,7 @@ def test_a_taken_status_port_is_a_clear_error(tmp_path):
 def test_status_view_explains_a_file_that_is_not_a_status(tmp_path):
     (tmp_path / "status.json").write_text("not json")
     view = subprocess.run(
-        [sys.executable, "-m", "trainer.artifacts.status", str(tmp_path)],
+        [sys.executable, "-m", "trainer.reporting.status", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -259,7 +260,7 @@ def test_status_answers_during_a_run_and_its_step_only_grows(tmp_path):
     final = status.read_status(str(tmp_path / "model"))
     assert final["state"] == "succeeded" and final["global_step"] == final["total_steps"] == 200
     view = subprocess.run(
-        [sys.executable, "-m", "trainer.artifacts.status", str(tmp_path / "model")],
+        [sys.executable, "-m", "trainer.reporting.status", str(tmp_path / "model")],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from trainer.__main__ import main
-from trainer.artifacts import status
 from trainer.base.errors import ExitCode
+from trainer.reporting import status
 
 # What worker-1 raised in CI when the chief was SIGKILLed and came back before worker-1's next heartbeat.
 CHIEF_RESTARTED = (

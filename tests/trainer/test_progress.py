@@ -2,7 +2,7 @@
 
 import io
 
-from trainer.artifacts.progress import Progress
+from trainer.reporting.progress import Progress
 
 
 class Terminal(io.StringIO):

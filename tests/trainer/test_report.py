@@ -1,6 +1,6 @@
 """The status (file, HTTP, Prometheus) and its one-screen view speak the task's metric names, whatever they are."""
 
-from trainer.artifacts.status import StatusReporter, read_status, render
+from trainer.reporting.status import StatusReporter, read_status, render
 
 
 def test_the_status_has_a_gauge_and_a_line_for_each_of_the_tasks_metrics(tmp_path):

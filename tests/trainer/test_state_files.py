@@ -16,9 +16,10 @@ import urllib.request
 import pytest
 
 from multiworker import ROOT, free_ports
-from trainer.artifacts import atomic_file, checkpoint, status
+from trainer.artifacts import atomic_file, checkpoint
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import ModelDirError
+from trainer.reporting import status
 
 
 def strict_json(text):
@@ -42,7 +43,7 @@ def test_a_status_file_of_the_wrong_shape_counts_as_none_without_a_traceback(tmp
 def test_the_status_tool_says_a_file_of_the_wrong_shape_is_not_a_status(tmp_path):
     (tmp_path / "status.json").write_text("[1, 2]")
     result = subprocess.run(
-        [sys.executable, "-m", "trainer.artifacts.status", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "trainer.reporting.status", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 1 and "is not a trainer status" in result.stderr
     assert "Traceback" not in result.stderr

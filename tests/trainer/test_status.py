@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from trainer.artifacts import status
 from trainer.artifacts.layout import ModelDir
+from trainer.reporting import status
 
 
 def leave_status(model_dir, **fields):

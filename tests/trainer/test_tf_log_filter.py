@@ -60,7 +60,7 @@ NOISE_AND_A_REAL_ERROR = (
     "error: the trainer's own message\n"
 )
 WRITER = (
-    "import os, sys; from trainer.artifacts import tf_log_filter; tf_log_filter.install(); "
+    "import os, sys; from trainer.reporting import tf_log_filter; tf_log_filter.install(); "
     "os.write(2, sys.argv[1].encode()); print('stdout line', flush=True)"
 )
 

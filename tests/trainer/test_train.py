@@ -10,11 +10,11 @@ import tensorflow as tf
 from replicas import two_replicas
 from trainer.__main__ import parse_config
 from trainer.artifacts import layout
-from trainer.artifacts.progress import Startup
-from trainer.artifacts.report import Reporter
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
 from trainer.loop import train_and_evaluate
+from trainer.reporting.progress import Startup
+from trainer.reporting.report import Reporter
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS
 

@@ -1,5 +1,5 @@
 """The trainer's rooms: the core reads the task instead of naming a problem, and the optional room trainer/ps (the
-parameter-server mode and the evaluator) can be deleted with the sync path still working."""
+parameter-server mode) can be deleted with the sync path, and its evaluator, still working."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ PROBLEM_WORDS = re.compile(r"\b(accuracy|logits|(?<!\.)labels)\b", re.IGNORECASE
 # The tests that exercise trainer/ps go with it.
 PS_TESTS = [
     "tests/trainer/test_async.py",
-    "tests/trainer/test_evaluator.py",
     "tests/tools/test_async_manifest.py",
     "tests/tools/test_bench_async.py",
     "tests/helpers/worker_lost_in_copy.py",
@@ -68,11 +67,15 @@ def copy_without_ps(target: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.mark.slow  # several processes for long: make test-slow
-def test_without_the_ps_room_sync_training_works_and_a_ps_role_is_refused_clearly(tmp_path):
+def test_without_the_ps_room_sync_training_and_its_evaluator_work_and_a_ps_role_is_refused_clearly(tmp_path):
     project = copy_without_ps(tmp_path / "project")
     run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
     tests = run_quick_tests(
-        project, "tests/trainer/test_train.py", "tests/trainer/test_config.py", "tests/trainer/test_model.py"
+        project,
+        "tests/trainer/test_train.py",
+        "tests/trainer/test_config.py",
+        "tests/trainer/test_model.py",
+        "tests/trainer/test_evaluator_edges.py",
     )
     assert tests.returncode == 0, tests.stdout[-3000:]
 

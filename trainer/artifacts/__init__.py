@@ -1,1 +1,1 @@
-"""Artifacts and observability: checkpoints, the saved model, the --model-dir layout, status, progress, reports."""
+"""What a run persists: checkpoints, the saved model and its check, the --model-dir layout, the model dir's owner."""

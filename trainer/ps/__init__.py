@@ -1,1 +1,1 @@
-"""Optional room: the parameter-server (async) mode and the evaluator task. Deleting it leaves sync training working."""
+"""Optional room: the parameter-server (async) mode. Deleting it leaves sync training, and its evaluator, working."""

@@ -4,7 +4,7 @@ The chief is the group's reporting authority: it writes `<model-dir>/status.json
 atomically at every log interval and state change, and serves the same JSON at
 GET /status and Prometheus metrics at GET /metrics. Other workers report nothing.
 
-`python -m trainer.artifacts.status <model-dir or http://host:port>` prints a one-screen view.
+`python -m trainer.reporting.status <model-dir or http://host:port>` prints a one-screen view.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def render(status: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.artifacts.status",
+        prog="python -m trainer.reporting.status",
         description="Show a training run's live status, as the chief reports it.",
     )
     parser.add_argument("source", help="the run's --model-dir, its status.json, or the chief's http://host:port")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
-from trainer.artifacts.progress import Progress, Throughput, figures
-from trainer.artifacts.status import StatusReporter
+from trainer.reporting.progress import Progress, Throughput, figures
+from trainer.reporting.status import StatusReporter
 from trainer.settings.config import Config
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ def install() -> None:
     # Its own session: a signal to the trainer's process group must not end the filter before the last lines.
     real_stderr = os.dup(2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer.artifacts.tf_log_filter"],
+        [sys.executable, "-m", "trainer.reporting.tf_log_filter"],
         stdin=subprocess.PIPE,
         stdout=real_stderr,
         start_new_session=True,

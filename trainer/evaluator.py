@@ -2,7 +2,7 @@
 
 It trains nothing and joins no group: it polls <model-dir>/checkpoints (the shared volume), restores each new
 checkpoint into its own copy of the model, evaluates the whole test split, and tells the run's reporter
-(trainer/artifacts/report.py), which writes the result to TensorBoard (logs/eval) and to evaluations.json. It knows
+(trainer/reporting/report.py), which writes the result to TensorBoard (logs/eval) and to evaluations.json. It knows
 the last checkpoint from the chief's status.json, which names the run's total_steps: the chief always saves at the
 last step, so the checkpoint numbered total_steps is the final one, and the evaluator exits 0 after evaluating it.
 A checkpoint deleted (max_to_keep) before its turn is skipped; one that cannot be read yet (still being written) is
@@ -20,11 +20,11 @@ import tensorflow as tf
 
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
-from trainer.artifacts.report import Reporter
-from trainer.artifacts.status import read_status
 from trainer.base.errors import DataError, first_line
 from trainer.data import catalog, pipeline
 from trainer.distribution.cluster import Cluster
+from trainer.reporting.report import Reporter
+from trainer.reporting.status import read_status
 from trainer.settings.config import Config
 from trainer.step import Totals, metric_names, test_totals
 from trainer.task import Task
