@@ -1,8 +1,9 @@
 """`python -m trainer`: config -> cluster -> strategy -> the loop -> exit code.
 
 Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
-read next, with its module). Every way out is decided in main(), in one place: a UserError exits 2 (a module missing
-from the image too), a full volume 3, a SIGTERM 143, a lost group 144, success 0.
+read next, with its module). Every way out is decided in one table, ending(): a UserError exits 2 (a module missing
+from the image too), a full volume 3, a divergence 4, a SIGTERM 143, a lost group 144, a group that cannot form 137,
+success 0; anything else is a bug, with its traceback and exit 1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pathlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
@@ -34,44 +35,94 @@ from trainer.base.errors import (  # noqa: E402
     ConfigError,
     Diverged,
     ExitCode,
+    StartupTimeout,
     UserError,
     missing_module,
     volume_full,
 )
 from trainer.data import catalog, tfds, tfrecord  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
+from trainer.distribution.preemption import Preempted  # noqa: E402
 from trainer.settings import flags  # noqa: E402
 from trainer.settings.config import Config  # noqa: E402
+
+if TYPE_CHECKING:
+    from trainer.reporting.report import Reporter
 
 log = logging.getLogger("trainer")
 
 
-class Outcome:
-    """What main() needs to end the run: the run's reporter once it exists, and the model dir."""
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """How the run ends for one kind of failure: its exit code, the one line it prints, and what the status says
+    (status None: the status keeps what the run last reported)."""
 
-    reporter: Any = None
-    model_dir: str = "."
+    code: int
+    line: str
+    status: str | None = None
+    state: str = "failed"
+
+
+def ending(error: BaseException, model_dir: str, cluster: Cluster | None) -> Ending | None:
+    """The exit table: each failure the trainer knows, with its code, its line and its status. None for anything
+    else, a bug: its traceback and exit code 1. cluster: None while TF_CONFIG is not read yet."""
+    if isinstance(error, Preempted):  # a checkpoint was saved: restart and resume
+        name = cluster.name if cluster else "trainer"
+        line = f"{name}: {error}; exiting with retryable code {ExitCode.PREEMPTED} to resume after the restart"
+        return Ending(ExitCode.PREEMPTED, line)
+    if isinstance(error, Diverged):
+        return Ending(ExitCode.DIVERGED, f"error: {error}", str(error), state="diverged")
+    user_error = error if isinstance(error, UserError) else missing_module(error)
+    if user_error is not None:
+        return Ending(ExitCode.BAD_CONFIG, f"error: {user_error}", str(user_error))
+    full = volume_full(error, model_dir)
+    if full is not None:  # one line, not a traceback: the operator's fix is in it (the status write may fail too)
+        return Ending(ExitCode.VOLUME_FULL, f"error: {full}", str(full))
+    if isinstance(error, StartupTimeout):
+        return Ending(ExitCode.STARTUP_TIMEOUT, f"error: {error}", str(error))
+    if cluster is not None and lost_group(error):
+        from trainer.distribution.strategy import lost_group_message
+
+        message = lost_group_message(error, cluster)
+        return Ending(ExitCode.GROUP_FAILED, f"error: {message}", f"lost a peer, restarting: {message}")
+    return None
+
+
+def lost_group(error: BaseException) -> bool:
+    """Whether the group broke up; only TensorFlow reports that, so a run that never imported it has not."""
+    if "tensorflow" not in sys.modules:
+        return False
+    from trainer.distribution.strategy import is_group_failure
+
+    return is_group_failure(error)
 
 
 def main(argv: list[str] | None = None) -> int:
-    outcome = Outcome()
+    """Every way out, decided here: run() returns only on success, and each failure ends as ending() says."""
+    reporter, model_dir, cluster = None, ".", None
     try:
-        return run(argv, outcome)
-    except Exception as error:
-        user_error = error if isinstance(error, UserError) else missing_module(error)
-        if user_error is not None:
-            if outcome.reporter is not None:
-                outcome.reporter.failed(str(user_error), ExitCode.BAD_CONFIG)
-            print(f"error: {user_error}", file=sys.stderr)
-            return ExitCode.BAD_CONFIG
-        full = volume_full(error, outcome.model_dir)
-        if full is None:
+        core = parse_config(argv, with_task=False)
+        model_dir = core.model_dir
+        cluster = from_environment(strategy=core.strategy)
+        reporter = start_reporting(core, cluster)
+        run(argv, cluster, reporter)
+        return ExitCode.OK
+    except BaseException as error:
+        end = ending(error, model_dir, cluster)
+        if end is None:
+            if reporter is not None:
+                reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
-        print(f"error: {full}", file=sys.stderr)  # one line, not a traceback: the operator's fix is in it
-        return ExitCode.VOLUME_FULL
+        if reporter is not None and end.status is not None:
+            reporter.failed(end.status, end.code, state=end.state)
+        if end.code == ExitCode.PREEMPTED:
+            log.warning(end.line)
+        else:
+            print(end.line, file=sys.stderr)
+        return end.code
     finally:
-        if outcome.reporter is not None:
-            outcome.reporter.close()
+        if reporter is not None:
+            reporter.close()
 
 
 def parse_config(
@@ -82,7 +133,7 @@ def parse_config(
     Raises ConfigError (DataError for a --module or --dataset-module that cannot be imported).
 
     with_task=False reads the core options and the built-in dataset kinds' only, leaving the task's flags for later
-    and its module and the dataset module unimported (so no TensorFlow): run() checks TF_CONFIG with it before
+    and its module and the dataset module unimported (so no TensorFlow): main() reads TF_CONFIG after it, before
     anything heavy starts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ if environ is None else environ)
@@ -98,11 +149,8 @@ def parse_config(
     return dataclasses.replace(config, task=name)
 
 
-def run(argv: list[str] | None, outcome: Outcome) -> int:
-    """The run from flags to exit code; raises UserError for main() to report."""
-    core = parse_config(argv, with_task=False)
-    outcome.model_dir = core.model_dir
-    cluster = from_environment(strategy=core.strategy)
+def start_reporting(core: Config, cluster: Cluster) -> Reporter:
+    """Logging for this task, the model dir claimed (the chief's), and the run's reporter, started."""
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
     )
@@ -124,19 +172,18 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
         ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
-    outcome.reporter = reporter = Reporter(
+    reporter = Reporter(
         core.model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator
     )
     reporter.starting(cluster.num_workers, core.status_host, core.status_port)
+    return reporter
+
+
+def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
+    """The run of this task, from its settings to its last step; raises what main() turns into an exit code."""
     config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
 
-    from trainer.distribution.strategy import (
-        create_strategy,
-        is_group_failure,
-        leave_group,
-        lost_group_message,
-        share_cores,
-    )
+    from trainer.distribution.strategy import create_strategy, leave_group, share_cores
     from trainer.reporting.progress import Startup
 
     startup = Startup(STARTED_AT)
@@ -146,7 +193,6 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
 
     from trainer import loop
-    from trainer.distribution.preemption import Preempted
     from trainer.distribution.sync_runner import SyncRunner
 
     check_inputs_before_the_group_forms(config, cluster)
@@ -157,49 +203,23 @@ def run(argv: list[str] | None, outcome: Outcome) -> int:
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
         evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
-        return ExitCode.OK
+        return
     if cluster.role == "server" or cluster.is_async:
         ps = _parameter_server_room(cluster)
     if cluster.role == "server":
         ps.strategy.run_server(cluster, config.startup_timeout)
-        return ExitCode.OK
-    try:
-        if cluster.is_async:
-            strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
-            startup.reached("group_formed")
-            runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
-            loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, reporter)
-        else:
-            strategy = create_strategy(cluster, config.collective, config.startup_timeout)
-            startup.reached("group_formed")
-            loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, reporter)
-    except Preempted as stopped:
-        log.warning(
-            "%s: %s; exiting with retryable code %d to resume after the restart",
-            cluster.name,
-            stopped,
-            ExitCode.PREEMPTED,
-        )
-        return ExitCode.PREEMPTED
-    except Diverged as diverged:
-        reporter.failed(str(diverged), ExitCode.DIVERGED, state="diverged")
-        print(f"error: {diverged}", file=sys.stderr)
-        return ExitCode.DIVERGED
-    except BaseException as error:
-        if not is_group_failure(error):
-            full = volume_full(error, core.model_dir)
-            if full is not None:  # main() reports it in one line; the status write may well fail too
-                reporter.failed(str(full), ExitCode.VOLUME_FULL)
-            elif not isinstance(error, UserError) and missing_module(error) is None:  # main() reports these
-                reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
-            raise
-        message = lost_group_message(error, cluster)
-        reporter.failed(f"lost a peer, restarting: {message}", ExitCode.GROUP_FAILED)
-        print(f"error: {message}", file=sys.stderr)
-        return ExitCode.GROUP_FAILED
+        return
+    if cluster.is_async:
+        strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
+        startup.reached("group_formed")
+        runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
+        loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, reporter)
+    else:
+        strategy = create_strategy(cluster, config.collective, config.startup_timeout)
+        startup.reached("group_formed")
+        loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, reporter)
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)
-    return ExitCode.OK
 
 
 def _parameter_server_room(cluster: Cluster) -> Any:

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from multiworker import run_group, start, tf_config, trainer_flags, wait_all, worker_cluster
+from multiworker import free_ports, run_group, start, tf_config, trainer_flags, wait_all, worker_cluster
 from trainer.artifacts import layout
+from trainer.base.errors import ExitCode
 from trainer.data import synthetic
+from trainer.reporting import status
 
 SMALL_RUN = trainer_flags(dataset="synthetic", epochs=2, train_examples=2048, test_examples=512, seed=7, log_every=16)
 
@@ -265,6 +267,18 @@ def test_download_in_a_group_is_refused_before_tensorflow_starts(tmp_path):
         timeout=60,
     )["w"]
     assert result.returncode == 2 and "python -m trainer.data" in result.output
+
+
+def test_a_peer_whose_host_name_never_resolves_ends_the_start_up_retryably_with_the_name_in_line_and_status(tmp_path):
+    # Was sys.exit(137) from inside the strategy module: the status then recorded "SystemExit: 137" with exit code 1.
+    cluster = {"worker": [f"127.0.0.1:{free_ports(1)[0]}", "no-such-peer.invalid:2222"]}
+    args = ["--dataset", "synthetic", "--startup-timeout", "2", "--model-dir", str(tmp_path)]
+    result = wait_all({"w": start(args, tf_config(cluster, "worker", 0))}, timeout=90)["w"]
+    assert result.returncode == ExitCode.STARTUP_TIMEOUT, result.output[-3000:]
+    assert "host names never resolved: no-such-peer.invalid" in result.output
+    reported = status.read_status(str(tmp_path))
+    assert reported["state"] == "failed" and reported["exit_code"] == ExitCode.STARTUP_TIMEOUT
+    assert "no-such-peer.invalid" in reported["error"]
 
 
 def test_a_bad_model_name_exits_2_before_the_group_forms(tmp_path):

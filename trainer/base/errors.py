@@ -85,6 +85,11 @@ class Diverged(Exception):
     causes. No checkpoint or export holds the non-finite weights."""
 
 
+class StartupTimeout(Exception):
+    """The group could not form in time (a peer's host name never resolved): retryable (exit 137), as the start-up
+    watchdog's kill is, since pods' DNS records and late peers appear on a restart."""
+
+
 class VolumeFullError(Exception):
     """A write to the model dir's volume failed for lack of space (exit 3): the message names the path, the bytes
     free and the fix."""

@@ -23,7 +23,7 @@ import time
 import tensorflow as tf
 
 from trainer.base import private_api
-from trainer.base.errors import ExitCode, first_line
+from trainer.base.errors import ExitCode, StartupTimeout, first_line
 from trainer.distribution.cluster import TRAINING_TYPES, Cluster
 
 log = logging.getLogger(__name__)
@@ -205,8 +205,11 @@ def wait_for_dns(cluster: Cluster, deadline: float, addresses: tuple[str, ...] |
         if not pending:
             return
         if time.monotonic() > deadline:
-            log.error("%s: these peers' host names never resolved: %s", cluster.name, ", ".join(pending))
-            sys.exit(ExitCode.STARTUP_TIMEOUT)
+            raise StartupTimeout(
+                f"{cluster.name}: these peers' host names never resolved: {', '.join(pending)}. Check that their "
+                f"pods are running and that the Service names in TF_CONFIG exist; the job restarts this worker "
+                f"(exit code {ExitCode.STARTUP_TIMEOUT})"
+            )
         if not announced:
             log.info("%s: waiting for DNS names of %s", cluster.name, ", ".join(pending))
             announced = True
