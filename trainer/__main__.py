@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         core = parse_config(argv, with_task=False)
         model_dir = core.model_dir
         cluster = from_environment(strategy=core.strategy)
-        reporter = start_reporting(core, cluster)
+        reporter = reporter_for(core, cluster)
+        reporter.starting(cluster.num_workers, core.status_host, core.status_port)  # a taken port: exit 2 here
         run(argv, cluster, reporter)
         return ExitCode.OK
     except BaseException as error:
@@ -149,8 +150,8 @@ def parse_config(
     return dataclasses.replace(config, task=name)
 
 
-def start_reporting(core: Config, cluster: Cluster) -> Reporter:
-    """Logging for this task, the model dir claimed (the chief's), and the run's reporter, started."""
+def reporter_for(core: Config, cluster: Cluster) -> Reporter:
+    """Logging for this task, the model dir claimed (the chief's), and the run's reporter."""
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
     )
@@ -172,11 +173,9 @@ def start_reporting(core: Config, cluster: Cluster) -> Reporter:
     if cluster.is_chief:
         saving.check_model_dir(core.model_dir)
         ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
-    reporter = Reporter(
+    return Reporter(
         core.model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator
     )
-    reporter.starting(cluster.num_workers, core.status_host, core.status_port)
-    return reporter
 
 
 def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:

@@ -46,16 +46,60 @@ def train_and_evaluate(
 ) -> dict[str, Any]:
     """Trains (resuming from the newest checkpoint) and evaluates, telling the reporter what happens; the chief
     saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
-    requested, workers = config, cluster.num_workers
+    training = set_up(config, task, cluster, strategy, runner_factory, startup, reporter)
+    trained = train(training, reporter)
+    return finish(training, trained, reporter)
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What set_up() builds and the loop and finish() share."""
+
+    config: Config  # as resumed: the per-worker batch a resume keeps
+    task: Task
+    cluster: Cluster
+    runner: StepRunner
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    checkpointer: Checkpointer
+    throughput: Throughput
+    learning_rate: float
+    start_step: int
+
+    @property
+    def total_steps(self) -> int:
+        return self.runner.steps_per_epoch * self.config.epochs
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """Where the loop ended: its last step, the last epoch's train totals, the last test pass, the steps skipped."""
+
+    step: int
+    epoch_train: Totals
+    test: Totals
+    skipped_steps: int
+
+
+def set_up(
+    config: Config,
+    task: Task,
+    cluster: Cluster,
+    strategy: tf.distribute.Strategy,
+    runner_factory: RunnerFactory,
+    startup: Startup,
+    reporter: Reporter,
+) -> Training:
+    """This worker's data, the model and optimizer in the strategy's scope, restored from the newest checkpoint of
+    the same run setup, and the run's first line reported."""
+    requested = config
     config, learning_rate = resumed_batch_and_rate(config, cluster)
     keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
     keras.utils.set_random_seed(config.seed)
     runner = runner_factory(config, cluster, strategy, task)  # this process's data, and the steps per epoch
-    steps_per_epoch, total_steps = runner.steps_per_epoch, runner.steps_per_epoch * config.epochs
-
     with strategy.scope():
         model = task.build_model(runner.source)
-        optimizer = build_optimizer(task, config, learning_rate, total_steps)
+        optimizer = build_optimizer(task, config, learning_rate, runner.steps_per_epoch * config.epochs)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         checkpointer = Checkpointer(
@@ -67,8 +111,8 @@ def train_and_evaluate(
         **requested.to_dict(),  # the flags as given: a resize keeps --per-worker-batch-size as the user set it
         "global_batch_size": runner.global_batch_size,
         "train_data": datasets.fingerprint(runner.source.train),
-        "workers": workers,
-        "steps_per_epoch": steps_per_epoch,
+        "workers": cluster.num_workers,
+        "steps_per_epoch": runner.steps_per_epoch,
         "cache": runner.sizes["cache"],
     }
     recorded = checkpointer.check_run_setup(setup)
@@ -81,21 +125,31 @@ def train_and_evaluate(
         log.warning("%s", note)
 
     throughput = Throughput(runner.global_batch_size, startup)
+    training = Training(
+        config, task, cluster, runner, model, optimizer, checkpointer, throughput, learning_rate, start_step
+    )
     reporter.started(
         first_line(task, config, runner, learning_rate, start_step),
         start_step,
-        total_steps,
-        steps_per_epoch,
+        training.total_steps,
+        runner.steps_per_epoch,
         config.epochs,
-        workers,
+        cluster.num_workers,
         metric_names(task),
         throughput,
     )
-    stop = StopSignal()
-    startup.reached("input_ready")
+    return training
 
-    step = last_checkpoint = start_step
-    train, test, epoch_train = Totals(metric_names(task)), Totals(metric_names(task)), Totals(metric_names(task))
+
+def train(training: Training, reporter: Reporter) -> Trained:
+    """The loop: calls of steps up to the last step, each epoch evaluated, checkpoints at their steps; a SIGTERM on
+    any worker checkpoints every worker at the same step and raises Preempted."""
+    config, runner, checkpointer = training.config, training.runner, training.checkpointer
+    steps_per_epoch, total_steps, throughput = runner.steps_per_epoch, training.total_steps, training.throughput
+    stop = StopSignal()
+    step = last_checkpoint = training.start_step
+    names = metric_names(training.task)
+    train, test, epoch_train = Totals(names), Totals(names), Totals(names)
     skipped_steps = 0
     try:
         while step < total_steps:
@@ -105,7 +159,7 @@ def train_and_evaluate(
             boundary = step in (epoch_end, next_checkpoint)
             settle = boundary or stop.requested or not throughput.ran_a_step
             call = runner.run(steps, stop.requested, settle)
-            finished = Totals(train.names, call.sums)
+            finished = Totals(names, call.sums)
             # Before anything is saved: non-finite weights never reach a checkpoint or an export.
             check_finite(finished.health, call.skipped_in_a_row, config, (step - steps + 1, step), steps_per_epoch)
             train.add(finished)
@@ -116,33 +170,42 @@ def train_and_evaluate(
                 reporter.preempted(step)
                 raise Preempted(f"stopped at step {step} of {total_steps} after a checkpoint")
             if step % config.effective_log_every == 0 or step == epoch_end:
-                reporter.trained(step, train.means(), skipped_steps, optimizer)
+                reporter.trained(step, train.means(), skipped_steps, training.optimizer)
             if step == epoch_end:
-                epoch_train, train = train, Totals(train.names)
+                epoch_train, train = train, Totals(names)
                 # --no-eval-in-loop (an evaluator task follows the checkpoints): only the last epoch is evaluated here.
                 evaluated = config.eval_in_loop or step == total_steps
                 if evaluated:
                     with throughput.paused():
-                        test = Totals(test.names, runner.evaluate())
+                        test = Totals(names, runner.evaluate())
                 reporter.evaluated(step, test if evaluated else None, epoch_train.means())
             if boundary:
                 checkpointer.save(step)
                 reporter.checkpointed(step)
                 last_checkpoint = step
     except tf.errors.OpError as error:
-        raise explained(error, cluster, runner, step, last_checkpoint) from None
+        raise explained(error, training.cluster, runner, step, last_checkpoint) from None
+    return Trained(step, epoch_train, test, skipped_steps)
 
+
+def finish(training: Training, trained: Trained, reporter: Reporter) -> dict[str, Any]:
+    """The model exported (checked, chief-only) and the run's record: metrics.json, through the reporter."""
+    config, cluster, runner, step = training.config, training.cluster, training.runner, trained.step
+    test = trained.test
     if not test.examples:  # resumed after the last step: evaluate the restored model
         test = Totals(test.names, runner.evaluate())
-    features = export_check.test_features(task, runner.shards)
-    exported = saving.save_model(model, task, config.model_dir, cluster.is_chief, version=step, features=features)
-    checkpointer.close()
+    features = export_check.test_features(training.task, runner.shards)
+    exported = saving.save_model(
+        training.model, training.task, config.model_dir, cluster.is_chief, version=step, features=features
+    )
+    training.checkpointer.close()
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
-    run = {"workers": workers, **shape, "global_batch_size": runner.global_batch_size, "learning_rate": learning_rate}
-    run.update(steps=step, resumed_from_step=start_step, steps_per_epoch=steps_per_epoch)
-    run.update(skipped_steps=skipped_steps, **runner.corrupt_records_skipped())
+    run = {"workers": cluster.num_workers, **shape, "global_batch_size": runner.global_batch_size}
+    run.update(learning_rate=training.learning_rate, steps=step, resumed_from_step=training.start_step)
+    run.update(steps_per_epoch=runner.steps_per_epoch, skipped_steps=trained.skipped_steps)
+    run.update(**runner.corrupt_records_skipped())
     run.update({"export_check": exported} if exported is not None else {})
-    return reporter.finished(config, model, step, epoch_train, test, {**run, **runner.sizes})
+    return reporter.finished(config, training.model, step, trained.epoch_train, test, {**run, **runner.sizes})
 
 
 def explained(

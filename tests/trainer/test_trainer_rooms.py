@@ -104,3 +104,16 @@ def test_every_room_is_a_package_that_git_keeps_and_the_wheel_finds():
         ["git", "ls-files", "trainer"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
     assert {f"{room.replace('.', '/')}/__init__.py" for room in rooms} <= set(tracked)
+
+
+def test_every_function_in_the_trainer_reads_at_once():
+    # What a forker reads whole: a longer function is split into the parts it already has (setup, loop, finish).
+    import ast
+
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted((ROOT / "trainer").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == []

@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from trainer.base.errors import ClusterConfigError
 from trainer.settings.config import STRATEGIES
@@ -144,6 +145,23 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
     if text is None or not text.strip():
         _choose_strategy({}, strategy)
         return SINGLE_PROCESS
+    config = _json_object(text)
+    members = _members(config.get("cluster") or {})
+    chosen = _choose_strategy(members, strategy)
+    training = len(members.get("chief", ())) + len(members.get("worker", ()))
+    task = config.get("task")
+    if task is None:
+        if chosen == "sync" and sum(len(a) for a in members.values()) <= 1:
+            return SINGLE_PROCESS
+        raise _fail("task", "missing", 'add "task": {"type": "worker", "index": <this process\'s index>}')
+    task_type, index = _task(task, members)
+    if chosen == "sync" and task_type in TRAINING_TYPES and training <= 1:
+        return SINGLE_PROCESS
+    return Cluster(task_type=task_type, task_index=index, members=members, strategy=chosen)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """TF_CONFIG's JSON object."""
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
@@ -158,7 +176,11 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
             f"expected a JSON object, got {type(config).__name__}",
             "set TF_CONFIG to an object with 'cluster' and 'task' keys",
         )
-    cluster = config.get("cluster") or {}
+    return config
+
+
+def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
+    """TF_CONFIG's cluster: each task type's addresses."""
     if not isinstance(cluster, dict):
         raise _fail(
             "cluster", "must be an object mapping task types to address lists", 'use {"worker": ["host:port", ...]}'
@@ -184,14 +206,11 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
             f"has {len(members['chief'])} entries; a group has at most one chief",
             "list one chief and put the rest under 'worker'",
         )
+    return members
 
-    chosen = _choose_strategy(members, strategy)
-    training = len(members.get("chief", ())) + len(members.get("worker", ()))
-    task = config.get("task")
-    if task is None:
-        if chosen == "sync" and sum(len(a) for a in members.values()) <= 1:
-            return SINGLE_PROCESS
-        raise _fail("task", "missing", 'add "task": {"type": "worker", "index": <this process\'s index>}')
+
+def _task(task: Any, members: Mapping[str, tuple[str, ...]]) -> tuple[str, int]:
+    """TF_CONFIG's task: this process's type and index in the cluster."""
     if not isinstance(task, dict):
         raise _fail("task", "must be an object", 'use "task": {"type": "worker", "index": 0}')
     task_type = task.get("type")
@@ -220,9 +239,7 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
             f"{index} is out of range: cluster.{task_type} has {len(members[task_type])} entries",
             f"use 0..{len(members[task_type]) - 1}",
         )
-    if chosen == "sync" and task_type in TRAINING_TYPES and training <= 1:
-        return SINGLE_PROCESS
-    return Cluster(task_type=task_type, task_index=index, members=members, strategy=chosen)
+    return task_type, index
 
 
 def _choose_strategy(members: Mapping[str, tuple[str, ...]], requested: str) -> str:

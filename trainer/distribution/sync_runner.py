@@ -72,14 +72,7 @@ class SyncRunner(StepRunner):
         split's sums and counts, summed over the group."""
         strategy, task, global_batch_size, guard = self.strategy, self.task, self.global_batch_size, self.guard
         skipped_slot = slots(task) - 2  # HEALTH's "skipped"; "nonfinite_weights" is last
-        with strategy.scope():
-            # Per replica (ON_READ): each adds its own steps, never synchronised until the call's one all-reduce.
-            sums = tf.Variable(
-                tf.zeros(slots(task)),
-                trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.SUM,
-            )
+        sums = per_replica_sums(strategy, slots(task))
 
         def summed_over_the_group(stop_requested: tf.Tensor) -> tf.Tensor:
             def take(stop: tf.Tensor) -> tf.Tensor:
@@ -125,3 +118,15 @@ class SyncRunner(StepRunner):
             return summed_over_the_group(tf.constant(0.0))[1:]
 
         return train_steps, run_evaluation
+
+
+def per_replica_sums(strategy: tf.distribute.Strategy, size: int) -> tf.Variable:
+    """A vector each replica adds its own steps' sums into (ON_READ), never synchronised until a call's one
+    all-reduce reads it."""
+    with strategy.scope():
+        return tf.Variable(
+            tf.zeros(size),
+            trainable=False,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
