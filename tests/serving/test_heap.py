@@ -1,5 +1,5 @@
 """The server's heap is frozen out of the garbage collector's scans once a version is loaded (its full collections
-stopped the whole server for hundreds of milliseconds: docs/bench.md), and after a swap it is thawed, collected and
+stopped the whole server for hundreds of milliseconds: docs/bench-log.md), and after a swap it is thawed, collected and
 frozen again, so the old version's objects (TensorFlow's hold cycles, which only the collector frees) are freed rather
 than kept for good. In process, on the rows model: what is checked is which objects the collector frees, not time."""
 

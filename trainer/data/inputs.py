@@ -74,7 +74,7 @@ class Inputs:
     def train_iterator(self, start_step: int) -> Any:
         """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
         plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
-        cross-worker check per step that the steps agreed by construction make needless (docs/bench.md)."""
+        cross-worker check per step that the steps agreed by construction make needless (docs/bench-log.md)."""
         batches, rank, workers = self.train_batches(start_step), self.cluster.rank, self.cluster.num_workers
         if self.strategy.num_replicas_in_sync == workers:
             return iter(batches(tf.distribute.InputContext(workers, rank, workers)))

@@ -66,7 +66,7 @@ if not ready:
 def share_cores(threads: int, cluster: Cluster, overlap: bool = False) -> None:
     """Sizes TensorFlow's thread pools; call it before any TensorFlow op. threads 0: the visible cores, shared out
     among the TF_CONFIG tasks on this host, since processes that each start a pool per core run more threads than
-    there are cores and fight over them (docs/bench.md measures the gain); alone on its host, TensorFlow's default.
+    there are cores and fight over them (docs/bench-log.md measures the gain); alone on its host, TensorFlow's default.
     overlap (gradients all-reduced in buckets): at least 2 inter-op threads, since with one the first bucket's
     all-reduce starts only after the whole backward pass (trainer/distribution/allreduce.py)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -3,8 +3,9 @@
 KServe 0.21.0 runs each ModelInfer call through two interceptors, its servicer, its DataPlane and its Model.__call__
 (three latency histograms, a coroutine check per stage, the request's headers copied), then its InferRequest and
 InferResponse types, and that work, not gRPC and not the model, was most of the event loop's time per call
-(docs/bench.md, "Serving: ModelInfer answered by the project"). With batching on, the loop is the bound: every request
-passes through it while the model call is shared. So this handler, the first interceptor, answers ModelInfer itself:
+(docs/bench-log.md, "Serving: ModelInfer answered by the project"). With batching on, the loop is the bound: every
+request passes through it while the model call is shared. So this handler, the first interceptor, answers ModelInfer
+itself:
 
 - the admission limit (trainer/serving/admission.py): a call past --max-concurrent-requests is refused at once,
   before its message is parsed;

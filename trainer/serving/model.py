@@ -32,8 +32,8 @@ REFREEZE_AFTER_SWAP_SECONDS = 10.0
 def freeze_heap() -> None:
     """Every object alive now (the loaded SavedModels', TensorFlow's and KServe's: about 440,000 here) is moved out of
     the cyclic garbage collector's scans (gc.freeze). Each full collection used to walk them all, stopping the whole
-    server for 250 to 350 ms every few hundred REST requests (their JSON makes many objects): REST v1's p99 at 8
-    clients was 355 ms, and 50 to 58 ms with the heap frozen (docs/bench.md). Objects without cycles are still freed as
+    server for hundreds of milliseconds every few hundred REST requests (their JSON makes many objects), which set
+    REST v1's p99 (docs/bench-log.md measures it with and without). Objects without cycles are still freed as
     before. What was frozen before is thawed and collected first, so after a swap the old version's objects are freed
     rather than kept: one full collection per swap, and one at start."""
     gc.unfreeze()
