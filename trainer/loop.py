@@ -46,8 +46,21 @@ def train_and_evaluate(
 ) -> dict[str, Any]:
     """Trains (resuming from the newest checkpoint) and evaluates, telling the reporter what happens; the chief
     saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
-    training = set_up(config, task, cluster, strategy, runner_factory, startup, reporter)
-    trained = train(training, reporter)
+    training = set_up(config, task, cluster, strategy, runner_factory)
+    startup.reached("model_restored")
+    throughput = Throughput(training.runner.global_batch_size, startup)
+    reporter.started(
+        first_line(task, training.config, training.runner, training.learning_rate, training.start_step),
+        training.start_step,
+        training.total_steps,
+        training.runner.steps_per_epoch,
+        training.config.epochs,
+        cluster.num_workers,
+        metric_names(task),
+        throughput,
+    )
+    startup.reached("input_ready")
+    trained = train(training, throughput, reporter)
     return finish(training, trained, reporter)
 
 
@@ -62,7 +75,6 @@ class Training:
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     checkpointer: Checkpointer
-    throughput: Throughput
     learning_rate: float
     start_step: int
 
@@ -82,16 +94,10 @@ class Trained:
 
 
 def set_up(
-    config: Config,
-    task: Task,
-    cluster: Cluster,
-    strategy: tf.distribute.Strategy,
-    runner_factory: RunnerFactory,
-    startup: Startup,
-    reporter: Reporter,
+    config: Config, task: Task, cluster: Cluster, strategy: tf.distribute.Strategy, runner_factory: RunnerFactory
 ) -> Training:
     """This worker's data, the model and optimizer in the strategy's scope, restored from the newest checkpoint of
-    the same run setup, and the run's first line reported."""
+    the same run setup."""
     requested = config
     config, learning_rate = resumed_batch_and_rate(config, cluster)
     keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
@@ -118,34 +124,18 @@ def set_up(
     recorded = checkpointer.check_run_setup(setup)
     start_step = checkpointer.restore_latest()
     runner.start(model, optimizer, start_step)
-    startup.reached("model_restored")
     checkpointer.record_run_setup(setup)
     note = None if cluster.is_async else resume_note(recorded, setup, start_step)  # async is never exact anyway
     if note and cluster.is_chief:
         log.warning("%s", note)
-
-    throughput = Throughput(runner.global_batch_size, startup)
-    training = Training(
-        config, task, cluster, runner, model, optimizer, checkpointer, throughput, learning_rate, start_step
-    )
-    reporter.started(
-        first_line(task, config, runner, learning_rate, start_step),
-        start_step,
-        training.total_steps,
-        runner.steps_per_epoch,
-        config.epochs,
-        cluster.num_workers,
-        metric_names(task),
-        throughput,
-    )
-    return training
+    return Training(config, task, cluster, runner, model, optimizer, checkpointer, learning_rate, start_step)
 
 
-def train(training: Training, reporter: Reporter) -> Trained:
+def train(training: Training, throughput: Throughput, reporter: Reporter) -> Trained:
     """The loop: calls of steps up to the last step, each epoch evaluated, checkpoints at their steps; a SIGTERM on
     any worker checkpoints every worker at the same step and raises Preempted."""
     config, runner, checkpointer = training.config, training.runner, training.checkpointer
-    steps_per_epoch, total_steps, throughput = runner.steps_per_epoch, training.total_steps, training.throughput
+    steps_per_epoch, total_steps = runner.steps_per_epoch, training.total_steps
     stop = StopSignal()
     step = last_checkpoint = training.start_step
     names = metric_names(training.task)

@@ -79,6 +79,9 @@ def test_metrics_json_holds_what_the_readme_promises(one_epoch):
     assert metrics["config"]["model"] == "cnn" and metrics["config"]["epochs"] == 1
     assert {"python", "tensorflow", "keras"} <= set(metrics["versions"])
     assert len(metrics["weights_sha256"]) == 64
+    # The start-up milestones the loop reaches (make bench prints them), in the order it reaches them.
+    startup = metrics["startup_seconds"]
+    assert 0 < startup["model_restored"] <= startup["input_ready"] <= startup["first_step"], startup
 
 
 def test_the_status_and_tensorboard_tell_the_same_run_as_metrics_json(one_epoch):
