@@ -21,14 +21,19 @@ class _Refuse(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# The default dataset's preparation, as the data Job runs it: TFDS's own code up to the download.
+PREPARE_DEFAULT_DATASET = ("trainer.data", "--dataset", "fashion_mnist", "--data-dir")
+
+
 @contextlib.contextmanager
-def refusing_proxy() -> Iterator[str]:
-    """The proxy's URL, for HTTP_PROXY and HTTPS_PROXY, while the block runs."""
+def refused_downloads() -> Iterator[dict[str, str]]:
+    """HTTP_PROXY and HTTPS_PROXY naming the proxy, while the block runs."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuse)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        yield {"HTTP_PROXY": url, "HTTPS_PROXY": url}
     finally:
         server.shutdown()
         server.server_close()

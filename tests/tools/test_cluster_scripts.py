@@ -273,12 +273,9 @@ def test_an_unrecorded_checksum_is_applied_only_when_asked_and_a_changed_one_nev
 def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
     """With every checksum as recorded: cert-manager's checked file, KServe's three manifests taken from its checked
     install script (never the script itself), and Argo Workflows from its commit."""
+    recorded = {"SERVE": "1", "CERT_MANAGER_MANIFEST_SHA256": FAKE_MANIFEST_SHA256}
     result, applies, applied = k3d_up_with(
-        tmp_path / "a",
-        "tfjob",
-        SERVE="1",
-        CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
-        KSERVE_INSTALL_SCRIPT_SHA256=FAKE_KSERVE_SCRIPT_SHA256,
+        tmp_path / "a", "tfjob", **recorded, KSERVE_INSTALL_SCRIPT_SHA256=FAKE_KSERVE_SCRIPT_SHA256
     )
     assert result.returncode == 0, result.stderr
     assert [without_scratch(a) for a in applies][1:] == [
@@ -295,14 +292,8 @@ def test_k3d_up_serve_applies_the_checked_serving_installs(tmp_path):
     assert refs == [settings_file()["ARGO_WORKFLOWS_COMMIT"]]
     # A download that is not KServe's script (its sha256 recorded as if it were): the manifests are not found in it,
     # and k3d-up says so and stops before applying any.
-    result, applies, _ = k3d_up_with(
-        tmp_path / "b",
-        "tfjob",
-        SERVE="1",
-        CERT_MANAGER_MANIFEST_SHA256=FAKE_MANIFEST_SHA256,
-        KSERVE_INSTALL_SCRIPT_SHA256=FAKE_MANIFEST_SHA256,
-        kserve_download=FAKE_MANIFEST,
-    )
+    recorded["KSERVE_INSTALL_SCRIPT_SHA256"] = FAKE_MANIFEST_SHA256
+    result, applies, _ = k3d_up_with(tmp_path / "b", "tfjob", kserve_download=FAKE_MANIFEST, **recorded)
     assert result.returncode == 1 and "get_kserve_crd_manifest is not in KServe's install script" in result.stderr
     assert [without_scratch(a) for a in applies][-1] == "--context k3d-distml apply -f SCRATCH/cert-manager.yaml"
 

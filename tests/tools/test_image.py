@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from multiworker import tf_config, worker_cluster
-from refusing_proxy import refusing_proxy
+from refusing_proxy import refused_downloads
 from scripts.common import settings as project_settings
 from scripts.common.processes import signal_group
 from trainer.artifacts.layout import ModelDir
@@ -275,9 +275,9 @@ def test_the_default_dataset_is_prepared_in_the_image_up_to_the_download_and_tra
     volume = fs_group_volume(tmp_path)
     prepare = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.data", "--dataset=fashion_mnist"]
     prepare.append(f"--data-dir={data_dir}")
-    with working_container(image) as container, refusing_proxy() as proxy:
+    with working_container(image) as container, refused_downloads() as proxy:
         refused = subprocess.run(
-            in_image(container, volume, prepare, {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy}),
+            in_image(container, volume, prepare, proxy),
             capture_output=True,
             text=True,
             timeout=TRAIN_TIMEOUT_S,

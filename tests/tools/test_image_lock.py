@@ -19,7 +19,7 @@ import tomllib
 import pytest
 
 from record_files import write_records
-from refusing_proxy import refusing_proxy
+from refusing_proxy import PREPARE_DEFAULT_DATASET, refused_downloads
 from scripts.image.image_requirements import FLAVOURS, requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -243,13 +243,9 @@ def prepared_fashion_mnist(tmp_path_factory) -> pathlib.Path:
 
 
 def test_every_package_the_default_datasets_preparation_imports_is_in_each_lock(tmp_path):
-    with refusing_proxy() as proxy:
-        result = check_route(
-            tmp_path,
-            "preparing fashion_mnist (python -m trainer.data)",
-            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
-            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
-        )
+    route = "preparing fashion_mnist (python -m trainer.data)"
+    with refused_downloads() as env:
+        result = check_route(tmp_path, route, *PREPARE_DEFAULT_DATASET, str(tmp_path / "data"), env=env)
     # As far as the download, which the proxy refuses: everything before it ran.
     assert result.returncode == 1 and "HTTP code: 403" in result.stderr, result.stderr[-3000:]
 
@@ -292,10 +288,5 @@ def test_a_package_the_runtime_needs_and_a_lock_lacks_fails_the_check_naming_it(
         "lock_of",
         lambda flavour: {k: v for k, v in real(flavour).items() if k != "importlib-resources"},
     )
-    with refusing_proxy() as proxy, pytest.raises(AssertionError, match=r"needs \['importlib-resources'\]"):
-        check_route(
-            tmp_path,
-            "preparing fashion_mnist",
-            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
-            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
-        )
+    with refused_downloads() as env, pytest.raises(AssertionError, match=r"needs \['importlib-resources'\]"):
+        check_route(tmp_path, "preparing fashion_mnist", *PREPARE_DEFAULT_DATASET, str(tmp_path / "data"), env=env)

@@ -30,9 +30,7 @@ spec:
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
-metadata:
-  name: inferenceservice.serving.kserve.io
-  annotations: {cert-manager.io/inject-ca-from: kserve/serving-cert}
+metadata: {name: inferenceservice.serving.kserve.io, annotations: {cert-manager.io/inject-ca-from: kserve/serving-cert}}
 webhooks:
   - name: one.serving.kserve.io
     clientConfig: {service: {name: kserve-webhook-server-service, namespace: kserve}}
@@ -41,9 +39,7 @@ webhooks:
 ---
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata:
-  name: things.serving.kserve.io
-  annotations: {cert-manager.io/inject-ca-from: kserve/serving-cert}
+metadata: {name: things.serving.kserve.io, annotations: {cert-manager.io/inject-ca-from: kserve/serving-cert}}
 spec:
   conversion:
     strategy: Webhook

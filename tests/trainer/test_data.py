@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from multiworker import ROOT
-from refusing_proxy import refusing_proxy
+from refusing_proxy import PREPARE_DEFAULT_DATASET, refused_downloads
 from trainer.base.errors import DataError
 from trainer.data import __main__ as data
 from trainer.data import catalog, datasets, pipeline, synthetic, tfrecord
@@ -250,13 +250,9 @@ def run_with_a_module_missing(tmp_path, missing, *args, env=None):
 
 def test_a_module_missing_from_the_image_is_named_as_a_broken_image_with_the_fix_not_as_the_network(tmp_path):
     # The default dataset's preparation in an image built without importlib_resources (TFDS imports it lazily).
-    with refusing_proxy() as proxy:
-        result = run_with_a_module_missing(
-            tmp_path,
-            "importlib_resources",
-            *("trainer.data", "--dataset", "fashion_mnist", "--data-dir", str(tmp_path / "data")),
-            env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy},
-        )
+    with refused_downloads() as env:
+        data_dir = str(tmp_path / "data")
+        result = run_with_a_module_missing(tmp_path, "importlib_resources", *PREPARE_DEFAULT_DATASET, data_dir, env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("error: preparing fashion_mnist failed: the Python module 'importlib_resources'")

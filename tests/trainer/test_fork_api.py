@@ -19,20 +19,16 @@ import trainer.api
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The imports the examples had on each date (git show of examples/ then): a fork written then has these lines.
 IMPORTS_AS_OF = {
-    "2026_12_01": [
-        "from trainer.config import Config",
-        "from trainer.data import datasets",
-        "from trainer.errors import ConfigError, DataError",
-        "from trainer.options import option",
-        "from trainer.task import Objective, Task, register",
-    ],
-    "2026_12_03": [
-        "from trainer.base.errors import DataError",
-        "from trainer.data import datasets",
-        "from trainer.settings.config import Config",
-        "from trainer.settings.options import option",
-        "from trainer.task import Objective, Task, register",
-    ],
+    "2026_12_01": """from trainer.config import Config
+from trainer.data import datasets
+from trainer.errors import ConfigError, DataError
+from trainer.options import option
+from trainer.task import Objective, Task, register""",
+    "2026_12_03": """from trainer.base.errors import DataError
+from trainer.data import datasets
+from trainer.settings.config import Config
+from trainer.settings.options import option
+from trainer.task import Objective, Task, register""",
 }
 # An import of the trainer in a document's code: a line starting `from trainer... import` or `import trainer...`.
 DOC_IMPORT = re.compile(r"^\s*(?:from\s+(trainer[\w.]*)\s+import|import\s+(trainer[\w.]*))", re.MULTILINE)
@@ -89,7 +85,7 @@ def fork_as_of(example: str, date: str, folder: pathlib.Path) -> str:
     text = (ROOT / "examples" / f"{example}.py").read_text()
     (api_import,) = [line for line in text.splitlines() if line.startswith("from trainer.api import")]
     name = f"{example}_{date}"
-    (folder / f"{name}.py").write_text(text.replace(api_import, "\n".join(IMPORTS_AS_OF[date])))
+    (folder / f"{name}.py").write_text(text.replace(api_import, IMPORTS_AS_OF[date]))
     return name
 
 
