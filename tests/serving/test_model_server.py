@@ -285,6 +285,7 @@ def test_health_readiness_metadata_and_metrics(image_server):
     assert "request_predict_seconds" in metrics
 
 
+@pytest.mark.slow  # a load run across a swap: make test-slow
 def test_a_version_published_under_load_is_swapped_in_with_no_failed_request(image_model, tmp_path):
     base_path = copy_versions(image_model, tmp_path / "serving")
     server = ServerProcess(base_path, "images", tmp_path / "server.log").wait_ready()
