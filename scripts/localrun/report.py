@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import signal
+import time
 from collections.abc import Mapping
 
 from trainer.artifacts.atomic_file import write_json
@@ -25,6 +26,24 @@ def shown(path: pathlib.Path) -> str:
         return str(path.resolve().relative_to(pathlib.Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def leftovers(model_dir: pathlib.Path, artifacts: list[str], result: JobResult) -> str:
+    """Whose the artifacts of a failed run are: written during this run (its unfinished work, from which the next run
+    resumes), or before it (an earlier run's), by the newest time anything in each was written."""
+    started = time.time() - result.duration_s
+    earlier = [a for a in artifacts if newest_write(model_dir / a.rstrip("/")) < started]
+    ours = [a for a in artifacts if a not in earlier]
+    parts = [f"this run's unfinished work ({', '.join(ours)})"] if ours else []
+    parts += [f"an earlier run's ({', '.join(earlier)})"] if earlier else []
+    return " and ".join(parts)
+
+
+def newest_write(path: pathlib.Path) -> float:
+    """The newest modification time of a file, or of anything in a folder."""
+    if not path.is_dir():
+        return path.stat().st_mtime
+    return max([path.stat().st_mtime, *(entry.stat().st_mtime for entry in path.rglob("*"))])
 
 
 def outcome(result: JobResult) -> tuple[str, int]:
@@ -86,10 +105,9 @@ def summarize(
             console.say(f"model: none at {shown(model_dir)}")
         elif exit_code == 0:
             console.say(f"model: {shown(model_dir)} ({', '.join(artifacts)})")
-        else:  # what is there was left by an earlier run (or is this one's unfinished work), not this run's model
-            console.say(
-                f"model: this run made none; {shown(model_dir)} holds an earlier run's ({', '.join(artifacts)})"
-            )
+        else:  # a failed run: what is there is its own unfinished work, or an earlier run's, never its model
+            whose = leftovers(model_dir, artifacts, result)
+            console.say(f"model: this run made none; {shown(model_dir)} holds {whose}")
     status = {
         "kind": kind,
         "namespace": namespace,
