@@ -15,12 +15,11 @@ This module imports no TensorFlow: the flags are parsed, and a bad one refused, 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainer.base.errors import ConfigError
-from trainer.settings.options import Registry
+from trainer.settings.options import Registry, import_registering_module
 
 if TYPE_CHECKING:
     import keras
@@ -149,19 +148,6 @@ def register(name: str) -> Any:
 DEFAULT_TASK = "image_classification"
 
 
-def import_module(module: str, flag: str) -> None:
-    """Imports the module a flag names (registering its tasks); ConfigError when it cannot be imported."""
-    if not module:
-        return
-    try:
-        importlib.import_module(module)
-    except ImportError as error:
-        raise ConfigError(
-            f"{flag} {module}: cannot import it ({error}); put its directory on PYTHONPATH "
-            f"or install it in the trainer's environment"
-        ) from None
-
-
 def chosen_name(name: str, module: str = "") -> str:
     """--task as given; without it, the one task that --module (already imported) registers, else the default."""
     if name:
@@ -175,7 +161,7 @@ def chosen_name(name: str, module: str = "") -> str:
 def find(name: str, module: str = "") -> type[Task]:
     """The Task class of --task, after importing --task-module (if any); the entry point (trainer/__main__.py) has
     registered the built-in tasks."""
-    import_module(module, "--task-module")
+    import_registering_module(module, "--task-module")
     if name not in TASKS:
         raise ConfigError(
             f"--task: unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}, or register your own "

@@ -4,13 +4,12 @@ loaded."""
 
 from __future__ import annotations
 
-import importlib
-
 import trainer.data.synthetic  # noqa: F401 (registers --dataset synthetic)
 from trainer.base.errors import DataError
 from trainer.data import tfds, tfrecord
 from trainer.data.datasets import DATASET_OPTIONS, DATASETS, Source
 from trainer.settings.config import Config
+from trainer.settings.options import import_registering_module
 
 
 def option_groups() -> list[tuple[str, type]]:
@@ -24,16 +23,9 @@ def option_groups() -> list[tuple[str, type]]:
 
 
 def import_dataset_module(module: str, flag: str = "--dataset-module") -> None:
-    """Imports the module `flag` names, which registers its datasets (and their option groups)."""
-    if not module:
-        return
-    try:
-        importlib.import_module(module)
-    except ImportError as error:
-        raise DataError(
-            f"{flag} {module}: cannot import it ({error}); put its directory on PYTHONPATH or install "
-            f"it in the trainer's environment"
-        ) from None
+    """Imports the module `flag` names, which registers its datasets (and their option groups); DataError when it
+    cannot be imported."""
+    import_registering_module(module, flag, DataError)
 
 
 def check_dataset(config: Config) -> None:

@@ -27,7 +27,8 @@ import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectiv
 from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.base.errors import ExitCode, SelectionError, UserError
-from trainer.task import Objective, find, import_module
+from trainer.settings.options import import_registering_module
+from trainer.task import Objective, find
 
 SELECTION = "selection.json"
 SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole selection
@@ -93,7 +94,7 @@ def setup_of(record: dict[str, Any]) -> dict[str, Any]:
 def objective_of(record: dict[str, Any]) -> Objective:
     """The objective the candidate's own task declares (its module imported, as the trainer did)."""
     config = record["config"]
-    import_module(str(config.get("module") or ""), "--module")  # a run from before --module existed has none
+    import_registering_module(str(config.get("module") or ""), "--module")  # none before --module existed
     return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from trainer.base.errors import ConfigError
+from trainer.base.errors import ConfigError, UserError
 
 ENV_PREFIX = "TRAINER_"
 OPTION_TYPES = (bool, int, float, str)
@@ -36,6 +37,20 @@ class Registry(dict[str, Builder], Generic[Builder]):
             return builder
 
         return add
+
+
+def import_registering_module(module: str, flag: str, error: type[UserError] = ConfigError) -> None:
+    """Imports the module a flag names, which fills the registries (its tasks, its datasets and their options);
+    raises `error`, naming the flag and the fix, when it cannot be imported."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as cause:
+        raise error(
+            f"{flag} {module}: cannot import it ({cause}); put its directory on PYTHONPATH or install it in the "
+            f"trainer's environment"
+        ) from None
 
 
 def option(
