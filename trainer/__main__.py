@@ -54,13 +54,15 @@ log = logging.getLogger("trainer")
 
 @dataclasses.dataclass(frozen=True)
 class Ending:
-    """How the run ends for one kind of failure: its exit code, the one line it prints, and what the status says
-    (status None: the status keeps what the run last reported)."""
+    """How the run ends for one kind of failure: its exit code, the one line it prints (as a log warning where the
+    ending is a restart the operator expects, else on stderr), and what the status says (status None: the status
+    keeps what the run last reported)."""
 
     code: int
     line: str
     status: str | None = None
     state: str = "failed"
+    warning: bool = False
 
 
 def ending(error: BaseException, model_dir: str, cluster: Cluster | None) -> Ending | None:
@@ -69,7 +71,7 @@ def ending(error: BaseException, model_dir: str, cluster: Cluster | None) -> End
     if isinstance(error, Preempted):  # a checkpoint was saved: restart and resume
         name = cluster.name if cluster else "trainer"
         line = f"{name}: {error}; exiting with retryable code {ExitCode.PREEMPTED} to resume after the restart"
-        return Ending(ExitCode.PREEMPTED, line)
+        return Ending(ExitCode.PREEMPTED, line, warning=True)
     if isinstance(error, Diverged):
         return Ending(ExitCode.DIVERGED, f"error: {error}", str(error), state="diverged")
     user_error = error if isinstance(error, UserError) else missing_module(error)
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if reporter is not None and end.status is not None:
             reporter.failed(end.status, end.code, state=end.state)
-        if end.code == ExitCode.PREEMPTED:
+        if end.warning:
             log.warning(end.line)
         else:
             print(end.line, file=sys.stderr)

@@ -35,10 +35,10 @@ def test_each_known_failure_ends_with_its_code_one_line_and_status(error, code, 
     end = ending(error, str(tmp_path), CLUSTER)
     assert end is not None and end.code == code
     assert "\n" not in end.line and len(end.line) < 1200
-    if state is None:  # a preemption is a restart the operator expects: the status keeps the progress it reported
-        assert end.status is None
+    if state is None:  # a preemption is a restart the operator expects: a log warning; the status keeps its progress
+        assert end.status is None and end.warning
     else:
-        assert end.state == state and end.status
+        assert end.state == state and end.status and not end.warning
 
 
 def test_every_exit_code_but_success_has_a_failure_that_ends_with_it():
