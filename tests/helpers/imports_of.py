@@ -12,6 +12,7 @@ import json
 import os
 import runpy
 import sys
+from collections.abc import Iterable, Sequence
 
 
 class Missing:
@@ -23,6 +24,11 @@ class Missing:
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name.partition(".")[0] in self.names:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def command(out: str, module_args: Sequence[str], missing: Iterable[str] = ()) -> list[str]:
+    """The command line that runs `python -m MODULE_ARGS` under this recorder, writing OUT, with MISSING refused."""
+    return [sys.executable, __file__, out, *(f"--missing={name}" for name in sorted(missing)), "-m", *module_args]
 
 
 def main(argv: list[str]) -> None:

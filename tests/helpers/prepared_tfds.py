@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -63,6 +64,14 @@ def prepare(data_dir: pathlib.Path, train_examples: int = 2048, test_examples: i
 
     MadeHere(data_dir=str(data_dir)).download_and_prepare()
     return data_dir / NAME / VERSION
+
+
+def prepare_in_a_process(data_dir: pathlib.Path, *counts: int) -> None:
+    """prepare() in a process of its own, so TFDS and TensorFlow stay out of the caller's; fails with its stderr."""
+    made = subprocess.run(
+        [sys.executable, __file__, str(data_dir), *map(str, counts)], capture_output=True, text=True, timeout=300
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
 
 
 if __name__ == "__main__":

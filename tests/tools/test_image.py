@@ -23,6 +23,7 @@ import time
 import psutil
 import pytest
 
+import prepared_tfds
 from multiworker import tf_config, worker_cluster
 from refusing_proxy import refused_downloads
 from scripts.common import settings as project_settings
@@ -285,13 +286,7 @@ def test_the_default_dataset_is_prepared_in_the_image_up_to_the_download_and_tra
     assert refused.returncode == 1 and "HTTP code: 403" in refused.stderr, refused.stderr[-3000:]
     assert "ModuleNotFoundError" not in refused.stderr, refused.stderr[-3000:]
 
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "tests/helpers/prepared_tfds.py"), str(volume / DATA_DIR_IN_VOLUME)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    prepared_tfds.prepare_in_a_process(volume / DATA_DIR_IN_VOLUME)
     with working_container(image) as container:
         ready = subprocess.run(in_image(container, volume, prepare, {}), capture_output=True, text=True)
     assert ready.returncode == 0 and f"dataset fashion_mnist is ready at {data_dir}/fashion_mnist" in ready.stdout, (

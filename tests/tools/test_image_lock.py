@@ -18,6 +18,8 @@ import tomllib
 
 import pytest
 
+import imports_of
+import prepared_tfds
 from record_files import write_records
 from refusing_proxy import PREPARE_DEFAULT_DATASET, refused_downloads
 from scripts.image.image_requirements import FLAVOURS, requirements
@@ -159,7 +161,6 @@ def test_every_file_the_dockerfile_copies_is_in_the_build_context():
 # (tests/helpers/imports_of.py); the distribution owning each file must be in every flavour's lock. A package this
 # venv has for other reasons may be imported only because it is there (Keras draws with matplotlib when it can): such
 # a package passes only if the route, run again with it uninstallable, ends the same way.
-IMPORTS_OF = ROOT / "tests" / "helpers" / "imports_of.py"
 # The flavour's TensorFlow wheel installs the same import package as this venv's `tensorflow`.
 SAME_IMPORT_PACKAGE = {"tensorflow-cpu": "tensorflow"}
 # The project itself: its editable install's finder here, its wheel in the image.
@@ -186,7 +187,7 @@ def run_route(tmp_path: pathlib.Path, args: tuple[str, ...], env: dict[str, str]
     out = tmp_path / "imports.json"
     out.unlink(missing_ok=True)
     result = subprocess.run(
-        [sys.executable, str(IMPORTS_OF), str(out), *(f"--missing={name}" for name in sorted(missing)), "-m", *args],
+        imports_of.command(str(out), args, missing),
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -232,13 +233,7 @@ def check_route(tmp_path: pathlib.Path, route: str, *args: str, env: dict[str, s
 @pytest.fixture(scope="module")
 def prepared_fashion_mnist(tmp_path_factory) -> pathlib.Path:
     data_dir = tmp_path_factory.mktemp("tfds")
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "helpers" / "prepared_tfds.py"), str(data_dir), "512", "128"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    prepared_tfds.prepare_in_a_process(data_dir, 512, 128)
     return data_dir
 
 

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import imports_of
 from multiworker import ROOT
 from refusing_proxy import PREPARE_DEFAULT_DATASET, refused_downloads
 from trainer.base.errors import DataError
@@ -238,8 +239,7 @@ def run_with_a_module_missing(tmp_path, missing, *args, env=None):
     """`python -m ARGS` in this venv with the top-level module MISSING uninstallable, as in an image whose lock left
     its package out."""
     return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tests", "helpers", "imports_of.py"), str(tmp_path / "imports.json")]
-        + [f"--missing={missing}", "-m", *args],
+        imports_of.command(str(tmp_path / "imports.json"), args, [missing]),
         cwd=tmp_path,
         capture_output=True,
         text=True,
