@@ -21,7 +21,7 @@ import tensorflow as tf
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError, first_line
-from trainer.data import catalog, pipeline
+from trainer.data import catalog, datasets, pipeline
 from trainer.distribution.cluster import Cluster
 from trainer.reporting.report import Reporter
 from trainer.reporting.status import read_status
@@ -44,7 +44,7 @@ def follow_checkpoints(
     keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
     source = catalog.load(config)
-    test_shard = source.test.shard(0, 1)
+    test_shard = datasets.checked_shard(source, source.test, 0, 1)
     test_size = min(test_shard.size, config.test_examples or test_shard.size)
     if not test_size:
         raise DataError(

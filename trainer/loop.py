@@ -195,6 +195,8 @@ def finish(training: Training, trained: Trained, reporter: Reporter) -> dict[str
     run.update(steps_per_epoch=runner.steps_per_epoch, skipped_steps=trained.skipped_steps)
     run.update(**runner.corrupt_records_skipped())
     run.update({"export_check": exported} if exported is not None else {})
+    source = runner.source
+    run.update({"class_names": list(source.names_of_classes)} if source.num_classes else {})
     return reporter.finished(config, training.model, step, trained.epoch_train, test, {**run, **runner.sizes})
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainer.base.errors import ConfigError
@@ -108,6 +109,11 @@ class Task:
     def serve(self, model: keras.Model, *features: Any) -> dict[str, tf.Tensor]:
         """The exported model's outputs by name, for features shaped as serving_signature says."""
         raise NotImplementedError
+
+    def serving_endpoints(self, model: keras.Model) -> dict[str, tuple[Callable[..., Any], list[Any]]]:
+        """More signatures the export carries beside `serve`, by name: (function returning outputs by name, its input
+        signature). The default task adds `serve_image_bytes` (image files in) and `class_names` (no inputs)."""
+        return {}
 
     def serving_reference(self, model: keras.Model, *features: Any) -> dict[str, tf.Tensor]:
         """What serve() must answer for these features, computed eagerly from the trained model: before

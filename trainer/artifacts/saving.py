@@ -57,7 +57,8 @@ def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
 def save_model(
     model: keras.Model, task: Task, model_dir: str, is_chief: bool, version: int, features: Any = None
 ) -> dict[str, Any] | None:
-    """Writes the SavedModel serving/<version>/ (signature `serve`: the task's serving function), verified on
+    """Writes the SavedModel serving/<version>/ (signature `serve`: the task's serving function, and the task's
+    serving_endpoints), verified on
     `features` (a batch of test features) before it is published, then model.keras. Returns the chief's export
     check for metrics.json (None elsewhere); raises ExportCheckError, with nothing published, on a serving skew."""
     # Every worker computes the reference at the same point: reading the model may read distributed variables.
@@ -91,6 +92,8 @@ def _write_saved_model(
         fn=lambda *features: task.serve(model, *features),
         input_signature=task.serving_signature(model),
     )
+    for name, (function, input_signature) in task.serving_endpoints(model).items():
+        archive.add_endpoint(name=name, fn=function, input_signature=input_signature)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with replaced_on_success(path) as partial:
         archive.write_out(partial, verbose=False)

@@ -1,7 +1,9 @@
-"""`python -m trainer.data`: makes sure the data is there before any worker starts (the cluster's
-data-preparation Job runs it). A TFDS dataset is downloaded and prepared once under --data-dir, so workers
-never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
-beside them, trainer/data/record_counts.py) and reported in one line, so a job never starts on missing data.
+"""`python -m trainer.data`: makes sure the data is there and reads before any worker starts (the cluster's
+data-preparation Job and run-local run it). A TFDS dataset is downloaded and prepared once under --data-dir, so
+workers never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
+beside them, trainer/data/record_counts.py) and their class ids checked; an image folder's files are listed and
+each decoded once; a dataset your module registers is built and its splits sized. Each reports one line, and what
+cannot work exits 2 naming the file, the record or your function, so a job never starts on data that fails.
 It reads the trainer's flags and TRAINER_* variables: the core ones and every dataset kind's; the task's own flags
 are left to `python -m trainer`, which checks them.
 """
@@ -11,8 +13,17 @@ from __future__ import annotations
 import os
 import sys
 
-from trainer.base.errors import BrokenEnvironmentError, ExitCode, UserError, first_line, missing_module
-from trainer.data import catalog, datasets, tfrecord
+from trainer.base.errors import (
+    BrokenEnvironmentError,
+    CorruptRecordError,
+    DataError,
+    ExitCode,
+    UserError,
+    first_line,
+    missing_module,
+)
+from trainer.data import catalog, datasets, image_folder, tfrecord
+from trainer.data.datasets import LABEL_FIX
 from trainer.data.tfds import TfdsOptions
 from trainer.settings import flags
 from trainer.settings.config import Config
@@ -38,14 +49,59 @@ def check_files(config: Config) -> str:
     options = config.group(tfrecord.RecordOptions)
     # A corrupt file fails the check as it would fail the trainer; under skip it is logged and counted as readable.
     skipped = SkippedRecords() if options.on_corrupt_record == "skip" else None
-    parts = []
+    parts, classes = [], {}
     for split, pattern, flag in (
         ("train", options.train_files, "--train-files"),
         ("test", options.test_files, "--test-files"),
     ):
         files = tfrecord.glob_files(pattern, flag)
         parts.append(f"{split} {len(files)} files {sum(counts.counts(files, skipped))} examples")
-    return f"dataset tfrecord is ready: {', '.join(parts)}"
+        classes[split], outside = tfrecord.label_counts(files, options.label_feature, options.num_classes)
+        if outside is not None:
+            raise CorruptRecordError(f"the data check: {outside}; {LABEL_FIX}")
+    return f"dataset tfrecord is ready: {', '.join(parts)}{_class_coverage(classes['train'], classes['test'])}"
+
+
+def _class_coverage(train: list[int], test: list[int]) -> str:
+    """Refuses test class ids the training split never has (ids shifted between splits train a model that cannot
+    score); a class the test split lacks is said in the ready line."""
+    unseen = [class_id for class_id, count in enumerate(test) if count and not train[class_id]]
+    if unseen:
+        raise DataError(
+            f"the test split has class id(s) {unseen[:10]} that no training record has: the ids mean different "
+            f"classes in the two splits, or a class is missing from training; {LABEL_FIX}"
+        )
+    untested = [class_id for class_id, count in enumerate(test) if not count]
+    return f" (no test record of class id(s) {untested[:10]})" if untested else ""
+
+
+def check_images(config: Config) -> str:
+    """One line: the image folder's classes and images, every file decoded once (DataError naming the first that
+    does not decode, unless --on-corrupt-record skip, which lists them and goes on)."""
+    listing = image_folder.check_flags(config)
+    shape = image_folder.image_shape(config, listing)
+    failed = image_folder.undecodable([path for path, _ in listing.train + listing.test], shape)
+    skip = config.group(tfrecord.RecordOptions).on_corrupt_record == "skip"
+    if failed and not skip:
+        more = f" ({len(failed) - 1} more file(s) do not decode either)" if len(failed) > 1 else ""
+        raise CorruptRecordError(f"the data check: {failed[0][0]}: {failed[0][1]}{more}; {image_folder.FIX}")
+    for path, problem in failed:
+        print(f"warning: skipping {path}: {problem} (--on-corrupt-record skip)", flush=True)
+    names = listing.class_names
+    listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    return (
+        f"dataset image_folder is ready: {len(names)} classes ({listed}), "
+        f"train {len(listing.train)} images, test {len(listing.test)} images (from {listing.test_from}), read as "
+        f"{'x'.join(map(str, shape))}" + (f", {len(failed)} that do not decode skipped" if failed else "")
+    )
+
+
+def check_registered(config: Config) -> str:
+    """One line: a registered dataset built (your function, whose error is named) and its splits sized."""
+    source = catalog.load(config)
+    sizes = [datasets.checked_shard(source, split, 0, 1).size for split in (source.train, source.test)]
+    classes = f", {source.num_classes} classes" if source.num_classes else ""
+    return f"dataset {config.dataset} is ready: train {sizes[0]} examples, test {sizes[1]} examples{classes}"
 
 
 def read_config(argv: list[str]) -> Config:
@@ -75,11 +131,14 @@ def prepare_or_check(argv: list[str]) -> int:
     if config.dataset == "tfrecord":
         print(check_files(config), flush=True)
         return 0
+    if config.dataset == "image_folder":
+        print(check_images(config), flush=True)
+        return 0
+    if config.dataset == "synthetic":
+        print(f"dataset {config.dataset}: nothing to prepare (generated in the graph)", flush=True)
+        return 0
     if config.dataset in datasets.DATASETS:
-        print(
-            f"dataset {config.dataset}: nothing to prepare (generated in the graph, or read by its own module)",
-            flush=True,
-        )
+        print(check_registered(config), flush=True)
         return 0
     data_dir = config.group(TfdsOptions).data_dir
     try:

@@ -1,12 +1,12 @@
-"""Every dataset by its --dataset name: the built-in kinds (synthetic.py, tfrecord.py, any TFDS name: tfds.py) and
-those a --dataset-module registers (datasets.register), each with its options; checked before the group forms, then
-loaded."""
+"""Every dataset by its --dataset name: the built-in kinds (synthetic.py, tfrecord.py, image_folder.py, any TFDS name:
+tfds.py) and those a --dataset-module registers (datasets.register), each with its options; checked before the group
+forms, then loaded. A registered function that raises is named with its error in one line (DataError, exit 2)."""
 
 from __future__ import annotations
 
 import trainer.data.synthetic  # noqa: F401 (registers --dataset synthetic)
 from trainer.base.errors import DataError
-from trainer.data import tfds, tfrecord
+from trainer.data import image_folder, tfds, tfrecord
 from trainer.data.datasets import DATASET_OPTIONS, DATASETS, Source
 from trainer.settings.config import Config
 from trainer.settings.options import import_registering_module
@@ -35,6 +35,8 @@ def check_dataset(config: Config) -> None:
     import_dataset_module(config.dataset_module)
     if config.dataset == "tfrecord":
         tfrecord.check_flags(config)
+    elif config.dataset == "image_folder":
+        image_folder.check_flags(config)
     elif config.dataset not in DATASETS and not tfds.knows(config.dataset):
         raise DataError(
             f"--dataset: unknown dataset {config.dataset!r}; choose one of {', '.join(sorted(DATASETS))}, "
@@ -46,4 +48,17 @@ def check_dataset(config: Config) -> None:
 def load(config: Config) -> Source:
     """The Source of --dataset; for TFDS names, the prepared builder under --data-dir."""
     check_dataset(config)
-    return DATASETS.get(config.dataset, tfds.source)(config)
+    build = DATASETS.get(config.dataset, tfds.source)
+    if build.__module__.startswith("trainer.data."):
+        return build(config)
+    try:  # your own dataset's function: whatever it raises is named with it, in one line
+        return build(config)
+    except DataError:
+        raise
+    except Exception as error:
+        where = f"{build.__module__}.{getattr(build, '__qualname__', build)}"
+        problem = str(error).strip().splitlines()[0][:300] if str(error).strip() else "no message"
+        raise DataError(
+            f"--dataset {config.dataset}: {where}() raised {type(error).__name__}: {problem}; fix it in that "
+            f"function (run `python -m trainer.data` with the same flags to try it alone)"
+        ) from error

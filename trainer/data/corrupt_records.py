@@ -23,7 +23,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainer.base.errors import CorruptRecordError, first_line
+from trainer.base.errors import CorruptRecordError, DataError, first_line
+from trainer.data.datasets import LABEL_FIX, LABEL_OUT_OF_RANGE
+from trainer.data.images import FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +39,11 @@ Parse = Callable[[tf.Tensor], Any]  # a serialized record -> its parsed (or deco
 class CorruptRecord:
     """The first problem in one file: records before it (its record number, from 0) read and parse."""
 
-    def __init__(self, path: str, record: int, problem: str) -> None:
-        self.path, self.record, self.problem = path, record, problem
+    def __init__(self, path: str, record: int, problem: str, fix: str = FIX) -> None:
+        self.path, self.record, self.problem, self.fix = path, record, problem, fix
 
     def error(self, where: str) -> CorruptRecordError:
-        return CorruptRecordError(f"{where}: {self.path}: {self.problem}; {FIX}")
+        return CorruptRecordError(f"{where}: {self.path}: {self.problem}; {self.fix}")
 
 
 def first_corrupt(path: str, expected: int | None = None, parse: Parse | None = None) -> CorruptRecord | None:
@@ -75,19 +77,27 @@ def from_input(error: BaseException) -> bool:
     return isinstance(error, tf.errors.InvalidArgumentError | tf.errors.OutOfRangeError) and input_side
 
 
-def named(error: BaseException, shards: Sequence[Any], where: str) -> CorruptRecordError | None:
-    """The CorruptRecordError naming the file behind `error`, found by scanning the shards' files (each a
-    trainer.data.datasets.Shard); None when the error is not the input's or every file reads and parses."""
+def named(error: BaseException, shards: Sequence[Any], where: str) -> DataError | None:
+    """The DataError naming the file (or record) behind `error`, found by reading the shards' data again (each a
+    trainer.data.datasets.Shard: its TFRecord `files`, or its own `scan`); None when the error is not the input's
+    or everything reads."""
     if not from_input(error):
         return None
+    for shard in shards:
+        found_by_scan = shard.scan(where) if shard.scan is not None else None
+        if found_by_scan is not None:
+            return found_by_scan
     files = [(path, expected, shard.decode) for shard in shards for path, expected in shard.files]
-    if not files:
-        return None
-    log.warning("%s (%s); reading this worker's %d file(s) again to name it", where, type(error).__name__, len(files))
+    if files:
+        log.warning(
+            "%s (%s); reading this worker's %d file(s) again to name it", where, type(error).__name__, len(files)
+        )
     for path, expected, decode in files:
         found = first_corrupt(path, expected, decode)
         if found is not None:
             return found.error(where)
+    if LABEL_OUT_OF_RANGE in str(error):
+        return DataError(f"{where}: {_plain(first_line(error))}; {LABEL_FIX}")
     return None
 
 
@@ -135,7 +145,24 @@ def _first_unparsed(path: str, parse: Parse, total: int) -> CorruptRecord | None
         message = "it does not parse"
     except tf.errors.OpError as error:
         message = _plain(first_line(error))
-    return CorruptRecord(path, record, f"record {record} is not the expected tf.train.Example ({message[:300]})")
+    if LABEL_OUT_OF_RANGE in message:
+        return CorruptRecord(path, record, f"record {record}: {message[:300]}", LABEL_FIX)
+    if _is_example(serialized.numpy()):
+        problem = (
+            f"record {record} is a tf.train.Example, but its features do not decode as --image-feature and "
+            f"--label-feature say (an image that is not a {FORMATS} file, nor raw HxWxC bytes, or a missing or "
+            f"mistyped feature): {message[:300]}"
+        )
+        return CorruptRecord(path, record, problem)
+    return CorruptRecord(path, record, f"record {record} is not a tf.train.Example ({message[:300]})")
+
+
+def _is_example(serialized: bytes) -> bool:
+    """Whether the bytes parse as a tf.train.Example with features (protobuf reads many byte strings as empty)."""
+    try:
+        return bool(tf.train.Example.FromString(serialized).features.feature)
+    except Exception:  # noqa: BLE001 (protobuf's DecodeError and friends)
+        return False
 
 
 class SkippedRecords:
@@ -211,6 +238,7 @@ def _note(path: tf.Tensor, dropped: tf.Tensor, expected: tf.Tensor) -> tf.Operat
         expected,
         "records of",
         path,
-        ": unreadable from some record on, or not the expected tf.train.Example (--on-corrupt-record skip)",
+        ": unreadable from some record on, not a tf.train.Example, or an image that does not decode "
+        "(--on-corrupt-record skip)",
         output_stream=sys.stdout,
     )

@@ -47,6 +47,9 @@ class Shard:
     files: tuple[tuple[str, int], ...] = ()
     # --on-corrupt-record skip: records(seed) may yield fewer than `size`; skipped() says how many it dropped so far
     skipped: Callable[[], int] | None = None
+    # Reads the shard's data again after a failed read, to name what failed: its UserError, else None
+    # (where the files are TFRecords, `files` does this instead)
+    scan: Callable[[str], Exception | None] | None = None
 
 
 class Split(Protocol):
@@ -66,12 +69,28 @@ class Source:
 
     element_spec: the (features, targets) pair of one example, each a nest of tf.TensorSpec (what a task builds
     its model and serving signature from). num_classes: how many classes the targets name when they are class
-    ids (0..num_classes-1); 0 when they are not (a regression's numbers)."""
+    ids (0..num_classes-1); 0 when they are not (a regression's numbers). class_names: class i's name, where the
+    dataset knows them (image_folder's folders, a TFDS label's names, --class-names); the exported model and
+    metrics.json carry them, so a served answer says "seven", not 5."""
 
     train: Split
     test: Split
     element_spec: tuple[Any, Any]
     num_classes: int = 0
+    class_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.class_names and len(self.class_names) != self.num_classes:
+            raise DataError(
+                f"the dataset names {len(self.class_names)} classes ({', '.join(self.class_names[:5])}"
+                f"{', ...' if len(self.class_names) > 5 else ''}) but has num_classes {self.num_classes}: give one "
+                f"name per class id 0..num_classes-1"
+            )
+
+    @property
+    def names_of_classes(self) -> tuple[str, ...]:
+        """Every class's name: the dataset's, else the class id in words ("0", "1", ...); () without classes."""
+        return self.class_names or tuple(str(class_id) for class_id in range(self.num_classes))
 
     @property
     def example_bytes(self) -> int:
@@ -90,6 +109,37 @@ def image_spec(shape: tuple[int, ...]) -> tuple[Any, Any]:
     import tensorflow as tf
 
     return tf.TensorSpec(shape, tf.uint8), tf.TensorSpec((), tf.int64)
+
+
+LABEL_OUT_OF_RANGE = "class id out of range"  # the label check's words, which the error after a failed read looks for
+LABEL_FIX = (
+    "write class ids 0..num_classes-1 that mean the same class in every split: check --num-classes and the label "
+    "feature of the files (skipping cannot help: the record reads, its label is wrong)"
+)
+
+
+def checked_shard(source: Source, split: Split, index: int, count: int) -> Shard:
+    """Worker `index` of `count`'s shard of one of source's splits, with its class ids checked (with_label_check)
+    where the targets are one integer class id per example."""
+    shard = split.shard(index, count)
+    targets = source.element_spec[1]
+    class_ids = source.num_classes > 0 and hasattr(targets, "dtype") and targets.dtype.is_integer
+    return with_label_check(shard, source.num_classes) if class_ids else shard
+
+
+def with_label_check(shard: Shard, num_classes: int) -> Shard:
+    """The shard with each decoded example's class id checked against [0, num_classes): one outside fails the read
+    with LABEL_OUT_OF_RANGE and the record, never a silent run (on a GPU, an id past the logits is no error)."""
+    import tensorflow as tf
+
+    def decode(*record: Any) -> Example:
+        features, label = shard.decode(*record)
+        inside = tf.reduce_all((label >= 0) & (label < num_classes))
+        message = [LABEL_OUT_OF_RANGE, label, f"is not in [0, {num_classes}); the example's record:", record[0]]
+        with tf.control_dependencies([tf.debugging.Assert(inside, message, summarize=3)]):
+            return features, tf.identity(label)
+
+    return dataclasses.replace(shard, decode=decode)
 
 
 def share(total: int, index: int, count: int) -> int:

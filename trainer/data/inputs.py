@@ -28,8 +28,8 @@ class Inputs:
         workers = cluster.num_workers
         # Each worker opens only its own shard; the group then agrees on the steps per epoch.
         self.source = catalog.load(config)
-        self.train_shard = self.source.train.shard(cluster.rank, workers)
-        self.test_shard = self.source.test.shard(cluster.rank, workers)
+        self.train_shard = datasets.checked_shard(self.source, self.source.train, cluster.rank, workers)
+        self.test_shard = datasets.checked_shard(self.source, self.source.test, cluster.rank, workers)
         self.test_size = _limited(self.test_shard.size, config.test_examples, cluster.rank, workers)
         self.train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
         reads = self.train_shard.reads

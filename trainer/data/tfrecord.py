@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from trainer.base.errors import ConfigError, DataError
+from trainer.data import images
 from trainer.data.datasets import Shard, Source, image_spec, register, share
 from trainer.settings.config import Config
 from trainer.settings.options import option
@@ -31,14 +32,20 @@ class RecordOptions:
 
     train_files: str = option("", "glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
     test_files: str = option("", "glob(s) of test TFRecord files, comma-separated")
-    image_shape: str = option("", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it")
+    image_shape: str = option(
+        "", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it (image_folder: default the first image's)"
+    )
     num_classes: int = option(0, "number of classes (0..N-1)")
+    class_names: str = option(
+        "", "the classes' names in class-id order, comma-separated: served answers and metrics.json carry them"
+    )
     image_feature: str = option("image", "tf.train.Example feature with the PNG/JPEG or raw uint8 image")
     label_feature: str = option("label", "tf.train.Example int64 feature with the class")
     on_corrupt_record: str = option(
         "fail",
-        "a truncated file, a checksum mismatch or a record that is not the expected tf.train.Example: fail "
-        "(exit 2, naming the file) or skip it (logged once per file, counted in metrics.json; see docs/data.md)",
+        "a truncated file, a checksum mismatch, a record that is not a tf.train.Example or an image that does not "
+        "decode (tfrecord and image_folder): fail (exit 2, naming the file) or skip it (logged once per file, "
+        "counted in metrics.json; see docs/data.md)",
         ON_CORRUPT_RECORD,
     )
 
@@ -76,7 +83,8 @@ class RecordFiles:
 
         counts = self.counts.counts(own, self.skipped)  # from the record index: no counting pass once it is written
         files = tuple(zip(own, counts, strict=True))
-        read = tf.data.TFRecordDataset if self.skipped is None else self.skipped.reader(files, self._parse)
+        # Skip mode drops a record whose image does not decode too, so its read decodes (and the map again).
+        read = tf.data.TFRecordDataset if self.skipped is None else self.skipped.reader(files, self._decode)
 
         def records(seed: tf.Tensor) -> tf.data.Dataset:
             order = tf.data.Dataset.from_tensor_slices(list(own)).shuffle(len(own), seed=seed)
@@ -130,17 +138,15 @@ class RecordFiles:
         parsed = self._parse(serialized)
         height, width, channels = self.image_shape
         encoded = parsed[self.image_feature]
+        raw = lambda: tf.reshape(tf.io.decode_raw(encoded, tf.uint8), self.image_shape)  # noqa: E731
+        if channels > 4:  # no image file has them: raw bytes only
+            return raw(), parsed[self.label_feature]
         image = tf.cond(
             tf.strings.length(encoded) == height * width * channels,
-            lambda: tf.reshape(tf.io.decode_raw(encoded, tf.uint8), self.image_shape),
-            lambda: tf.io.decode_image(encoded, channels=channels, expand_animations=False, dtype=tf.uint8),
+            raw,
+            lambda: images.decoded(encoded, self.image_shape),
         )
-        image = tf.cond(
-            tf.reduce_all(tf.shape(image)[:2] == [height, width]),
-            lambda: image,
-            lambda: tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, (height, width))), 0, 255), tf.uint8),
-        )
-        return tf.ensure_shape(image, self.image_shape), parsed[self.label_feature]
+        return image, parsed[self.label_feature]
 
 
 def _record_counts(model_dir: str | None) -> RecordCounts:
@@ -153,6 +159,34 @@ def _skipped_records() -> SkippedRecords:
     from trainer.data.corrupt_records import SkippedRecords
 
     return SkippedRecords()
+
+
+def label_counts(files: tuple[str, ...], label_feature: str, num_classes: int) -> tuple[list[int], str | None]:
+    """How many records of the files hold each class id 0..num_classes-1, and the first record (file and number)
+    whose id is outside that range, in words (None when there is none). Records that do not parse are left to the
+    read checks (they fail or skip them)."""
+    import numpy as np
+    import tensorflow as tf
+
+    totals = np.zeros(num_classes, np.int64)
+    spec = {label_feature: tf.io.FixedLenFeature([], tf.int64)}
+    for path in files:
+        labels = tf.data.TFRecordDataset(path).map(
+            lambda record: tf.io.parse_single_example(record, spec)[label_feature],
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        found = list(labels.ignore_errors().batch(1 << 16).as_numpy_iterator())
+        ids = np.concatenate(found) if found else np.zeros(0, np.int64)
+        outside = np.flatnonzero((ids < 0) | (ids >= num_classes))
+        if outside.size:
+            record = int(outside[0])
+            return totals.tolist(), (
+                f"{path}: record {record} has class id {int(ids[record])}, not in [0, {num_classes}) "
+                f"(--num-classes {num_classes}, --label-feature {label_feature})"
+            )
+        totals += np.bincount(ids, minlength=num_classes)
+    return totals.tolist(), None
 
 
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
@@ -201,6 +235,7 @@ def check_flags(config: Config) -> None:
             f"--num-classes 10"
         )
     parse_image_shape(options.image_shape)
+    class_names(options)
 
 
 @register("tfrecord", options=RecordOptions)
@@ -222,4 +257,16 @@ def source(config: Config) -> Source:
         test=split(options.test_files, "--test-files"),
         element_spec=image_spec(shape),
         num_classes=options.num_classes,
+        class_names=class_names(options),
     )
+
+
+def class_names(options: RecordOptions) -> tuple[str, ...]:
+    """--class-names as a tuple, one name per class id (DataError when they do not match --num-classes)."""
+    names = tuple(name.strip() for name in options.class_names.split(",")) if options.class_names.strip() else ()
+    if names and (len(names) != options.num_classes or not all(names) or len(set(names)) != len(names)):
+        raise DataError(
+            f"--class-names names {len(names)} classes for --num-classes {options.num_classes}: give one distinct, "
+            f"non-empty name per class id, in id order, e.g. --class-names cat,dog,bird for --num-classes 3"
+        )
+    return names

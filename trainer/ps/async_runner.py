@@ -51,7 +51,8 @@ class AsyncRunner(StepRunner):
         # The whole split for every worker: under ParameterServerStrategy the dataset function is traced once for
         # all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own
         # order.
-        self.train_shard, self.test_shard = self.source.train.shard(0, 1), self.source.test.shard(0, 1)
+        self.train_shard = datasets.checked_shard(self.source, self.source.train, 0, 1)
+        self.test_shard = datasets.checked_shard(self.source, self.source.test, 0, 1)
         self.shards = (self.train_shard, self.test_shard)
         self.train_size = min(self.train_shard.size, config.train_examples or self.train_shard.size)
         self.test_size = min(self.test_shard.size, config.test_examples or self.test_shard.size)

@@ -1,9 +1,11 @@
 """The default task: image classification with the book's CNN family (cnn, dropout, batch_norm).
 
 A batch is (uint8 images HxWxC, int64 labels): the dataset's element_spec gives the image shape, its num_classes
-the classes. Every model takes raw uint8 images and scales them itself, so the
-saved model accepts exactly what the dataset holds; models output logits (float32 under every --precision), and
-the serving signature adds the softmax and the class.
+the classes. Every model takes raw uint8 images and scales them itself, so the saved model accepts exactly what the
+dataset holds; models output logits (float32 under every --precision), and the serving signature adds the softmax,
+the class id and the class's name (the dataset's names, else the id). The export also takes image files
+(`serve_image_bytes`: PNG, JPEG, GIF or BMP bytes, decoded and resized by the same ops as the input pipeline,
+trainer/data/images.py) and lists the classes (`class_names`).
 
 To add a model: write a function (input_shape, num_classes, options) -> keras.Model below and decorate it with
 @model("name"). Its hyperparameters are this task's Options.
@@ -64,6 +66,9 @@ class ImageClassification(Task):
 
         self._cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
+    # The dataset's class names, in id order, kept by build_model for the export (empty: the ids, in words).
+    class_names: tuple[str, ...] = ()
+
     def describe(self) -> str:
         return str(self.options.model)
 
@@ -74,7 +79,16 @@ class ImageClassification(Task):
                 f"task image_classification needs a dataset of class ids (2 or more classes); this one has "
                 f"{source.num_classes}: pick another --task, or give its classes (--num-classes for tfrecord)"
             )
-        return MODELS[self.options.model](tuple(images.shape), source.num_classes, self.options)
+        self.class_names = source.names_of_classes
+        shape = tuple(images.shape)
+        try:
+            return MODELS[self.options.model](shape, source.num_classes, self.options)
+        except ValueError as error:  # Keras's words for a layer the image is too small for
+            raise DataError(
+                f"model {self.options.model} cannot take {'x'.join(map(str, shape))} images "
+                f"({str(error).splitlines()[0][:200]}): give a larger --image-shape (e.g. 32x32x{shape[-1]}) "
+                f"or another --model"
+            ) from None
 
     def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
         return self._cross_entropy(labels, logits)
@@ -93,14 +107,44 @@ class ImageClassification(Task):
         import tensorflow as tf
 
         probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
-        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+        return self._answer(model, probabilities)
+
+    def serving_endpoints(self, model: keras.Model) -> dict[str, tuple[Callable[..., Any], list[Any]]]:
+        import tensorflow as tf
+
+        from trainer.data import images as image_files
+
+        shape = tuple(model.inputs[0].shape[1:])
+
+        def from_files(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
+            decoded = tf.map_fn(
+                lambda encoded: image_files.decoded(encoded, shape),
+                image_bytes,
+                fn_output_signature=tf.TensorSpec(shape, tf.uint8),
+            )
+            return self.serve(model, decoded)
+
+        return {
+            "serve_image_bytes": (from_files, [tf.TensorSpec((None,), tf.string, name="image_bytes")]),
+            "class_names": (lambda: {"class_names": tf.constant(self._names(model))}, []),
+        }
 
     def serving_reference(self, model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
         import tensorflow as tf
 
         # From the model called as evaluation calls it, not through serve(): a skew in serve() shows.
         probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
-        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+        return self._answer(model, probabilities)
+
+    def _answer(self, model: keras.Model, probabilities: tf.Tensor) -> dict[str, tf.Tensor]:
+        import tensorflow as tf
+
+        class_id = tf.argmax(probabilities, axis=-1)
+        class_name = tf.gather(tf.constant(self._names(model)), class_id)
+        return {"probabilities": probabilities, "class_id": class_id, "class_name": class_name}
+
+    def _names(self, model: keras.Model) -> tuple[str, ...]:
+        return self.class_names or tuple(str(class_id) for class_id in range(model.outputs[0].shape[-1]))
 
 
 def _scaled_input(input_shape: tuple[int, ...]) -> tuple[keras.KerasTensor, keras.KerasTensor]:

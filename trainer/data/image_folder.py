@@ -1,0 +1,297 @@
+"""Your images in class folders (--dataset image_folder --image-dir DIR), with no code: DIR/train/<class>/ holds each
+class's PNG, JPEG, GIF or BMP files (subfolders too), and DIR/test/<class>/ the test split where there is one, else
+a seeded --validation-split of each class of train/ is held out. It is the layout of Keras's
+image_dataset_from_directory, torchvision's ImageFolder and labelling tools' exports.
+
+Class ids follow train/'s folder names, sorted, and the names travel with the model (Source.class_names); test/'s
+folders are mapped by name. Images are decoded and resized (--image-shape, by default the first training image's) in
+the input pipeline, as images.py says, so a worker holds its file names, not its images. Worker k of n reads files
+k, k+n, ... of the list sorted by class then name (its own, every class in it), visited in a seeded permutation per
+epoch as Generated's are, so a resume at any step is exact and skips without reading.
+
+What is wrong is named before the group forms: the layout (no train/, an empty class folder, a test class train/
+lacks) by every worker as it starts, and an image that does not decode by the data check (`python -m trainer.data`,
+which decodes every file once; a run without it names the file when its read fails). `--on-corrupt-record skip`
+has each worker decode its own files first and leave out, and count, those that do not decode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import random
+import re
+from collections.abc import Sequence
+
+from trainer.base.errors import CorruptRecordError, DataError
+from trainer.data import images
+from trainer.data.datasets import Shard, Source, image_spec, register
+from trainer.data.tfrecord import RecordOptions, parse_image_shape
+from trainer.settings.config import Config
+from trainer.settings.options import option
+
+log = logging.getLogger(__name__)
+
+LabelledFile = tuple[str, int]  # (path, class id)
+FIX = (
+    "replace or delete that file (every file of a class folder is read as an image), or pass "
+    "--on-corrupt-record skip to train on without the files that do not decode"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderOptions:
+    """The options of --dataset image_folder (with --image-shape and --on-corrupt-record, shared with tfrecord)."""
+
+    image_dir: str = option("", "folder of train/<class>/ (and test/<class>/) images: PNG, JPEG, GIF or BMP files")
+    validation_split: float = option(
+        0.1,
+        "without a test/ folder: the share of each class of train/ held out as the test split (seeded by --seed)",
+        at_least=0,
+        below=1,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """The files of an image folder: class names (train/'s folders, sorted) and each split's labelled files."""
+
+    class_names: tuple[str, ...]
+    train: tuple[LabelledFile, ...]
+    test: tuple[LabelledFile, ...]
+    test_from: str  # where the test split comes from, for the data check's line
+
+
+def list_folder(image_dir: str, validation_split: float, seed: int) -> Listing:
+    """Lists DIR/train/<class>/ and DIR/test/<class>/ (or holds out validation_split of train/); raises DataError
+    naming what is wrong: no folder, no train/, no class folders, a class folder without images, a test class
+    that train/ lacks."""
+    train_dir, test_dir = os.path.join(image_dir, "train"), os.path.join(image_dir, "test")
+    if not os.path.isdir(image_dir):
+        raise DataError(f"--image-dir {image_dir}: no such folder; give the folder that holds train/<class>/ images")
+    if not os.path.isdir(train_dir):
+        raise DataError(
+            f"--image-dir {image_dir} has no train/ folder: put each class's images in train/<class name>/ "
+            f"(and optionally test/<class name>/), e.g. train/cat/001.png"
+        )
+    train = _classes(train_dir)
+    class_names = tuple(sorted(train))
+    ids = {name: class_id for class_id, name in enumerate(class_names)}
+    if not os.path.isdir(test_dir):
+        if validation_split <= 0:
+            raise DataError(
+                f"--image-dir {image_dir} has no test/ folder and --validation-split is 0: add test/<class>/ "
+                f"folders, or hold out part of train/ with --validation-split 0.1"
+            )
+        kept, held_out = _held_out(train, validation_split, seed)
+        return Listing(
+            class_names, _labelled(kept, ids), _labelled(held_out, ids), f"--validation-split {validation_split}"
+        )
+    test = _classes(test_dir)
+    unknown = sorted(set(test) - set(class_names))
+    if unknown:
+        raise DataError(
+            f"{os.path.join(test_dir, unknown[0])}: class {unknown[0]!r} is in test/ but not in train/ (train/ has "
+            f"{', '.join(class_names)}): a model cannot be tested on a class it never trained on; add "
+            f"train/{unknown[0]}/ images or remove the test folder"
+        )
+    return Listing(class_names, _labelled(train, ids), _labelled(test, ids), "test/")
+
+
+def _classes(split_dir: str) -> dict[str, list[str]]:
+    """Each class folder's image files (recursively, sorted), by class name."""
+    names = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir() and not entry.name.startswith("."))
+    if not names:
+        raise DataError(
+            f"{split_dir} holds no class folders: put each class's images in a folder named after the class, "
+            f"e.g. {os.path.join(split_dir, 'cat', '001.png')}"
+        )
+    classes, ignored = {}, []
+    for name in names:
+        files, others = _image_files(os.path.join(split_dir, name))
+        ignored += others
+        if not files:
+            raise DataError(
+                f"{os.path.join(split_dir, name)}: class folder {name!r} holds no {images.FORMATS} files "
+                f"({', '.join(images.EXTENSIONS)}): add its images or remove the folder"
+            )
+        classes[name] = files
+    if ignored:
+        log.warning(
+            "%s: ignoring %d file(s) that are not images by their extension, e.g. %s",
+            split_dir,
+            len(ignored),
+            ignored[0],
+        )
+    return classes
+
+
+def _image_files(folder: str) -> tuple[list[str], list[str]]:
+    """(image files, other files) under folder, recursively, each sorted; hidden files and folders are not data."""
+    found: list[str] = []
+    others: list[str] = []
+    for root, folders, files in os.walk(folder, followlinks=True):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        for name in files:
+            if not name.startswith("."):
+                (found if name.lower().endswith(images.EXTENSIONS) else others).append(os.path.join(root, name))
+    return sorted(found), sorted(others)
+
+
+def _held_out(classes: dict[str, list[str]], share: float, seed: int) -> tuple[dict, dict]:
+    """Each class's files split by a seeded shuffle: (kept for training, held out for testing), at least one of
+    each per class where the class has two files."""
+    kept, held_out = {}, {}
+    for name, files in classes.items():
+        shuffled = sorted(files)
+        random.Random(f"{seed}/{name}").shuffle(shuffled)
+        count = min(max(round(len(files) * share), 1), len(files) - 1) if len(files) > 1 else 0
+        held_out[name], kept[name] = sorted(shuffled[:count]), sorted(shuffled[count:])
+    return kept, {name: files for name, files in held_out.items() if files}
+
+
+def _labelled(classes: dict[str, list[str]], ids: dict[str, int]) -> tuple[LabelledFile, ...]:
+    return tuple((path, ids[name]) for name in sorted(classes) for path in classes[name])
+
+
+def first_shape(path: str) -> tuple[int, int, int]:
+    """The decoded shape of one image file (the default --image-shape)."""
+    import tensorflow as tf
+
+    try:
+        image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
+    except tf.errors.OpError as error:
+        raise CorruptRecordError(f"{path}: {_problem(error)}; {FIX}") from None
+    height, width, channels = (int(size) for size in image.shape)
+    return height, width, channels
+
+
+def undecodable(paths: Sequence[str], shape: tuple[int, int, int]) -> list[tuple[str, str]]:
+    """(path, problem) of every file that does not decode as an image of `shape`: one parallel pass over them all,
+    then each failed one decoded again on its own for TensorFlow's words."""
+    import tensorflow as tf
+
+    if not paths:
+        return []
+    decoded = (
+        tf.data.Dataset.from_tensor_slices(list(paths))
+        .enumerate()
+        .map(
+            lambda number, path: (number, images.decoded(tf.io.read_file(path), shape)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    )
+    numbers = decoded.ignore_errors().map(lambda number, image: number).batch(4096)
+    good = {int(number) for batch in numbers.as_numpy_iterator() for number in batch}
+    return [(path, problem_of(path, shape)) for number, path in enumerate(paths) if number not in good]
+
+
+def problem_of(path: str, shape: tuple[int, int, int]) -> str:
+    """Why one file does not decode as an image of `shape`, in a few words."""
+    import tensorflow as tf
+
+    try:
+        images.decoded(tf.io.read_file(path), shape)
+    except tf.errors.OpError as error:
+        return _problem(error)
+    return "it decoded when read again (the file changed while it was read)"
+
+
+def _problem(error: Exception) -> str:
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", str(error).strip().splitlines()[0])
+    return f"not a readable {images.FORMATS} image ({message.strip()[:200]})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ImageFiles:
+    """One split's labelled image files, decoded and resized to image_shape as they are read."""
+
+    files: tuple[LabelledFile, ...]
+    image_shape: tuple[int, int, int]
+    skip_undecodable: bool = False
+
+    def fingerprint(self) -> str:
+        names = hashlib.sha256("\n".join(f"{path} {label}" for path, label in self.files).encode()).hexdigest()
+        return f"{len(self.files)} image files, names and classes sha256 {names[:16]}"
+
+    def shard(self, index: int, count: int) -> Shard:
+        import tensorflow as tf
+
+        own = self.files[index::count]
+        dropped = undecodable([path for path, _ in own], self.image_shape) if self.skip_undecodable else []
+        for path, problem in dropped:
+            log.warning("skipping %s: %s (--on-corrupt-record skip)", path, problem)
+        bad = {path for path, _ in dropped}
+        own = tuple((path, label) for path, label in own if path not in bad)
+        paths = tf.constant([path for path, _ in own] or [""])
+        labels = tf.constant([label for _, label in own] or [0], tf.int64)
+        size, shape = len(own), self.image_shape
+
+        def records(seed: tf.Tensor) -> tf.data.Dataset:
+            key = tf.stack([tf.cast(seed, tf.int64), tf.constant(index, tf.int64)])
+            return tf.data.Dataset.range(size).map(
+                lambda i: tf.random.experimental.index_shuffle(i, key, max(size - 1, 0))
+            )
+
+        def decode(number: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return images.decoded(tf.io.read_file(paths[number]), shape), labels[number]
+
+        def scan(where: str) -> CorruptRecordError | None:
+            failed = undecodable([path for path, _ in own], shape)
+            return CorruptRecordError(f"{where}: {failed[0][0]}: {failed[0][1]}; {FIX}") if failed else None
+
+        return Shard(
+            records,
+            decode,
+            size,
+            shuffled=True,
+            reads=f"its own {size} of {len(self.files)} image files",
+            skipped=(lambda: len(dropped)) if self.skip_undecodable else None,
+            scan=scan,
+        )
+
+
+def check_flags(config: Config) -> Listing:
+    """The folder's layout and the flags image_folder needs, checked before the group forms (DataError): listing
+    the files only, no image is read."""
+    options, shared = config.group(FolderOptions), config.group(RecordOptions)
+    if not options.image_dir:
+        raise DataError(
+            "--dataset image_folder needs --image-dir: the folder holding train/<class>/ (and test/<class>/) images"
+        )
+    if shared.image_shape:
+        parse_image_shape(shared.image_shape)
+    listing = list_folder(options.image_dir, options.validation_split, config.seed)
+    if shared.num_classes and shared.num_classes != len(listing.class_names):
+        raise DataError(
+            f"--num-classes {shared.num_classes}, but {options.image_dir}/train has {len(listing.class_names)} "
+            f"class folders ({', '.join(listing.class_names)}): drop --num-classes, image_folder counts them"
+        )
+    return listing
+
+
+def image_shape(config: Config, listing: Listing) -> tuple[int, int, int]:
+    """--image-shape, else the first training image's shape."""
+    shape = config.group(RecordOptions).image_shape
+    shape_of = parse_image_shape(shape) if shape else first_shape(listing.train[0][0])
+    if shape_of[2] not in (1, 2, 3, 4):
+        raise DataError(f"--image-shape {shape}: image files hold 1 (gray), 2, 3 (RGB) or 4 (RGBA) channels")
+    return shape_of
+
+
+@register("image_folder", options=FolderOptions)
+def source(config: Config) -> Source:
+    """Your image files in class folders: --image-dir, and optionally --image-shape and --validation-split."""
+    listing = check_flags(config)
+    shape = image_shape(config, listing)
+    skip = config.group(RecordOptions).on_corrupt_record == "skip"
+    return Source(
+        train=ImageFiles(listing.train, shape, skip),
+        test=ImageFiles(listing.test, shape, skip),
+        element_spec=image_spec(shape),
+        num_classes=len(listing.class_names),
+        class_names=listing.class_names,
+    )

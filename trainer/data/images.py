@@ -1,0 +1,61 @@
+"""Encoded image files to the uint8 tensors a model takes, in one place: the input pipeline of --dataset image_folder
+and tfrecord decodes with these, and the exported model's `serve_image_bytes` signature decodes a posted file with
+the same ops, so a served answer is made from exactly the pixels training saw."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")  # what tf.io.decode_image reads
+FORMATS = "PNG, JPEG, GIF or BMP"
+
+
+def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
+    """One encoded PNG, JPEG, GIF (its first frame) or BMP file as a uint8 image of `shape` (HxWxC): its channels
+    converted (gray, RGB, alpha dropped) and resized when it differs. Raises InvalidArgumentError on bytes that are
+    not such an image."""
+    import tensorflow as tf
+
+    # channels=0: GIF and BMP refuse a conversion to 1 channel in the decoder, so every format converts below.
+    image = tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)
+    return resized(with_channels(image, shape[2]), shape)
+
+
+def with_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
+    """An HxWxN uint8 image (N: 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) with `channels` (one of those) instead."""
+    import tensorflow as tf
+
+    if channels not in (1, 2, 3, 4):
+        raise ValueError(f"image files hold 1 to 4 channels (gray, gray+alpha, RGB, RGBA), not {channels}")
+    have = tf.shape(image)[-1]
+    if channels < 3:
+        color = tf.cond(have < 3, lambda: image[..., :1], lambda: _gray(image[..., :3]))
+    else:
+        color = tf.cond(have < 3, lambda: tf.image.grayscale_to_rgb(image[..., :1]), lambda: image[..., :3])
+    if channels % 2:
+        return color
+    opaque = tf.fill(tf.concat([tf.shape(image)[:2], [1]], 0), tf.constant(255, tf.uint8))
+    alpha = tf.cond(have % 2 == 0, lambda: image[..., -1:], lambda: opaque)
+    return tf.concat([color, alpha], -1)
+
+
+def _gray(rgb: tf.Tensor) -> tf.Tensor:
+    import tensorflow as tf
+
+    return tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
+
+
+def resized(image: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
+    """An HxWxC uint8 image at shape's height and width (bilinear, rounded back to uint8), untouched when it fits."""
+    import tensorflow as tf
+
+    height, width, _ = shape
+    image = tf.cond(
+        tf.reduce_all(tf.shape(image)[:2] == [height, width]),
+        lambda: image,
+        lambda: tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, (height, width))), 0, 255), tf.uint8),
+    )
+    return tf.ensure_shape(image, shape)
