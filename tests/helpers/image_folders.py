@@ -45,5 +45,7 @@ def write(
                 folder.mkdir(parents=True, exist_ok=True)
                 extension = extensions[number % len(extensions)]
                 offset = 0 if split == "train" else 1_000
-                (folder / f"{number:04d}{extension}").write_bytes(encoded(picture(class_id, offset + number, size), extension))
+                (folder / f"{number:04d}{extension}").write_bytes(
+                    encoded(picture(class_id, offset + number, size), extension)
+                )
     return root
