@@ -168,3 +168,23 @@ def test_workers_that_finish_apart_leave_the_group_without_a_lost_peer_error(tmp
     # UNAVAILABLE ... The following tasks are unhealthy (stopped sending heartbeats)"; a peer still up when the
     # leader exited logged "StartAbort UNAVAILABLE: Failed to send RPC to coordination service".
     assert_clean_until_exit(two_worker_run(tmp_path, "late_finisher", {"LATE_TASK": late, "LATE_S": seconds}))
+
+
+@pytest.mark.parametrize(
+    "module, args, said",
+    [
+        ("trainer.data", ["--dataset", "image_folder", "--image-dir", "{folder}"], "dataset image_folder is ready"),
+        ("trainer.serving", ["--model-base-path", "{empty}"], "holds no numbered SavedModel"),
+    ],
+)
+def test_the_data_check_and_the_server_start_without_tensorflows_noise(module, args, said, tmp_path):
+    import image_folders
+
+    folder, empty = image_folders.write(tmp_path / "images", per_class=2, test_per_class=1), tmp_path / "empty"
+    empty.mkdir()
+    command = [sys.executable, "-m", module, *(arg.format(folder=folder, empty=empty) for arg in args)]
+    environ = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environ)
+    output = done.stdout + done.stderr
+    assert said in output, output[-2000:]
+    assert not [line for line in output.splitlines() if TF_WARNING_OR_ERROR.match(line)], output[-2000:]

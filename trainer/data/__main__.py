@@ -159,4 +159,9 @@ def prepare_or_check(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from trainer.reporting import tf_log_filter
+
+    # TensorFlow's start-up lines that are no failure, dropped as the trainer drops them.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    tf_log_filter.install()
     sys.exit(main())

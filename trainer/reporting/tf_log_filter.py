@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 SHOW_ALL_VARIABLE = "TRAINER_TF_NOISE"
 NOISE = re.compile(
@@ -37,10 +38,12 @@ def is_noise(line: str) -> bool:
     return NOISE.match(line) is not None
 
 
-def install() -> None:
-    """Routes fd 2 through the filter process, unless TRAINER_TF_NOISE=1. Call before importing TensorFlow."""
+def install() -> Callable[[], None]:
+    """Routes fd 2 through the filter process, unless TRAINER_TF_NOISE=1. Call before importing TensorFlow. Returns
+    `restore`, which sends fd 2 straight to stderr again (also run at exit): a server calls it once TensorFlow has
+    started, so no request ever waits on the filter's pipe."""
     if os.environ.get(SHOW_ALL_VARIABLE) == "1":
-        return
+        return lambda: None
     sys.stderr.flush()
     # Its own session: a signal to the trainer's process group must not end the filter before the last lines.
     real_stderr = os.dup(2)
@@ -55,8 +58,10 @@ def install() -> None:
     proc.stdin.close()
 
     def drain() -> None:
-        """At exit: fd 2 goes back to the real stderr (whatever TensorFlow prints while shutting down is
-        kept), the filter sees end-of-file and passes on the last lines before the process ends."""
+        """fd 2 goes back to the real stderr (whatever TensorFlow prints while shutting down is kept), the filter
+        sees end-of-file and passes on the last lines; once, however often it is called."""
+        if proc.returncode is not None or os.fstat(2).st_ino == os.fstat(real_stderr).st_ino:
+            return
         sys.stderr.flush()
         os.dup2(real_stderr, 2)
         try:
@@ -65,6 +70,7 @@ def install() -> None:
             pass  # a child process still holds the pipe; the filter ends when it does
 
     atexit.register(drain)
+    return drain
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from trainer.base.errors import ExitCode, UserError
@@ -115,7 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     # kserve parses sys.argv when it is imported; our flags are not its flags.
     sys.argv[1:] = []
+    from trainer.reporting import tf_log_filter
+
+    # TensorFlow's start-up lines that are no failure (the trainer drops them too), up to its device set-up only.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    restore_stderr = tf_log_filter.install()
     import tensorflow as tf
+
+    tf.config.list_physical_devices()  # the device set-up, where the CUDA lines come from
+    restore_stderr()
 
     from trainer.serving.batching import BatchingOptions
     from trainer.serving.model import SavedModelVersions
