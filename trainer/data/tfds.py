@@ -95,4 +95,5 @@ def source(config: Config) -> Source:
         test=TfdsSplit(builder, test_split),
         element_spec=image_spec(shape),
         num_classes=features["label"].num_classes,
+        class_names=tuple(features["label"].names),  # the builder's names ("T-shirt/top", ...), else "0", "1", ...
     )
