@@ -324,17 +324,19 @@ def test_every_default_in_the_settings_file_passes_its_rule():
 
 def cluster_options() -> dict[str, dataclasses.Field]:
     """The trainer's options a cluster user sets in settings.env, by name: a fork's module and task, which data
-    and how it is read (the core data knobs, every option of your TFRecord files, the TFDS data dir), what bad data
-    does, and the status port the Service reaches. The manifests set what else a pod needs (its model dir, its
-    threads); --download is no worker's."""
+    and how it is read (the core data knobs, every option of your TFRecord files and image folder, the TFDS data
+    dir), what bad data does, and the status port the Service reaches. The manifests set what else a pod needs (its
+    model dir, its threads); --download is no worker's."""
+    from trainer.data.image_folder import FolderOptions
     from trainer.data.tfds import TfdsOptions
     from trainer.data.tfrecord import RecordOptions
     from trainer.settings.config import Config
     from trainer.settings.options import option_fields
 
-    fields = {field.name: field for options in (Config, RecordOptions, TfdsOptions) for field in option_fields(options)}
+    kinds = (RecordOptions, FolderOptions)
+    fields = {field.name: field for options in (Config, *kinds, TfdsOptions) for field in option_fields(options)}
     chosen = ("module", "task", "dataset", "dataset_module", "data_dir", "on_nonfinite", "status_port")
-    return {name: fields[name] for name in (*chosen, *(field.name for field in option_fields(RecordOptions)))}
+    return {name: fields[name] for name in (*chosen, *(field.name for kind in kinds for field in option_fields(kind)))}
 
 
 def test_the_settings_file_lists_the_trainer_options_a_cluster_user_sets_and_no_other():
