@@ -1,9 +1,11 @@
-"""Tiny models trained once per session by the real trainer, for the serving tests."""
+"""Tiny models trained once per session by the real trainer, and a classifier's SavedModel built directly, for the
+serving tests."""
 
 from __future__ import annotations
 
 import pytest
 
+from classes_model import save_classes_model
 from model_server import IMAGE_DATA, REGRESSION, REGRESSION_DATA, add_export_check, train
 
 
@@ -25,3 +27,9 @@ def regression_models(tmp_path_factory):
         add_export_check(model_dir)
         models.append(model_dir)
     return models
+
+
+@pytest.fixture(scope="session")
+def classes_model(tmp_path_factory):
+    """A SavedModel with a classifier's signatures (serve, serve_image_bytes, class_names), built in a few seconds."""
+    return save_classes_model(tmp_path_factory.mktemp("classes") / "saved_model")

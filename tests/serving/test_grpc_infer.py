@@ -1,9 +1,12 @@
 """The project's ModelInfer handler answers and refuses exactly as KServe's own servicer path does (its InferRequest,
-the model, its InferResponse.to_grpc), on a real trained SavedModel, in process."""
+the model, its InferResponse.to_grpc), on a real trained SavedModel and a classifier's taking picture files (BYTES),
+in process."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import struct
 import uuid
 
 import numpy as np
@@ -11,8 +14,9 @@ import pytest
 from kserve.errors import InvalidInput, ModelNotFound
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.servicer import InferenceServicer
-from kserve.protocol.infer_type import InferRequest
+from kserve.protocol.infer_type import InferRequest, deserialize_bytes_tensor, serialize_byte_tensor
 
+from classes_model import images, in_process, jpeg, png
 from model_server import image_examples
 from trainer.serving.admission import Admission
 from trainer.serving.grpc_infer import ModelInferHandler
@@ -51,6 +55,7 @@ def test_raw_tensors_are_answered_byte_for_byte_as_kserve_answers_them(handler):
         assert {tensor.name: list(tensor.shape) for tensor in ours.outputs} == {
             "probabilities": [rows, 10],
             "class_id": [rows],
+            "class_name": [rows],
         }
         assert ours.model_version == str(handler.model.served.version)
 
@@ -115,3 +120,41 @@ def test_another_model_name_is_not_found(handler):
     kind, message = refusal(lambda: asyncio.run(handler.answer(request)))
     assert kind is ModelNotFound
     assert "other" in message
+
+
+@pytest.fixture(scope="module")
+def classes_handler(classes_model, tmp_path_factory):
+    """The handler on a classifier's SavedModel, whose serve_image_bytes takes picture files (BYTES)."""
+    base_path = tmp_path_factory.mktemp("classes") / "serving"
+    shutil.copytree(classes_model, base_path / "1")
+    model = SavedModelVersions("model", str(base_path), poll_seconds=60)
+    model.load()
+    return ModelInferHandler(model, Admission(0))
+
+
+def bytes_request(raw: bytes, elements: int, **fields) -> pb.ModelInferRequest:
+    tensor = pb.ModelInferRequest.InferInputTensor(name="image_bytes", datatype="BYTES", shape=[elements])
+    return pb.ModelInferRequest(model_name="model", inputs=[tensor], raw_input_contents=[raw], **fields)
+
+
+def test_raw_bytes_are_answered_byte_for_byte_as_kserve_answers_them(classes_handler, classes_model):
+    # Before: raw BYTES went through KServe's types to serve, which has no input image_bytes.
+    files = [png(images(1)[0]), jpeg(images(1, seed=1)[0])]
+    request = bytes_request(serialize_byte_tensor(np.array(files, dtype=object)).item(), len(files), id="files")
+    ours = asyncio.run(classes_handler.answer(request))
+    assert ours == kserve_answer(classes_handler, request)
+    index = [tensor.name for tensor in ours.outputs].index("class_name")
+    names = deserialize_bytes_tensor(ours.raw_output_contents[index]).tolist()
+    assert (
+        names
+        == in_process(classes_model, "serve_image_bytes", image_bytes=np.array(files, object))["class_name"].tolist()
+    )
+
+
+def test_raw_bytes_whose_length_passes_their_end_are_refused_as_kserve_refuses_them(classes_handler):
+    # Before: the length-prefix parser's struct.error was no refusal: a 500.
+    request = bytes_request(struct.pack("<I", 1000) + b"short", 1)
+    ours = refusal(lambda: asyncio.run(classes_handler.answer(request)))
+    assert ours == refusal(lambda: kserve_answer(classes_handler, request))
+    assert ours[0] is InvalidInput
+    assert "input 'image_bytes': its data does not fill its shape [1]" in ours[1], ours[1]

@@ -5,6 +5,7 @@ a version published while clients keep sending is swapped in with no failed requ
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -18,7 +19,9 @@ import pytest
 import tensorflow as tf
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from kserve.protocol.infer_type import deserialize_bytes_tensor, serialize_byte_tensor
 
+import classes_model
 from model_server import EXAMPLES, ServerProcess, copy_versions, image_examples, in_process, publish_version
 from trainer.data.datasets import TEST_INDEX_OFFSET
 
@@ -56,13 +59,17 @@ def grpc_infer(server: ServerProcess, name: str, array: np.ndarray, datatype: st
 
 
 def grpc_outputs(response) -> dict[str, np.ndarray]:
-    dtypes = {"FP32": np.float32, "INT64": np.int64}
+    dtypes = {"FP32": np.float32, "INT64": np.int64, "BYTES": object}
     outputs = {}
     for index, tensor in enumerate(response.outputs):
-        if response.raw_output_contents:
+        if response.raw_output_contents and tensor.datatype == "BYTES":
+            data = deserialize_bytes_tensor(response.raw_output_contents[index])
+        elif response.raw_output_contents:
             data = np.frombuffer(response.raw_output_contents[index], dtypes[tensor.datatype])
         else:
-            data = np.array(tensor.contents.fp32_contents or tensor.contents.int64_contents, dtypes[tensor.datatype])
+            contents = tensor.contents
+            values = contents.fp32_contents or contents.int64_contents or contents.bytes_contents
+            data = np.array(values, dtypes[tensor.datatype])
         outputs[tensor.name] = data.reshape(list(tensor.shape))
     return outputs
 
@@ -76,6 +83,7 @@ def test_every_protocol_answers_what_the_saved_model_computes_in_process(image_s
     assert rows.status_code == 200, rows.text
     predictions = rows.json()["predictions"]
     assert [row["class_id"] for row in predictions] == expected["class_id"].tolist()
+    assert [row["class_name"] for row in predictions] == [name.decode() for name in expected["class_name"]]
     np.testing.assert_allclose([row["probabilities"] for row in predictions], expected["probabilities"], rtol=1e-6)
 
     columns = post(server, "/v1/models/images:predict", {"inputs": {"images": images.tolist()}})
@@ -109,7 +117,31 @@ def test_every_protocol_answers_what_the_saved_model_computes_in_process(image_s
         outputs = grpc_outputs(response)
         assert response.model_version == "1"
         assert outputs["class_id"].tolist() == expected["class_id"].tolist()
+        assert outputs["class_name"].tolist() == expected["class_name"].tolist()
         np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-6)
+
+
+def test_the_trained_default_task_answers_picture_files_with_their_class_names(image_server):
+    # The trainer's own export (serve_image_bytes, class_names) against the server: a PNG and a resized JPEG as
+    # {"b64": ...} over v1 with no signature_name, and as raw BYTES over gRPC, answered as the signature computes them.
+    server, base_path = image_server
+    pictures = image_examples(2)
+    larger = np.repeat(np.repeat(pictures[1], 2, axis=0), 2, axis=1)  # 56x56: the signature resizes it
+    files = [tf.io.encode_png(pictures[0]).numpy(), tf.io.encode_jpeg(larger).numpy()]
+    expected = classes_model.in_process(base_path / "1", "serve_image_bytes", image_bytes=np.array(files, object))
+    body = {"instances": [{"b64": base64.b64encode(data).decode()} for data in files]}
+    predictions = post(server, "/v1/models/images:predict", body).json()["predictions"]
+    assert [row["class_id"] for row in predictions] == expected["class_id"].tolist()
+    assert [row["class_name"] for row in predictions] == [name.decode() for name in expected["class_name"]]
+    names = httpx.get(f"{server.url}/v2/models/images").json()["class_names"]
+    assert [row["class_name"] for row in predictions] == [names[row["class_id"]] for row in predictions]
+    tensor = pb.ModelInferRequest.InferInputTensor(name="image_bytes", datatype="BYTES", shape=[len(files)])
+    raw = serialize_byte_tensor(np.array(files, dtype=object)).item()
+    request = pb.ModelInferRequest(model_name=server.name, inputs=[tensor], raw_input_contents=[raw])
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        outputs = grpc_outputs(GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60))
+    assert outputs["class_name"].tolist() == expected["class_name"].tolist()
+    np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-6)
 
 
 def test_a_single_output_task_is_served_in_tf_servings_plain_form(regression_models, tmp_path):
@@ -132,6 +164,7 @@ def test_a_single_output_task_is_served_in_tf_servings_plain_form(regression_mod
         metadata = httpx.get(f"{server.url}/v2/models/regression").json()
         assert metadata["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, 8]}]
         assert metadata["versions"] == ["1"]
+        assert "class_names" not in metadata  # it has no class_names signature
     finally:
         server.stop()
 
@@ -279,7 +312,8 @@ def test_health_readiness_metadata_and_metrics(image_server):
     metadata = httpx.get(f"{server.url}/v2/models/images").json()
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"] == [{"name": "images", "datatype": "UINT8", "shape": [-1, 28, 28, 1]}]
-    assert {output["name"] for output in metadata["outputs"]} == {"class_id", "probabilities"}
+    assert {output["name"] for output in metadata["outputs"]} == {"class_id", "class_name", "probabilities"}
+    assert len(metadata["class_names"]) == 10  # the trainer's class_names signature, read by the server
     metrics = httpx.get(f"{server.url}/metrics").text
     assert "serving_model_version 1.0" in metrics
     assert "request_predict_seconds" in metrics

@@ -24,6 +24,22 @@ def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
     return resized(with_channels(image, shape[2]), shape)
 
 
+def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
+    """Fails (InvalidArgumentError) naming the first element of a batch of encoded files that starts as no PNG, JPEG,
+    GIF or BMP file does, so a served request hears which of its files is no picture."""
+    import tensorflow as tf
+
+    starts = [(0, 4, b"\x89PNG"), (0, 2, b"\xff\xd8"), (0, 3, b"GIF"), (0, 2, b"BM")]
+    known = tf.reduce_any(tf.stack([tf.strings.substr(encoded, at, size) == magic for at, size, magic in starts]), 0)
+    # One unknown element past the end, so an empty or all-known batch has a "first" to name too.
+    first = tf.argmin(tf.cast(tf.concat([known, [False]], 0), tf.int32))
+    start = tf.strings.substr(tf.gather(tf.concat([encoded, [b""]], 0), first), 0, 8)
+    message = tf.strings.format(
+        f"element {{}} of input '{name}' is not a {FORMATS} file (it starts with {{}})", (first, start)
+    )
+    return tf.debugging.Assert(tf.reduce_all(known), [message])
+
+
 def with_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
     """An HxWxN uint8 image (N: 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) with `channels` (one of those) instead."""
     import tensorflow as tf

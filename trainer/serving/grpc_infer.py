@@ -11,10 +11,11 @@ itself:
   before its message is parsed;
 - the model's name and readiness, refused as KServe refuses them (NOT_FOUND, UNAVAILABLE), and KServe's own request
   validation;
-- raw tensors (`raw_input_contents`, what KServe's InferenceGRPCClient and Triton's clients send) are read straight
-  into arrays and answered straight into a ModelInferResponse, in the form KServe's InferResponse.to_grpc gives them
-  (tests/serving/test_grpc_infer.py holds the two equal); typed `contents`, and text (BYTES), go through KServe's
-  own types, as before;
+- raw tensors (`raw_input_contents`, what KServe's InferenceGRPCClient and Triton's clients send; BYTES in their
+  length-prefixed form) are read straight into arrays and answered straight into a ModelInferResponse, in the form
+  KServe's InferResponse.to_grpc gives them (tests/serving/test_grpc_infer.py holds the two equal); typed `contents`
+  go through KServe's own types, as before;
+- the signature that answers, chosen by the request's inputs (trainer/serving/signature.py, `choose`);
 - each refusal's status and one log line (trainer/serving/refusals.py), and KServe's request_predict_seconds.
 """
 
@@ -31,13 +32,13 @@ from kserve.errors import ModelNotFound, ModelNotReady
 from kserve.metrics import PREDICT_HIST_TIME, get_labels
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc.servicer import InferenceServicer
-from kserve.protocol.infer_type import InferRequest, serialize_byte_tensor
+from kserve.protocol.infer_type import InferRequest, deserialize_bytes_tensor, serialize_byte_tensor
 from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 
 from trainer.serving import refusals
 from trainer.serving.admission import Admission
 from trainer.serving.model import SavedModelVersions, v2_input
-from trainer.serving.signature import Signature
+from trainer.serving.signature import Signature, choose
 
 # gRPC's inference call; the others (health, metadata, the model repository) are KServe's and never refused.
 GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -88,11 +89,11 @@ class ModelInferHandler(ServerInterceptor):
         if not model.ready:
             raise ModelNotReady(model.name)
         InferenceServicer.validate_grpc_request(request)
-        if not request.raw_input_contents or any(tensor.datatype == "BYTES" for tensor in request.inputs):
+        if not request.raw_input_contents:
             response = await model.predict(InferRequest.from_grpc(request))
             return response.to_grpc()  # type: ignore[union-attr]  # a v2 request is answered with an InferResponse
         served = model.served  # read once: the whole request runs on this version
-        signature = served.signature
+        signature = choose(served.signatures, [tensor.name for tensor in request.inputs])
         outputs = await model.run(signature, signature.complete(raw_arrays(request, signature)))
         return raw_response(request.id or str(uuid.uuid4()), model.name, str(served.version), outputs)
 
@@ -101,6 +102,8 @@ def raw_arrays(request: pb.ModelInferRequest, signature: Signature) -> dict[str,
     """The request's raw tensors as checked arrays (their count already validated)."""
 
     def decoder(tensor: Any, raw: bytes) -> Any:
+        if tensor.datatype == "BYTES":  # each element's length, then its bytes
+            return lambda: deserialize_bytes_tensor(raw).reshape(tensor.shape)
         return lambda: np.frombuffer(raw, to_np_dtype(tensor.datatype)).reshape(tensor.shape)
 
     return dict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import struct
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from prometheus_client import Counter, Gauge
 
 from trainer.serving import tf_serving_json
 from trainer.serving.batching import Batcher, BatchingOptions
-from trainer.serving.signature import Signature
+from trainer.serving.signature import Signature, choose
 from trainer.serving.versions import Loaded, VersionWatcher
 
 # One model per server process, so no model label.
@@ -93,13 +94,13 @@ class SavedModelVersions(kserve.Model):
         self, payload: Any, headers: dict[str, str] | None = None, response_headers: dict[str, str] | None = None
     ) -> dict[str, Any] | InferResponse:
         served = self.served  # read once: the whole request runs on this version
-        signature = served.signature
         if isinstance(payload, InferRequest):
+            signature = choose(served.signatures, [tensor.name for tensor in payload.inputs])
             arrays = signature.complete(_v2_arrays(payload, signature))
             outputs = await self.run(signature, arrays)
             return _v2_response(payload, self.name, served.version, outputs)
         if isinstance(payload, bytes | str):
-            raise signature.refuse("the body must be JSON (Content-Type: application/json)")
+            raise served.signature.refuse("the body must be JSON (Content-Type: application/json)")
         arrays, form, named = tf_serving_json.decode(payload, served.signatures)
         return tf_serving_json.encode(await self.run(named, arrays), form)
 
@@ -126,7 +127,7 @@ def v2_input(
         raise signature.refuse(f"input {spec.name!r} has datatype {datatype}, expected {spec.datatype}")
     try:
         array = decode()
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, struct.error) as error:  # struct: BYTES whose length prefixes pass their end
         raise signature.refuse(
             f"input {spec.name!r}: its data does not fill its shape {list(shape)} ({error})"
         ) from None
@@ -137,7 +138,9 @@ def _v2_response(request: InferRequest, model_name: str, version: int, outputs: 
     infer_outputs = []
     for name, array in outputs.items():
         output = InferOutput(name=name, shape=list(array.shape), datatype=str(from_np_dtype(array.dtype)))
-        if request.from_grpc:  # its to_grpc takes lists or raw bytes, not arrays; raw when the request was raw
+        if request.from_grpc and not request.use_binary_outputs and array.dtype.kind == "O":
+            output.data = array.ravel().tolist()  # bytes as they are: KServe's own conversion takes only UTF-8 text
+        elif request.from_grpc:  # its to_grpc takes lists or raw bytes, not arrays; raw when the request was raw
             output.set_data_from_numpy(array, binary_data=request.use_binary_outputs)
         else:  # its to_rest encodes an array as JSON, or as binary when the request asks for binary outputs
             output.data = array

@@ -1,7 +1,11 @@
 """KServe's ModelServer around one SavedModelVersions, with what KServe 0.21.0 lacks for this use, added through
 its own extension points:
 
-- the served version in the v2 model metadata (`versions`; its DataPlane reports none): a DataPlane subclass;
+- the served version in the v2 model metadata (`versions`; its DataPlane reports none): a DataPlane subclass, and
+  the served version's class names (`class_names`, read from its `class_names` signature) beside them, answered by a
+  route of ours (KServe's response model drops fields it does not know);
+- REST v2's binary data extension with BYTES inputs that are not text, such as image files
+  (trainer/serving/v2_binary.py; KServe's own reader takes only UTF-8 there);
 - a request body limit on REST (KServe limits only gRPC messages, grpc_max_receive_message_length): an ASGI
   middleware answering 413, at the same limit as gRPC;
 - refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
@@ -26,7 +30,7 @@ from typing import Any
 
 import kserve
 import kserve.model_server
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER, MAX_GRPC_MESSAGE_LENGTH, PredictorProtocol
@@ -35,7 +39,7 @@ from kserve.protocol.dataplane import JSON_HEADERS, DataPlane
 from kserve.protocol.rest.v2_datamodels import InferenceRequest
 from pydantic import ValidationError
 
-from trainer.serving import refusals
+from trainer.serving import refusals, v2_binary
 from trainer.serving.admission import Admission, RestAdmission
 from trainer.serving.batching import describe
 from trainer.serving.grpc_infer import ModelInferHandler
@@ -54,15 +58,24 @@ class VersionedDataPlane(DataPlane):
     async def model_metadata(self, model_name: str) -> dict[str, Any]:
         metadata: dict[str, Any] = await super().model_metadata(model_name)
         if model_name == self.model.name:
-            metadata.update(versions=[str(self.model.served.version)], platform="tensorflow_savedmodel")
+            served = self.model.served
+            metadata.update(versions=[str(served.version)], platform="tensorflow_savedmodel")
+            if served.class_names is not None:
+                metadata.update(class_names=list(served.class_names))
         return metadata
 
     def decode(self, body: Any, headers: Any, *args: Any, **kwargs: Any) -> Any:
+        v2 = kwargs.get("protocol_version", args[0] if args else None) == PredictorProtocol.REST_V2.value
+        if v2 and isinstance(body, bytes) and headers and INFERENCE_CONTENT_LENGTH_HEADER in headers:
+            try:
+                return v2_binary.read(body, headers[INFERENCE_CONTENT_LENGTH_HEADER], self.model.name), {}
+            except InvalidInput as error:
+                raise InvalidInput(f"{error.reason}; {self.model.expected()}") from None
         if isinstance(body, bytes) and headers and INFERENCE_CONTENT_LENGTH_HEADER not in headers:
             # TF Serving reads every body as JSON, so `curl -d` (a form content type) works: here too.
             if headers.get("content-type", "application/json") not in JSON_HEADERS:
                 headers = {key: value for key, value in headers.items() if key != "content-type"}
-            if kwargs.get("protocol_version", args[0] if args else None) == PredictorProtocol.REST_V2.value:
+            if v2:
                 try:
                     body = InferenceRequest.model_validate_json(body)
                 except ValidationError as error:
@@ -127,6 +140,34 @@ def _replay(messages: list[dict[str, Any]]) -> Any:
     return receive
 
 
+def add_model_routes(app: FastAPI, model: SavedModelVersions, dataplane: DataPlane) -> None:
+    """Routes registered before KServe's own for the same paths, so they answer: TF Serving's model status and the
+    v2 model metadata with the class names."""
+
+    async def model_status(model_name: str) -> JSONResponse:
+        """KServe's v1 readiness ({"name", "ready"}) with TF Serving's model status beside it, so a client that polls
+        either one reads what it expects."""
+        if model_name != model.name:
+            raise ModelNotFound(model_name)
+        ok = {"error_code": "OK", "error_message": ""}
+        served = {"version": str(model.served.version), "state": "AVAILABLE", "status": ok}
+        # A version that did not load, as TF Serving reports one: ended, with its error (it is tried again).
+        failed = [
+            {"version": str(version), "state": "END", "status": {"error_code": "UNKNOWN", "error_message": why}}
+            for version, why in sorted(model.watcher.failure_reports().items(), reverse=True)
+        ]
+        statuses = [*failed, served]
+        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": statuses})
+
+    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
+
+    async def model_metadata(model_name: str) -> JSONResponse:
+        """KServe's v2 model metadata with the served version's class names, which KServe's own route drops."""
+        return JSONResponse(content=await dataplane.model_metadata(model_name))
+
+    app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
+
+
 def use_uvloop() -> None:
     """The loop ModelServer.start makes (asyncio.run) is uvloop's, where there is one (uvicorn[standard], which KServe
     requires, brings it on Linux and macOS). ModelServer first asks for the current loop (asyncio.get_event_loop), which
@@ -165,22 +206,7 @@ def serve(
 
     app.add_exception_handler(RequestValidationError, malformed)
 
-    async def model_status(model_name: str) -> JSONResponse:
-        """KServe's v1 readiness ({"name", "ready"}) with TF Serving's model status beside it, so a client that polls
-        either one reads what it expects. Registered before KServe's own route for the path, so it answers."""
-        if model_name != model.name:
-            raise ModelNotFound(model_name)
-        ok = {"error_code": "OK", "error_message": ""}
-        served = {"version": str(model.served.version), "state": "AVAILABLE", "status": ok}
-        # A version that did not load, as TF Serving reports one: ended, with its error (it is tried again).
-        failed = [
-            {"version": str(version), "state": "END", "status": {"error_code": "UNKNOWN", "error_message": why}}
-            for version, why in sorted(model.watcher.failure_reports().items(), reverse=True)
-        ]
-        statuses = [*failed, served]
-        return JSONResponse(content={"name": model_name, "ready": model.ready, "model_version_status": statuses})
-
-    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
+    add_model_routes(app, model, server.dataplane)
     use_uvloop()
     log.info(
         "serving %s (version %d) from %s: REST on port %d, gRPC on port %d, %s, %s",

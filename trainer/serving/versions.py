@@ -20,7 +20,7 @@ import numpy as np
 
 from trainer.artifacts.layout import numbered_versions, version_folders
 from trainer.base.errors import ServingError, first_line
-from trainer.serving.signature import Signature, load_signatures
+from trainer.serving.signature import Signature, class_names, load_signatures
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +35,20 @@ class Loaded:
     path: str
     signature: Signature  # the one served by default
     signatures: dict[str, Signature]  # every one, by name, the default first
+    class_names: tuple[str, ...] | None  # a classifier's, in class-id order, for the metadata; None if it has none
 
 
 def load_version(path: str, version: int) -> Loaded:
     signatures = load_signatures(path)
     signature = next(iter(signatures.values()))
     warm_up(signature)
-    return Loaded(version, path, signature, signatures)
+    return Loaded(version, path, signature, signatures, class_names(signatures))
 
 
 def warm_up(signature: Signature) -> None:
-    """One call on a batch of zeros, so the first request on this version pays no tracing."""
-    if any(spec.shape is None for spec in signature.inputs):
+    """One call on a batch of zeros, so the first request on this version pays no tracing. Not for string inputs:
+    no value is known to be one the model accepts (an empty string is no image)."""
+    if any(spec.shape is None or spec.is_string for spec in signature.inputs):
         return
     arrays = {
         spec.name: np.zeros(tuple(1 if size == -1 else size for size in spec.shape or ()), spec.dtype)

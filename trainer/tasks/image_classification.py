@@ -117,6 +117,8 @@ class ImageClassification(Task):
         shape = tuple(model.inputs[0].shape[1:])
 
         def from_files(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
+            with tf.control_dependencies([image_files.assert_image_files(image_bytes, "image_bytes")]):
+                image_bytes = tf.identity(image_bytes)
             decoded = tf.map_fn(
                 lambda encoded: image_files.decoded(encoded, shape),
                 image_bytes,
