@@ -59,16 +59,18 @@ def check_files(config: Config) -> str:
         classes[split], outside = tfrecord.label_counts(files, options.label_feature, options.num_classes)
         if outside is not None:
             raise CorruptRecordError(f"the data check: {outside}; {LABEL_FIX}")
-    return f"dataset tfrecord is ready: {', '.join(parts)}{_class_coverage(classes['train'], classes['test'])}"
+    coverage = _class_coverage(classes["train"], classes["test"], options.test_files)
+    return f"dataset tfrecord is ready: {', '.join(parts)}{coverage}"
 
 
-def _class_coverage(train: list[int], test: list[int]) -> str:
+def _class_coverage(train: list[int], test: list[int], test_files: str) -> str:
     """Refuses test class ids the training split never has (ids shifted between splits train a model that cannot
     score); a class the test split lacks is said in the ready line."""
     unseen = [class_id for class_id, count in enumerate(test) if count and not train[class_id]]
     if unseen:
         raise DataError(
-            f"the test split has class id(s) {unseen[:10]} that no training record has: the ids mean different "
+            f"the test split (--test-files {test_files}) has class id(s) {unseen[:10]} that no training record "
+            f"has: the ids mean different "
             f"classes in the two splits, or a class is missing from training; {LABEL_FIX}"
         )
     untested = [class_id for class_id, count in enumerate(test) if not count]
@@ -100,6 +102,9 @@ def check_registered(config: Config) -> str:
     """One line: a registered dataset built (your function, whose error is named) and its splits sized."""
     source = catalog.load(config)
     sizes = [datasets.checked_shard(source, split, 0, 1).size for split in (source.train, source.test)]
+    for name, split in (("train", source.train), ("test", source.test)):
+        if isinstance(split, datasets.Arrays) and source.num_classes:  # rows in memory: their ids checked at once
+            _check_class_ids(name, split.targets, source.num_classes)
     classes = f", {source.num_classes} classes" if source.num_classes else ""
     return f"dataset {config.dataset} is ready: train {sizes[0]} examples, test {sizes[1]} examples{classes}"
 
@@ -123,6 +128,21 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {user_error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+
+
+def _check_class_ids(split: str, targets: object, num_classes: int) -> None:
+    import numpy as np
+
+    ids = np.asarray(targets)
+    if ids.dtype.kind not in "iu":
+        return
+    outside = np.flatnonzero((ids < 0) | (ids >= num_classes))
+    if outside.size:
+        row = int(outside[0])
+        raise DataError(
+            f"the data check: row {row} of the {split} split has class id {int(ids.reshape(-1)[row])}, not in "
+            f"[0, {num_classes}) ({outside.size} such row(s)); {LABEL_FIX}"
+        )
 
 
 def prepare_or_check(argv: list[str]) -> int:

@@ -96,9 +96,21 @@ def named(error: BaseException, shards: Sequence[Any], where: str) -> DataError 
         found = first_corrupt(path, expected, decode)
         if found is not None:
             return found.error(where)
-    if LABEL_OUT_OF_RANGE in str(error):
-        return DataError(f"{where}: {_plain(first_line(error))}; {LABEL_FIX}")
-    return None
+    label = _label_problem(str(error))  # a traced call's error opens with "Graph execution error:", not with it
+    return DataError(f"{where}: {label}; {LABEL_FIX}") if label is not None else None
+
+
+def _label_problem(text: str) -> str | None:
+    """The label check's (datasets.with_label_check) words in a TensorFlow error's text, as one phrase; None when
+    the error is not the label check's. Traced, its text reads "assertion failed: [class id out of range] [7]
+    [is not in [0, 3)] [in record] [29]", after tf.data's words; eager, "Expected ... to be true. Summarized data:
+    b'class id out of range'" with each value on a line of its own."""
+    found = re.search(rf"{LABEL_OUT_OF_RANGE}\D*?(-?\d+)\D*?is not in \[0, (\d+)\)(?:\D*?in record\D*?(\d+))?", text)
+    if found is None:
+        return None
+    class_id, num_classes, record = found.groups()
+    at = f" (record {record})" if record else ""
+    return f"{LABEL_OUT_OF_RANGE}: {class_id} is not in [0, {num_classes}){at}"
 
 
 def _plain(message: str) -> str:
@@ -140,13 +152,14 @@ def _first_unparsed(path: str, parse: Parse, total: int) -> CorruptRecord | None
     if record >= total:
         return None
     serialized = tf.data.TFRecordDataset(path).skip(record).take(1).get_single_element()
+    label = None
     try:
         parse(serialized)
         message = "it does not parse"
     except tf.errors.OpError as error:
-        message = _plain(first_line(error))
-    if LABEL_OUT_OF_RANGE in message:
-        return CorruptRecord(path, record, f"record {record}: {message[:300]}", LABEL_FIX)
+        message, label = _plain(first_line(error)).rstrip(". "), _label_problem(str(error))
+    if label is not None:
+        return CorruptRecord(path, record, f"record {record}: {label}", LABEL_FIX)
     if _is_example(serialized.numpy()):
         problem = (
             f"record {record} is a tf.train.Example, but its features do not decode as --image-feature and "

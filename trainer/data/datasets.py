@@ -129,13 +129,19 @@ def checked_shard(source: Source, split: Split, index: int, count: int) -> Shard
 
 def with_label_check(shard: Shard, num_classes: int) -> Shard:
     """The shard with each decoded example's class id checked against [0, num_classes): one outside fails the read
-    with LABEL_OUT_OF_RANGE and the record, never a silent run (on a GPU, an id past the logits is no error)."""
+    with LABEL_OUT_OF_RANGE and the record's number where the record is one (an index or row), never a silent run
+    (on a GPU, an id past the logits is no error). A serialized record is left out of the message: its bytes are not
+    UTF-8, and TensorFlow's error then fails to decode its own text (a traceback, exit 1); corrupt_records.named
+    finds that record's file and number by reading the files again."""
     import tensorflow as tf
 
     def decode(*record: Any) -> Example:
         features, label = shard.decode(*record)
         inside = tf.reduce_all((label >= 0) & (label < num_classes))
-        message = [LABEL_OUT_OF_RANGE, label, f"is not in [0, {num_classes}); the example's record:", record[0]]
+        message = [LABEL_OUT_OF_RANGE, label, f"is not in [0, {num_classes})"]
+        number = record[0] if len(record) == 1 and isinstance(record[0], tf.Tensor) else None
+        if number is not None and number.dtype.is_integer and number.shape.rank == 0:
+            message += ["in record", number]
         with tf.control_dependencies([tf.debugging.Assert(inside, message, summarize=3)]):
             return features, tf.identity(label)
 

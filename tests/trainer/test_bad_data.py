@@ -1,0 +1,353 @@
+"""Bad data as a user meets it (issue 45, item 4): an image cut in half, a class folder layout that cannot work, a
+TFRecord whose image is no image or whose class id is out of range, a fork's dataset function that raises, rows
+with a class id past --num-classes. Each runs real `python -m trainer` or `python -m trainer.data` processes and
+asserts the exit code and the one line the user sees: the file (or folder, record, function) named, a fix that is
+true for that failure, and no traceback."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import image_folders
+from multiworker import Finished, run_group, start, tf_config, wait_all, worker_cluster
+from trainer.artifacts import layout
+from trainer.base.errors import ExitCode
+from trainer.data import image_folder
+
+CUT = pathlib.PurePath("train", "square", "0003.png")  # the PNG cut in half
+SKIP_HINT = "--on-corrupt-record skip"
+FOLDER_RUN = ["--epochs", "1", "--per-worker-batch-size", "4", "--steps-per-loop", "4"]
+RECORD_RUN = ["--epochs", "1", "--per-worker-batch-size", "16", "--steps-per-loop", "4"]
+
+
+def run(args: list[str], module: str = "trainer", config: str | None = None, env=None, timeout=240) -> Finished:
+    """One `python -m module args` process to its end; its command, exit code and error line are printed (-rP
+    shows them: the closing note's table)."""
+    finished = wait_all({"run": start(args, config, env, module)}, timeout)["run"]
+    print(f"python -m {module} {' '.join(args)}\n  exit {finished.returncode}: {user_line(finished.output)}")
+    return finished
+
+
+def user_line(output: str) -> str:
+    """Its error line, or the lines that say what --on-corrupt-record skip left out, or its last line."""
+    said = [line for line in output.splitlines() if line.startswith("error: ") or f"({SKIP_HINT})" in line]
+    return "\n    ".join(said) if said else (output.strip().splitlines() or [""])[-1]
+
+
+def error_line(finished: Finished, code: int = ExitCode.BAD_CONFIG) -> str:
+    """The run's one `error: ` line, after checking its exit code and that no traceback was printed."""
+    assert finished.returncode == code, finished.output[-3000:]
+    assert "Traceback" not in finished.output, finished.output[-3000:]
+    (line,) = [line for line in finished.output.splitlines() if line.startswith("error: ")]
+    return line
+
+
+# ---- an image folder with a PNG cut in half ----
+
+
+@pytest.fixture(scope="module")
+def sound_folder(tmp_path_factory) -> pathlib.Path:
+    """Three classes of eight 28x28 PNGs in train/ and two in test/, written once."""
+    return image_folders.write(tmp_path_factory.mktemp("sound") / "images", per_class=8, test_per_class=2)
+
+
+@pytest.fixture
+def cut_folder(sound_folder: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A copy of the folder whose train/square/0003.png is its first half (a partial copy)."""
+    folder = shutil.copytree(sound_folder, tmp_path / "images")
+    data = (folder / CUT).read_bytes()
+    (folder / CUT).write_bytes(data[: len(data) // 2])
+    return folder
+
+
+def folder_args(folder: pathlib.Path, model_dir: pathlib.Path, *flags: str) -> list[str]:
+    return ["--dataset", "image_folder", "--image-dir", str(folder), *FOLDER_RUN, "--model-dir", str(model_dir), *flags]
+
+
+def test_the_data_check_names_a_png_cut_in_half(cut_folder, tmp_path):
+    line = error_line(run(folder_args(cut_folder, tmp_path / "model"), module="trainer.data"))
+    assert line.startswith(f"error: the data check: {cut_folder / CUT}: not a readable PNG, JPEG, GIF or BMP"), line
+    assert "replace or delete that file" in line and SKIP_HINT in line, line
+
+
+def test_training_names_a_png_cut_in_half(cut_folder, tmp_path):
+    line = error_line(run(folder_args(cut_folder, tmp_path / "model")))
+    assert "worker-0: reading the input failed in the steps after step" in line, line
+    assert f"{cut_folder / CUT}: not a readable PNG" in line and SKIP_HINT in line, line
+    assert not (tmp_path / "model" / layout.SERVING).exists()
+
+
+@pytest.mark.slow  # a group of two: make test-slow
+def test_two_workers_the_one_reading_the_cut_png_names_it(cut_folder, tmp_path):
+    listing = image_folder.list_folder(str(cut_folder), 0.1, 42)
+    owner = [path for path, _ in listing.train].index(str(cut_folder / CUT)) % 2  # worker k reads files k, k+2, ...
+    finished = run_group(2, folder_args(cut_folder, tmp_path / "model"), timeout=240)
+    for name, each in finished.items():
+        print(f"{name}: exit {each.returncode}: {user_line(each.output)}")
+    reader, other = finished[f"worker-{owner}"], finished[f"worker-{1 - owner}"]
+    line = error_line(reader)
+    assert f"worker-{owner}: reading the input failed" in line and f"{cut_folder / CUT}: not a readable PNG" in line
+    assert SKIP_HINT in line, line
+    # The peer loses the group (retryable); the reader's permanent exit 2 fails the job.
+    assert other.returncode in (ExitCode.GROUP_FAILED, ExitCode.BAD_CONFIG), other.output[-3000:]
+    assert "Traceback" not in other.output, other.output[-3000:]
+
+
+def test_the_data_check_skips_a_png_cut_in_half_and_says_so(cut_folder, tmp_path):
+    checked = run(folder_args(cut_folder, tmp_path / "model", "--on-corrupt-record", "skip"), "trainer.data")
+    assert checked.returncode == 0 and "Traceback" not in checked.output, checked.output[-3000:]
+    lines = checked.output.splitlines()
+    assert f"warning: skipping {cut_folder / CUT}: not a readable PNG, JPEG, GIF or BMP image" in checked.output
+    assert any(f"skipping {cut_folder / CUT}" in line and line.endswith(f"({SKIP_HINT})") for line in lines), lines
+    assert "dataset image_folder is ready: 3 classes (circle, square, star), train 24 images, test 6 images" in (
+        checked.output
+    )
+    assert "1 that do not decode skipped" in checked.output
+
+
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_training_skips_a_png_cut_in_half_and_counts_it(cut_folder, tmp_path):
+    finished = run(folder_args(cut_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert f"skipping {cut_folder / CUT}: not a readable PNG" in finished.output
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 23, metrics
+    assert (tmp_path / "model" / layout.SERVING).is_dir()
+
+
+# ---- image folder layouts that cannot work: named before the group forms ----
+
+
+def class_only_in_test(root: pathlib.Path) -> tuple[list[str], str]:
+    image_folders.write(root, per_class=2, test_per_class=1)
+    (root / "test" / "triangle").mkdir()
+    (root / "test" / "triangle" / "0000.png").write_bytes(image_folders.encoded(image_folders.picture(0, 0)))
+    return ["--image-dir", str(root)], (
+        f"error: {root / 'test' / 'triangle'}: class 'triangle' is in test/ but not in train/ (train/ has circle, "
+        f"square, star): a model cannot be tested on a class it never trained on; add train/triangle/ images or "
+        f"remove the test folder"
+    )
+
+
+def empty_class_folder(root: pathlib.Path) -> tuple[list[str], str]:
+    image_folders.write(root, per_class=2, test_per_class=0)
+    (root / "train" / "triangle").mkdir()
+    return ["--image-dir", str(root)], (
+        f"error: {root / 'train' / 'triangle'}: class folder 'triangle' holds no PNG, JPEG, GIF or BMP files "
+        f"(.png, .jpg, .jpeg, .gif, .bmp): add its images or remove the folder"
+    )
+
+
+def no_class_folders(root: pathlib.Path) -> tuple[list[str], str]:
+    (root / "train").mkdir(parents=True)  # the images straight in train/, a common first try
+    (root / "train" / "0000.png").write_bytes(image_folders.encoded(image_folders.picture(0, 0)))
+    return ["--image-dir", str(root)], (
+        f"error: {root / 'train'} holds no class folders: put each class's images in a folder named after the "
+        f"class, e.g. {root / 'train' / 'cat' / '001.png'}"
+    )
+
+
+def no_train_folder(root: pathlib.Path) -> tuple[list[str], str]:
+    image_folders.write(root / "test", per_class=1, test_per_class=0)  # root/test/train/<class>: one level off
+    return ["--image-dir", str(root)], (
+        f"error: --image-dir {root} has no train/ folder: put each class's images in train/<class name>/ (and "
+        f"optionally test/<class name>/), e.g. train/cat/001.png"
+    )
+
+
+def no_such_folder(root: pathlib.Path) -> tuple[list[str], str]:
+    return ["--image-dir", str(root / "imgaes")], (
+        f"error: --image-dir {root / 'imgaes'}: no such folder; give the folder that holds train/<class>/ images"
+    )
+
+
+def no_image_dir_flag(root: pathlib.Path) -> tuple[list[str], str]:
+    return [], (
+        "error: --dataset image_folder needs --image-dir: the folder holding train/<class>/ (and test/<class>/) images"
+    )
+
+
+LAYOUTS = [
+    class_only_in_test,
+    empty_class_folder,
+    no_class_folders,
+    no_train_folder,
+    no_such_folder,
+    no_image_dir_flag,
+]
+
+
+@pytest.mark.parametrize("layout_of", LAYOUTS, ids=lambda layout_of: layout_of.__name__)
+def test_a_folder_layout_that_cannot_work_is_named_before_the_group_forms(layout_of, tmp_path):
+    flags, expected = layout_of(tmp_path / "images")
+    # A lone worker of a group of two: had it waited for its peer, the start-up watchdog would have killed it.
+    config = tf_config(worker_cluster(2), "worker", 0)
+    args = ["--dataset", "image_folder", *flags, "--startup-timeout", "60", "--model-dir", str(tmp_path / "model")]
+    finished = run(args, config=config, timeout=120)
+    assert error_line(finished) == expected
+    assert "joining the group" not in finished.output and "joined:" not in finished.output, finished.output[-3000:]
+
+
+# ---- TFRecord files: an image that is no image, class ids out of range or shifted between splits ----
+
+
+def example(image: bytes, label: int) -> bytes:
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_examples(path: pathlib.Path, labels: list[int], not_an_image: int | None = None) -> pathlib.Path:
+    """One TFRecord file of 28x28x1 raw images, record i of class labels[i] (a flat grey of its class); record
+    `not_an_image`'s image bytes are text, neither an image file nor 784 raw bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for number, label in enumerate(labels):
+            pixels = np.full((28, 28, 1), 20 * (label % 12), np.uint8).tobytes()
+            writer.write(example(b"this is not an image" if number == not_an_image else pixels, label))
+    return path
+
+
+def record_args(folder: pathlib.Path, num_classes: int, model_dir: pathlib.Path, *flags: str) -> list[str]:
+    return [
+        "--dataset", "tfrecord", "--train-files", str(folder / "train-*"), "--test-files", str(folder / "test-*"),
+        "--image-shape", "28x28x1", "--num-classes", str(num_classes), *RECORD_RUN, "--model-dir", str(model_dir),
+        *flags,
+    ]  # fmt: skip
+
+
+def test_training_names_a_record_whose_image_is_no_image(tmp_path):
+    shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)], not_an_image=17)
+    write_examples(tmp_path / "data" / "test-0.tfrecord", [i % 10 for i in range(16)])
+    line = error_line(run(record_args(tmp_path / "data", 10, tmp_path / "model")))
+    assert "worker-0: reading the input failed in the steps after step" in line, line
+    assert f"{shard}: record 17 is a tf.train.Example, but its features do not decode" in line, line
+    assert "restore or rewrite that file from its source" in line and SKIP_HINT in line, line
+
+
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_skip_trains_past_a_record_whose_image_is_no_image_and_counts_it(tmp_path):
+    # Before 09ef14e skip dropped only what did not parse: this record parses, so skip exited 2 on it (as fail does).
+    shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)], not_an_image=17)
+    write_examples(tmp_path / "data" / "test-0.tfrecord", [i % 10 for i in range(16)])
+    finished = run(record_args(tmp_path / "data", 10, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert any(str(shard) in line and "skipped 1 of the 64" in line for line in finished.output.splitlines())
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1, metrics
+
+
+@pytest.fixture
+def label_nine(tmp_path: pathlib.Path) -> pathlib.Path:
+    """Class ids 0..9 in both splits: with --num-classes 9, id 9 (first in train's record 9) is out of range."""
+    shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)])
+    write_examples(tmp_path / "data" / "test-0.tfrecord", [i % 9 for i in range(16)])
+    return shard
+
+
+def test_the_data_check_names_a_class_id_past_num_classes(label_nine, tmp_path):
+    line = error_line(run(record_args(label_nine.parent, 9, tmp_path / "model"), module="trainer.data"))
+    assert line.startswith(
+        f"error: the data check: {label_nine}: record 9 has class id 9, not in [0, 9) (--num-classes 9, "
+        f"--label-feature label); write class ids 0..num_classes-1"
+    ), line
+    assert SKIP_HINT not in line and "skipping cannot help" in line, line
+
+
+def test_training_names_a_class_id_past_num_classes_with_its_record(label_nine, tmp_path):
+    # Was exit 1 with a UnicodeDecodeError traceback: the label check's message held the serialized record's bytes.
+    line = error_line(run(record_args(label_nine.parent, 9, tmp_path / "model")))
+    assert "worker-0: reading the input failed in the steps after step" in line, line
+    assert f"{label_nine}: record 9: class id out of range: 9 is not in [0, 9); write class ids 0..num_classes-1" in (
+        line
+    ), line
+    assert "check --num-classes and the label feature" in line, line
+    assert SKIP_HINT not in line and "skipping cannot help" in line, line
+
+
+def test_the_data_check_refuses_class_ids_shifted_between_the_splits(tmp_path):
+    write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 9 for i in range(64)])  # 0..8
+    write_examples(tmp_path / "data" / "test-0.tfrecord", [1 + i % 9 for i in range(18)])  # 1..9
+    line = error_line(run(record_args(tmp_path / "data", 10, tmp_path / "model"), module="trainer.data"))
+    assert line.startswith("error: the test split (--test-files ") and "has class id(s) [9] that no training" in line
+
+
+# ---- a fork's own dataset: a function that raises, rows whose class id is out of range ----
+
+FORK_MODULE = '''
+"""A fork's data: a dataset whose function raises, and rows with one class id past num_classes."""
+import numpy as np
+
+from trainer.api import datasets
+
+
+@datasets.register("broken")
+def broken(config):
+    raise FileNotFoundError("/data/labels.csv: no such file")
+
+
+@datasets.register("rows")
+def rows(config):
+    labels = np.arange(48, dtype=np.int64) % 3
+    labels[29] = 7
+    images = np.repeat(labels.astype(np.uint8)[:, None, None, None] * 80, 28 * 28, 1).reshape(48, 28, 28, 1)
+    return datasets.Source(
+        train=datasets.Arrays(images, labels),
+        test=datasets.Arrays(images[:12], labels[:12]),
+        element_spec=datasets.arrays_spec(images, labels),
+        num_classes=3,
+    )
+'''
+BROKEN_ARGS = ["--module", "fork_data", "--dataset", "broken"]
+BROKEN = (
+    "error: --dataset broken: fork_data.broken() raised FileNotFoundError: /data/labels.csv: no such file; fix it "
+    "in that function (run `python -m trainer.data` with the same flags to try it alone)"
+)
+
+
+@pytest.fixture
+def fork(tmp_path: pathlib.Path) -> dict[str, str]:
+    """fork_data.py in a folder of its own, on PYTHONPATH: the environment to run with."""
+    (tmp_path / "fork").mkdir()
+    (tmp_path / "fork" / "fork_data.py").write_text(textwrap.dedent(FORK_MODULE))
+    return {"PYTHONPATH": str(tmp_path / "fork")}
+
+
+def test_the_data_check_names_a_dataset_function_that_raises(fork, tmp_path):
+    args = [*BROKEN_ARGS, "--model-dir", str(tmp_path / "model")]
+    assert error_line(run(args, module="trainer.data", env=fork)) == BROKEN  # was "nothing to prepare", exit 0
+
+
+def test_training_names_a_dataset_function_that_raises(fork, tmp_path):
+    args = [*BROKEN_ARGS, "--model-dir", str(tmp_path / "model")]
+    assert error_line(run(args, env=fork)) == BROKEN
+
+
+def test_a_dataset_function_that_raises_is_named_before_the_group_forms(fork, tmp_path):
+    # Was: "joining the group", then the start-up timeout (137): the function ran only in the input set-up.
+    args = [*BROKEN_ARGS, "--startup-timeout", "5", "--model-dir", str(tmp_path / "model")]
+    finished = run(args, config=tf_config(worker_cluster(2), "worker", 0), env=fork, timeout=120)
+    assert error_line(finished) == BROKEN and "joining the group" not in finished.output
+
+
+def test_training_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
+    args = ["--module", "fork_data", "--dataset", "rows", *FOLDER_RUN, "--model-dir", str(tmp_path / "model")]
+    line = error_line(run(args, env=fork))  # was "...: Graph execution error:; write class ids ...": no id, no row
+    assert "worker-0: reading the input failed in the steps after step" in line, line
+    assert "class id out of range: 7 is not in [0, 3) (record 29); write class ids 0..num_classes-1" in line, line
+    assert SKIP_HINT not in line and "skipping cannot help" in line, line
+
+
+def test_the_data_check_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
+    args = ["--module", "fork_data", "--dataset", "rows", "--model-dir", str(tmp_path / "model")]
+    line = error_line(run(args, module="trainer.data", env=fork))  # was "ready", exit 0
+    assert line.startswith("error: the data check: row 29 of the train split has class id 7, not in [0, 3)"), line
