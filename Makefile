@@ -32,7 +32,14 @@ PY     := $(VENV)/bin/python
 # Which TensorFlow wheel the venv gets: tf (any OS), cpu (Linux only, smaller) or gpu.
 TF_FLAVOUR ?= tf
 
-DATASET ?= $(TRAINER_DATASET)
+# make upload-images IMAGES=DIR copies a local image folder (train/<class>/*.png|jpg|gif|bmp, test/<class>/) to the
+# volume, at IMAGES_ROOT/<DIR's name>; make submit IMAGES=DIR trains on that copy (--dataset image_folder). The
+# scripts read it from the environment, quoted by the shell ("$$IMAGES"): a local path may hold any character.
+IMAGES ?=
+export IMAGES
+# PRUNE=1 make upload-images also removes the files on the volume that the folder no longer holds.
+PRUNE ?=
+DATASET ?= $(if $(value IMAGES),image_folder,$(TRAINER_DATASET))
 # Which engine runs the group on Kubernetes: tfjob (Kubeflow training operator v1), jobset (kubernetes-sigs/jobset)
 # or trainjob (Kubeflow Trainer v2, over a JobSet); and how it trains: sync (all-reduce workers) or async (a chief
 # coordinating parameter servers and workers, plus an evaluator). Each pair is one overlay, k8s/overlays/ENGINE-STRATEGY.
@@ -58,15 +65,20 @@ TENSORBOARD ?=
 
 export IMAGE
 
-# run-local and submit render the overlay with kubectl: check it before anything is installed or started.
-ifneq ($(filter run-local submit,$(MAKECMDGOALS)),)
+# run-local, submit and upload-images render the overlay with kubectl: check it before anything is installed or started.
+ifneq ($(filter run-local submit upload-images,$(MAKECMDGOALS)),)
 KUBECTL_PROBLEM := $(shell scripts/common/check-kubectl.sh)
 ifneq ($(KUBECTL_PROBLEM),)
 $(error $(KUBECTL_PROBLEM))
 endif
 endif
+ifneq ($(filter upload-images,$(MAKECMDGOALS)),)
+ifeq ($(value IMAGES),)
+$(error make upload-images needs IMAGES=path/to/folder, the folder that holds train/<class>/ (and test/<class>/) images (IMAGES, with an S: IMAGE names the container image))
+endif
+endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -94,12 +106,15 @@ lock: install $(CHECKOV_VENV)/.installed ## re-pin every transitive version into
 	$(PY) -m scripts.image.lock_image
 	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned; its own venv (make test and make lock make it: .venv/checkov), because it pins\n# packaging<24 and termcolor<2.4, which constraints.txt does not. Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
-train: install ## train in one process (no TF_CONFIG)
-	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
+train: install ## train in one process (no TF_CONFIG; IMAGES=: your image folder)
+	$(LOCAL_IMAGES) $(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
 
-run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1)
+# run-local and train read a local IMAGES= folder where it is (its absolute path, whatever the processes' directory).
+LOCAL_IMAGES = $(if $(value IMAGES),TRAINER_IMAGE_DIR="$$(cd "$$IMAGES" && pwd)")
+
+run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(LOCAL_IMAGES) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 # pytest-xdist processes for make test and test-slow (0: all in one process). Each test file runs whole in one of them
 # (--dist loadfile), so a module's fixtures are built once and one file's processes never race another file's.
@@ -152,9 +167,14 @@ k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/cluster/k3d-down.sh
 
-submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=) and follow it
+submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=; IMAGES=: train on that uploaded image folder) and follow it
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+
+upload-images: install image ## copy the image folder IMAGES= (train/<class>/, test/<class>/) to the volume, only the files missing or changed there, by sha256 (PRUNE=1: remove what the folder no longer holds)
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.upload_images --kustomize $(KUSTOMIZATION) --image $(IMAGE) $(if $(PRUNE),--prune) --images "$$IMAGES"
 
 status: install ## the job's conditions and the chief's live status (ENGINE=, STRATEGY=: which job to look for)
 	@$(CHECK_SETTINGS)

@@ -27,7 +27,7 @@ import sys
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
-from . import admission, engines, job_follower
+from . import admission, engines, job_follower, upload_images
 from . import steps as cluster_steps
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
@@ -58,7 +58,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")
     parser.add_argument("--workers", type=int, default=int(SETTINGS["WORKERS"]), help="Worker replicas")
-    parser.add_argument("--dataset", default=SETTINGS["TRAINER_DATASET"], help="the trainer's --dataset")
+    parser.add_argument(
+        "--dataset", help="the trainer's --dataset (default: image_folder with --images, else TRAINER_DATASET)"
+    )
+    parser.add_argument(
+        "--images",
+        help="a local image folder that make upload-images copied to the volume: train on its copy there "
+        "(--dataset image_folder, TRAINER_IMAGE_DIR=IMAGES_ROOT/<its name>)",
+    )
     parser.add_argument("--epochs", type=int, help="the trainer's --epochs")
     parser.add_argument("--namespace", default=SETTINGS["NAMESPACE"])
     parser.add_argument(
@@ -77,7 +84,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unexpected argument {args.trainer_args[0]!r}; trainer flags go after `--`")
     if not (args.status or args.delete) and not args.image:
         parser.error("--image is required: pass the image `make image` built (make submit does)")
+    args.dataset = args.dataset or (upload_images.IMAGE_FOLDER if args.images else SETTINGS["TRAINER_DATASET"])
+    args.image_dir = None
+    if args.images is not None:
+        if args.dataset != upload_images.IMAGE_FOLDER:
+            parser.error(f"IMAGES= trains --dataset {upload_images.IMAGE_FOLDER}, not {args.dataset}: drop DATASET=")
+        try:
+            args.image_dir = upload_images.volume_dir(upload_images.folder_of(args.images).name)
+        except upload_images.UploadError as error:
+            parser.error(str(error))
     return args
+
+
+def dataset_options(args: argparse.Namespace) -> dict[str, str]:
+    """The dataset's flags the command line sets besides --dataset: --image-dir, the volume's copy of --images."""
+    image_dir = getattr(args, "image_dir", None)
+    return {"image-dir": image_dir} if image_dir else {}
 
 
 def build_objects(args: argparse.Namespace) -> list[dict]:
@@ -89,6 +111,7 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         dataset=args.dataset,
         epochs=args.epochs,
         trainer_args=args.trainer_args,
+        dataset_options=dataset_options(args),
     )
     kind = engines.engine_kind(objects)
     job = tfjob_manifest.the_one(objects, kind)
@@ -231,8 +254,10 @@ def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
     deadline = float(job["spec"].get("activeDeadlineSeconds", 1800)) + 60
     state = cluster_steps.wait_for_job(name, args.namespace, timeout_s=deadline)
     if state != "Complete":
+        image_dir = dataset_options(args).get("image-dir")
+        uploaded = f" (is {image_dir} there? make upload-images IMAGES=... copies it)" if image_dir else ""
         raise cluster_steps.StepError(
-            f"data preparation Job {name} ended {state}; its last log lines:\n"
+            f"data preparation Job {name} ended {state}{uploaded}; its last log lines:\n"
             f"{cluster_steps.job_logs(name, args.namespace)}"
         )
     print(cluster_steps.job_logs(name, args.namespace, tail=3).rstrip())

@@ -16,7 +16,7 @@ import pathlib
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -232,15 +232,17 @@ def customize(
     epochs: int | None = None,
     trainer_args: Sequence[str] = (),
     image: str | None = None,
+    dataset_options: Mapping[str, str] | None = None,
 ) -> list[Manifest]:
     """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
 
     workers scales the workers: the TFJob's Worker replicas, the JobSet's worker Job, the TrainJob's numNodes
     (with the runtime's JOBSET_TASKS); dataset and epochs become TRAINER_* variables (and replace explicit
     flags) in every trainer container (each TFJob replica's, each replicated job's), the dataset also in every
-    other container that reads it (the data preparation), so both always agree; trainer_args are appended to
-    every trainer container (a chief's too) and to the data preparation's (it checks the same files the trainer
-    reads); image goes into every container.
+    other container that reads it (the data preparation), so both always agree; dataset_options (a flag's name
+    without its dashes -> value, e.g. image-dir) go wherever the dataset goes, the same way; trainer_args are
+    appended to every trainer container (a chief's too) and to the data preparation's (it checks the same files
+    the trainer reads); image goes into every container.
     """
     if image is not None and not image:
         raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
@@ -290,6 +292,8 @@ def customize(
                 is_trainer = any(container is t for t in trainers)
                 if dataset is not None and (is_trainer or _reads_setting(container, "dataset")):
                     _set_setting(container, "dataset", dataset)
+                    for name, value in (dataset_options or {}).items():
+                        _set_setting(container, name, value)
                 if trainer_args and not is_trainer and _reads_setting(container, "dataset"):
                     # python -m trainer.data reads the trainer's flags: --train-files and the like reach it too.
                     container["args"] = list(container.get("args") or []) + list(trainer_args)

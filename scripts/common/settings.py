@@ -37,6 +37,8 @@ _DNS_LABEL_RULE = (_NAME, "lower-case letters, digits and '-' (a DNS label)")
 _DIGITS_RULE = (r"[0-9]+", "digits")
 _PATH_RULE = (_PATH, "an absolute path of letters, digits and . _ - /, with no . or .. segment")
 _IMAGE_REFERENCE_RULE = (_IMAGE, "an image reference: name:tag")
+# A path below a folder: SELECTION_ROOT, and every file name make upload-images copies to the volume.
+RELATIVE_PATH_RULE = (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment")
 # Each rule once, with the keys it holds.
 RULES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM"), _DNS_LABEL_RULE),
@@ -45,7 +47,16 @@ RULES: dict[str, tuple[str, str]] = {
         _DIGITS_RULE,
     ),
     **dict.fromkeys(
-        ("MOUNT_PATH", "MODEL_ROOT", "TRAINER_DATA_DIR", "NODE_CACHE", "NODE_ROOT", "NODE_RUN", "NODE_CNI_BIN"),
+        (
+            "MOUNT_PATH",
+            "MODEL_ROOT",
+            "IMAGES_ROOT",
+            "TRAINER_DATA_DIR",
+            "NODE_CACHE",
+            "NODE_ROOT",
+            "NODE_RUN",
+            "NODE_CNI_BIN",
+        ),
         _PATH_RULE,
     ),
     **dict.fromkeys(("K3S_IMAGE", "TRAINING_OPERATOR_IMAGE"), _IMAGE_REFERENCE_RULE),
@@ -68,7 +79,7 @@ RULES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(
         ("BENCH_GHZ_MODULE_SHA256", "BENCH_HEY_MODULE_SHA256"), (r"[0-9a-f]{64}", "64 lower-case hex digits")
     ),
-    "SELECTION_ROOT": (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment"),
+    "SELECTION_ROOT": RELATIVE_PATH_RULE,
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
     # The pause image's tags carry no v: 3.10.1.

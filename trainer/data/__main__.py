@@ -92,7 +92,8 @@ def check_images(config: Config) -> str:
     names = listing.class_names
     listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
     return (
-        f"dataset image_folder is ready: {len(names)} classes ({listed}), "
+        f"dataset image_folder is ready at {config.group(image_folder.FolderOptions).image_dir}: {len(names)} "
+        f"classes ({listed}), "
         f"train {len(listing.train)} images, test {len(listing.test)} images (from {listing.test_from}), read as "
         f"{'x'.join(map(str, shape))}" + (f", {len(failed)} that do not decode skipped" if failed else "")
     )
