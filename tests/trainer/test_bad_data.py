@@ -77,6 +77,7 @@ def test_the_data_check_names_a_png_cut_in_half(cut_folder, tmp_path):
     assert "replace or delete that file" in line and SKIP_HINT in line, line
 
 
+@pytest.mark.slow  # the quick suite's margin: its sibling test stays quick
 def test_training_names_a_png_cut_in_half(cut_folder, tmp_path):
     line = error_line(run(folder_args(cut_folder, tmp_path / "model")))
     assert "worker-0: reading the input failed in the steps after step" in line, line
@@ -100,6 +101,7 @@ def test_two_workers_the_one_reading_the_cut_png_names_it(cut_folder, tmp_path):
     assert "Traceback" not in other.output, other.output[-3000:]
 
 
+@pytest.mark.slow  # the quick suite's margin: its sibling test stays quick
 def test_the_data_check_skips_a_png_cut_in_half_and_says_so(cut_folder, tmp_path):
     checked = run(folder_args(cut_folder, tmp_path / "model", "--on-corrupt-record", "skip"), "trainer.data")
     assert checked.returncode == 0 and "Traceback" not in checked.output, checked.output[-3000:]
@@ -184,8 +186,20 @@ LAYOUTS = [
 
 
 @pytest.mark.parametrize("layout_of", LAYOUTS, ids=lambda layout_of: layout_of.__name__)
-def test_a_folder_layout_that_cannot_work_is_named_before_the_group_forms(layout_of, tmp_path):
+def test_a_folder_layout_that_cannot_work_is_named_by_the_check_before_the_group_forms(layout_of, tmp_path):
+    from trainer.__main__ import parse_config
+    from trainer.base.errors import DataError
+    from trainer.data import catalog
+
     flags, expected = layout_of(tmp_path / "images")
+    config = parse_config(["--dataset", "image_folder", *flags], environ={})
+    with pytest.raises(DataError) as refused:
+        catalog.check_dataset(config)  # what check_inputs_before_the_group_forms calls
+    assert f"error: {refused.value}" == expected
+
+
+def test_a_folder_layout_that_cannot_work_stops_a_worker_before_the_group_forms(tmp_path):
+    flags, expected = class_only_in_test(tmp_path / "images")
     # A lone worker of a group of two: had it waited for its peer, the start-up watchdog would have killed it.
     config = tf_config(worker_cluster(2), "worker", 0)
     args = ["--dataset", "image_folder", *flags, "--startup-timeout", "60", "--model-dir", str(tmp_path / "model")]
@@ -326,6 +340,7 @@ def test_the_data_check_names_a_dataset_function_that_raises(fork, tmp_path):
     assert error_line(run(args, module="trainer.data", env=fork)) == BROKEN  # was "nothing to prepare", exit 0
 
 
+@pytest.mark.slow  # the quick suite's margin: its sibling test stays quick
 def test_training_names_a_dataset_function_that_raises(fork, tmp_path):
     args = [*BROKEN_ARGS, "--model-dir", str(tmp_path / "model")]
     assert error_line(run(args, env=fork)) == BROKEN
