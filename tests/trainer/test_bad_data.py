@@ -247,6 +247,22 @@ def test_training_names_a_record_whose_image_is_no_image(tmp_path):
     assert "restore or rewrite that file from its source" in line and SKIP_HINT in line, line
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_data_check_decodes_every_record_and_names_one_whose_image_is_no_image(skip, tmp_path):
+    # Before, the check counted records and read their labels only: "ready", then the trainer failed in the group.
+    shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)], not_an_image=17)
+    write_examples(tmp_path / "data" / "test-0.tfrecord", [i % 10 for i in range(16)])
+    flags = ["--on-corrupt-record", "skip"] if skip else []
+    finished = run(record_args(tmp_path / "data", 10, tmp_path / "model", *flags), module="trainer.data")
+    if skip:
+        assert finished.returncode == 0, finished.output[-3000:]
+        assert "64 examples" in finished.output and "1 records that do not decode skipped" in finished.output
+    else:
+        line = error_line(finished)
+        assert line.startswith(f"error: the data check: {shard}: record 17 is a tf.train.Example, but its"), line
+        assert SKIP_HINT in line, line
+
+
 @pytest.mark.slow  # a training to its export: make test-slow
 def test_skip_trains_past_a_record_whose_image_is_no_image_and_counts_it(tmp_path):
     # Before 09ef14e skip dropped only what did not parse: this record parses, so skip exited 2 on it (as fail does).

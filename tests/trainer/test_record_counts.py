@@ -22,8 +22,12 @@ def write_elsewhere(directory, sizes):
     for number, size in enumerate(sizes):
         path = str(directory / f"train-{number}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
-            for _ in range(size):
-                writer.write(b"x" * 10)
+            for record in range(size):  # a 1x1x1 raw image and its class: what the data check decodes
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([record % 256])])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[record % 2])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
         paths.append(path)
     return paths
 

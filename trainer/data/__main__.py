@@ -49,18 +49,22 @@ def check_files(config: Config) -> str:
     options = config.group(tfrecord.RecordOptions)
     # A corrupt file fails the check as it would fail the trainer; under skip it is logged and counted as readable.
     skipped = SkippedRecords() if options.on_corrupt_record == "skip" else None
-    parts, classes = [], {}
+    shape = tfrecord.parse_image_shape(options.image_shape)
+    parts, classes, dropped = [], {}, 0
     for split, pattern, flag in (
         ("train", options.train_files, "--train-files"),
         ("test", options.test_files, "--test-files"),
     ):
         files = tfrecord.glob_files(pattern, flag)
-        parts.append(f"{split} {len(files)} files {sum(counts.counts(files, skipped))} examples")
-        classes[split], outside = tfrecord.label_counts(files, options.label_feature, options.num_classes)
-        if outside is not None:
-            raise CorruptRecordError(f"the data check: {outside}; {LABEL_FIX}")
+        records = counts.counts(files, skipped)
+        parts.append(f"{split} {len(files)} files {sum(records)} examples")
+        # Every record decoded once, as the trainer will: an image that is no image, an id out of range, named now.
+        read = tfrecord.RecordFiles(files, shape, options.image_feature, options.label_feature, counts)
+        classes[split], undecoded = tfrecord.checked_records(read, records, options.num_classes, skipped is not None)
+        dropped += undecoded
     coverage = _class_coverage(classes["train"], classes["test"], options.test_files)
-    return f"dataset tfrecord is ready: {', '.join(parts)}{coverage}"
+    skipping = f", {dropped} records that do not decode skipped" if dropped else ""
+    return f"dataset tfrecord is ready: {', '.join(parts)}{skipping}{coverage}"
 
 
 def _class_coverage(train: list[int], test: list[int], test_files: str) -> str:

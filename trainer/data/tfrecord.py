@@ -9,7 +9,7 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
-from trainer.base.errors import ConfigError, DataError
+from trainer.base.errors import ConfigError, CorruptRecordError, DataError
 from trainer.data import images
 from trainer.data.datasets import Shard, Source, image_spec, register, share
 from trainer.settings.config import Config
@@ -161,32 +161,42 @@ def _skipped_records() -> SkippedRecords:
     return SkippedRecords()
 
 
-def label_counts(files: tuple[str, ...], label_feature: str, num_classes: int) -> tuple[list[int], str | None]:
-    """How many records of the files hold each class id 0..num_classes-1, and the first record (file and number)
-    whose id is outside that range, in words (None when there is none). Records that do not parse are left to the
-    read checks (they fail or skip them)."""
+def checked_records(split: RecordFiles, counts: list[int], num_classes: int, skip: bool) -> tuple[list[int], int]:
+    """Decodes every record of the split's files once (the data check, before any worker starts): how many hold
+    each class id 0..num_classes-1, and how many do not decode (dropped under skip). Raises CorruptRecordError
+    naming the file and record of the first that does not decode (unless skip), or whose id is out of range.
+    counts: each file's records, as the record index has them."""
     import numpy as np
     import tensorflow as tf
 
-    totals = np.zeros(num_classes, np.int64)
-    spec = {label_feature: tf.io.FixedLenFeature([], tf.int64)}
-    for path in files:
-        labels = tf.data.TFRecordDataset(path).map(
-            lambda record: tf.io.parse_single_example(record, spec)[label_feature],
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        found = list(labels.ignore_errors().batch(1 << 16).as_numpy_iterator())
-        ids = np.concatenate(found) if found else np.zeros(0, np.int64)
+    from trainer.data.corrupt_records import first_corrupt
+    from trainer.data.datasets import LABEL_FIX
+
+    totals, dropped = np.zeros(num_classes, np.int64), 0
+    for path, count in zip(split.files, counts, strict=True):
+
+        def decode(number: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            image, label = split._decode(record)
+            return number, label, tf.reduce_max(image)  # a value of the image: an unused decode would be pruned
+
+        decoded = tf.data.TFRecordDataset(path).enumerate().map(decode, tf.data.AUTOTUNE, deterministic=True)
+        rows = list(decoded.ignore_errors().batch(1 << 16).as_numpy_iterator())
+        numbers = np.concatenate([batch[0] for batch in rows]) if rows else np.zeros(0, np.int64)
+        ids = np.concatenate([batch[1] for batch in rows]) if rows else np.zeros(0, np.int64)
+        if len(numbers) < count and not skip:
+            found = first_corrupt(path, None, split._decode)
+            if found is not None:
+                raise found.error("the data check")
+        dropped += max(count - len(numbers), 0)
         outside = np.flatnonzero((ids < 0) | (ids >= num_classes))
         if outside.size:
-            record = int(outside[0])
-            return totals.tolist(), (
-                f"{path}: record {record} has class id {int(ids[record])}, not in [0, {num_classes}) "
-                f"(--num-classes {num_classes}, --label-feature {label_feature})"
+            record, class_id = int(numbers[outside[0]]), int(ids[outside[0]])
+            raise CorruptRecordError(
+                f"the data check: {path}: record {record} has class id {class_id}, not in [0, {num_classes}) "
+                f"(--num-classes {num_classes}, --label-feature {split.label_feature}); {LABEL_FIX}"
             )
         totals += np.bincount(ids, minlength=num_classes)
-    return totals.tolist(), None
+    return totals.tolist(), dropped
 
 
 def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
