@@ -107,14 +107,11 @@ lock: install $(CHECKOV_VENV)/.installed ## re-pin every transitive version into
 	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned; its own venv (make test and make lock make it: .venv/checkov), because it pins\n# packaging<24 and termcolor<2.4, which constraints.txt does not. Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
 train: install ## train in one process (no TF_CONFIG; IMAGES=: your image folder)
-	$(LOCAL_IMAGES) $(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(ARGS)
-
-# run-local and train read a local IMAGES= folder where it is (its absolute path, whatever the processes' directory).
-LOCAL_IMAGES = $(if $(value IMAGES),TRAINER_IMAGE_DIR="$$(cd "$$IMAGES" && pwd)")
+	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(if $(value IMAGES),--image-dir "$$IMAGES") $(ARGS)
 
 run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(LOCAL_IMAGES) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 # pytest-xdist processes for make test and test-slow (0: all in one process). Each test file runs whole in one of them
 # (--dist loadfile), so a module's fixtures are built once and one file's processes never race another file's.

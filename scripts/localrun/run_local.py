@@ -15,6 +15,7 @@ by signal n.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shutil
 import sys
@@ -60,9 +61,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--clean", action="store_true", help="delete the job directory first (a fresh volume)")
     parser.add_argument("--skip-prepare", action="store_true", help="do not run the data-preparation Job")
+    parser.add_argument("--images", help="a local image folder to train on where it is (--dataset image_folder)")
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
+    args.image_dir = None
+    if args.images is not None:  # make run-local IMAGES=DIR: the folder by its absolute path, any character in it
+        args.image_dir = os.path.abspath(os.path.expanduser(args.images))
+        if not os.path.isdir(os.path.join(args.image_dir, "train")):
+            parser.error(
+                f"IMAGES={args.images}: no folder with a train/ folder there; give the folder that holds "
+                f"train/<class>/ (and test/<class>/) images"
+            )
     return args
 
 
@@ -77,7 +87,12 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
     objects = manifest_io.load_text(text, source)
     if sum(obj.get("kind") in tfjob_manifest.ENGINE_KINDS for obj in objects) == 1:
         objects = tfjob_manifest.customize(
-            objects, workers=args.workers, dataset=args.dataset, epochs=args.epochs, trainer_args=args.trainer_flags
+            objects,
+            workers=args.workers,
+            dataset=args.dataset,
+            epochs=args.epochs,
+            trainer_args=args.trainer_flags,
+            dataset_options={"image-dir": args.image_dir} if args.image_dir else None,
         )
     return manifest_io.parse(objects, source)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ import tensorflow as tf
 
 import image_folders
 import multiworker
+from trainer.base.errors import DataError
 from trainer.data import image_folder, images, pipeline
 
 BATCH, EPOCHS, SEED, SHAPE = 4, 2, 5, (28, 28, 3)
@@ -127,3 +130,68 @@ def test_two_workers_train_on_the_folder_and_the_model_answers_files_with_class_
     with pytest.raises(tf.errors.InvalidArgumentError) as refused:
         served.signatures["serve_image_bytes"](image_bytes=tf.constant([b"a text file, not a picture"]))
     assert "element 0 of input" in str(refused.value) and "is not a PNG, JPEG, GIF or BMP file" in str(refused.value)
+    # A 60-kilobyte PNG of 54 megapixels, refused from its header: decoded, it took gigabytes of the server's memory.
+    bomb = image_folders.encoded(np.zeros((9000, 6000, 1), np.uint8))
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        served.signatures["serve_image_bytes"](image_bytes=tf.constant([files[0].read_bytes(), bomb]))
+    said = str(refused.value)
+    assert "element 1 of input" in said and "holds 54000000 pixels, more than this model decodes" in said
+
+
+@pytest.mark.parametrize("extension", [".png", ".jpg", ".gif", ".bmp"])
+def test_a_files_pixels_are_read_from_its_header(extension):
+    encoded = image_folders.encoded(np.zeros((30, 40, 3), np.uint8), extension)
+    assert int(images._header_pixels(tf.constant(encoded))) == 1200
+
+
+# ---- what a user's real folder holds (each refused before with a traceback, a silent result or a false fix) ----
+
+
+def test_a_first_image_too_large_for_a_models_input_asks_for_image_shape(tmp_path):
+    root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
+    big = np.zeros((600, 800, 3), np.uint8)
+    (root / "train" / "circle" / "0000.png").write_bytes(image_folders.encoded(big))  # a photo's size: a 3e9-weight CNN
+    listing = image_folder.list_folder(str(root), 0.1, SEED)
+    with pytest.raises(DataError, match="is 600x800: too large for a model's input as it is; give --image-shape"):
+        image_folder.first_shape(listing.train, skip=False)
+
+
+def test_under_skip_the_default_shape_is_the_first_image_that_decodes(tmp_path):
+    root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
+    (root / "train" / "circle" / "0000.png").write_bytes(b"not a picture")
+    listing = image_folder.list_folder(str(root), 0.1, SEED)
+    assert image_folder.first_shape(listing.train, skip=True) == (28, 28, 3)
+    with pytest.raises(DataError, match="0000.png: not a readable"):
+        image_folder.first_shape(listing.train, skip=False)
+
+
+@pytest.mark.parametrize(
+    "make_it, says",
+    [
+        (lambda root: (root / "train" / "star").rename(root / "train" / os.fsdecode(b"caf\xe9")), "is not UTF-8"),
+        (lambda root: [shutil.rmtree(root / "train" / name) for name in ("square", "star")], "holds one class folder"),
+        (lambda root: shutil.rmtree(root / "test"), "no class of train/ has 2 images to hold one out"),
+    ],
+    ids=["latin-1 folder name", "one class", "nothing to hold out"],
+)
+def test_a_folder_that_cannot_train_a_classifier_is_refused_naming_it(tmp_path, make_it, says):
+    root = image_folders.write(tmp_path, per_class=1, test_per_class=1)
+    make_it(root)
+    with pytest.raises(DataError, match=says):
+        image_folder.list_folder(str(root), 0.1, SEED)
+
+
+def test_a_link_up_the_tree_is_not_followed_so_no_image_is_listed_twice_or_mislabelled(tmp_path):
+    root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
+    (root / "train" / "circle" / "up").symlink_to(root / "train")
+    listing = image_folder.list_folder(str(root), 0.1, SEED)
+    assert len(listing.train) == 6 and len({path for path, _ in listing.train}) == 6
+
+
+def test_class_names_are_the_folders_and_a_flag_naming_others_is_refused(tmp_path):
+    from trainer.__main__ import parse_config
+
+    root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
+    config = parse_config(["--dataset", "image_folder", "--image-dir", str(root), "--class-names", "a,b,c"], {})
+    with pytest.raises(DataError, match="--class-names names a tfrecord dataset's ids"):
+        image_folder.check_flags(config)

@@ -95,11 +95,15 @@ def check_images(config: Config) -> str:
         print(f"warning: skipping {path}: {problem} (--on-corrupt-record skip)", flush=True)
     names = listing.class_names
     listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    tested = {label for _, label in listing.test}
+    untested = [name for class_id, name in enumerate(names) if class_id not in tested]
     return (
         f"dataset image_folder is ready at {config.group(image_folder.FolderOptions).image_dir}: {len(names)} "
         f"classes ({listed}), "
         f"train {len(listing.train)} images, test {len(listing.test)} images (from {listing.test_from}), read as "
-        f"{'x'.join(map(str, shape))}" + (f", {len(failed)} that do not decode skipped" if failed else "")
+        f"{'x'.join(map(str, shape))}"
+        + (f", {len(failed)} that do not decode skipped" if failed else "")
+        + (f" (no test image of {', '.join(untested[:10])})" if untested else "")
     )
 
 

@@ -18,6 +18,7 @@ has each worker decode its own files first and leave out, and count, those that 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -64,10 +65,12 @@ class Listing:
     test_from: str  # where the test split comes from, for the data check's line
 
 
+@functools.lru_cache(maxsize=4)  # the check before the group forms and the load list it once per process
 def list_folder(image_dir: str, validation_split: float, seed: int) -> Listing:
     """Lists DIR/train/<class>/ and DIR/test/<class>/ (or holds out validation_split of train/); raises DataError
-    naming what is wrong: no folder, no train/, no class folders, a class folder without images, a test class
-    that train/ lacks."""
+    naming what is wrong: no folder, no train/, no class folders or only one, a class folder without images, a
+    test class that train/ lacks, nothing to hold out, a name that is not UTF-8."""
+    image_dir = os.path.expanduser(image_dir)
     train_dir, test_dir = os.path.join(image_dir, "train"), os.path.join(image_dir, "test")
     if not os.path.isdir(image_dir):
         raise DataError(f"--image-dir {image_dir}: no such folder; give the folder that holds train/<class>/ images")
@@ -78,6 +81,11 @@ def list_folder(image_dir: str, validation_split: float, seed: int) -> Listing:
         )
     train = _classes(train_dir)
     class_names = tuple(sorted(train))
+    if len(class_names) < 2:
+        raise DataError(
+            f"{train_dir} holds one class folder ({class_names[0]}): a classifier needs 2 or more, one folder of "
+            f"images per class"
+        )
     ids = {name: class_id for class_id, name in enumerate(class_names)}
     if not os.path.isdir(test_dir):
         if validation_split <= 0:
@@ -86,6 +94,11 @@ def list_folder(image_dir: str, validation_split: float, seed: int) -> Listing:
                 f"folders, or hold out part of train/ with --validation-split 0.1"
             )
         kept, held_out = _held_out(train, validation_split, seed)
+        if not held_out:
+            raise DataError(
+                f"--image-dir {image_dir} has no test/ folder, and no class of train/ has 2 images to hold one out "
+                f"(--validation-split {validation_split}): add test/<class>/ folders or more images"
+            )
         return Listing(
             class_names, _labelled(kept, ids), _labelled(held_out, ids), f"--validation-split {validation_split}"
         )
@@ -102,7 +115,11 @@ def list_folder(image_dir: str, validation_split: float, seed: int) -> Listing:
 
 def _classes(split_dir: str) -> dict[str, list[str]]:
     """Each class folder's image files (recursively, sorted), by class name."""
-    names = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir() and not entry.name.startswith("."))
+    entries = [entry for entry in os.scandir(split_dir) if not entry.name.startswith(".")]
+    names = sorted(os.path.basename(_utf8(entry.path)) for entry in entries if entry.is_dir())
+    loose = [entry.name for entry in entries if entry.is_file()]
+    if loose and names:
+        log.warning("%s: ignoring %d file(s) outside the class folders, e.g. %s", split_dir, len(loose), loose[0])
     if not names:
         raise DataError(
             f"{split_dir} holds no class folders: put each class's images in a folder named after the class, "
@@ -132,15 +149,32 @@ def _image_files(folder: str) -> tuple[list[str], list[str]]:
     """(image files, other files) under folder, recursively, each sorted; hidden files and folders are not data."""
     found: list[str] = []
     others: list[str] = []
-    for root, folders, files in os.walk(folder, followlinks=True):
+    # Links to folders are not followed (as Keras's loader): one back up the tree would list images twice, mislabelled.
+    for root, folders, files in os.walk(folder):
         folders[:] = [name for name in folders if not name.startswith(".")]
         for name in files:
             if not name.startswith("."):
-                (found if name.lower().endswith(images.EXTENSIONS) else others).append(os.path.join(root, name))
+                path = _utf8(os.path.join(root, name))
+                (found if name.lower().endswith(images.EXTENSIONS) else others).append(path)
     return sorted(found), sorted(others)
 
 
-def _held_out(classes: dict[str, list[str]], share: float, seed: int) -> tuple[dict, dict]:
+def _utf8(path: str) -> str:
+    """The path, refused (DataError) where its name is not UTF-8 (a Windows archive unzipped here, say): TensorFlow
+    cannot hold it, and the name is a class name or a file the model reads."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(
+            f"{path.encode('utf-8', 'surrogateescape')!r}: the name is not UTF-8; rename it (e.g. `convmv -f latin1 "
+            f"-t utf8 -r --notest DIR`)"
+        ) from None
+    return path
+
+
+def _held_out(
+    classes: dict[str, list[str]], share: float, seed: int
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Each class's files split by a seeded shuffle: (kept for training, held out for testing), at least one of
     each per class where the class has two files."""
     kept, held_out = {}, {}
@@ -156,16 +190,31 @@ def _labelled(classes: dict[str, list[str]], ids: dict[str, int]) -> tuple[Label
     return tuple((path, ids[name]) for name in sorted(classes) for path in classes[name])
 
 
-def first_shape(path: str) -> tuple[int, int, int]:
-    """The decoded shape of one image file (the default --image-shape)."""
+# The default --image-shape is the first image's; past this side the model's first dense layer would not fit.
+LARGEST_DEFAULT_SIDE = 512
+
+
+def first_shape(files: Sequence[LabelledFile], skip: bool) -> tuple[int, int, int]:
+    """The decoded shape of the first training image (the first that decodes, under skip): the default
+    --image-shape. DataError when it does not decode, or is too large to be a model's input as it is."""
     import tensorflow as tf
 
-    try:
-        image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
-    except tf.errors.OpError as error:
-        raise CorruptRecordError(f"{path}: {_problem(error)}; {FIX}") from None
-    height, width, channels = (int(size) for size in image.shape)
-    return height, width, channels
+    for path, _ in files:
+        try:
+            image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
+        except tf.errors.OpError as error:
+            if skip:
+                continue
+            raise CorruptRecordError(f"{path}: {_problem(error)}; {FIX} (or give --image-shape)") from None
+        height, width, channels = (int(size) for size in image.shape)
+        if max(height, width) > LARGEST_DEFAULT_SIDE:
+            raise DataError(
+                f"without --image-shape every image is resized to the first one's size, and {path} is "
+                f"{height}x{width}: too large for a model's input as it is; give --image-shape, e.g. "
+                f"224x224x{channels} (photos) or 32x32x{channels} (small pictures)"
+            )
+        return height, width, channels
+    raise DataError("no training image decodes: check the folder's files")
 
 
 def undecodable(paths: Sequence[str], shape: tuple[int, int, int]) -> list[tuple[str, str]]:
@@ -265,6 +314,8 @@ def check_flags(config: Config) -> Listing:
     if shared.image_shape:
         parse_image_shape(shared.image_shape)
     listing = list_folder(options.image_dir, options.validation_split, config.seed)
+    if shared.class_names:
+        raise DataError("--class-names names a tfrecord dataset's ids; image_folder's names are its folders: drop it")
     if shared.num_classes and shared.num_classes != len(listing.class_names):
         raise DataError(
             f"--num-classes {shared.num_classes}, but {options.image_dir}/train has {len(listing.class_names)} "
@@ -275,8 +326,8 @@ def check_flags(config: Config) -> Listing:
 
 def image_shape(config: Config, listing: Listing) -> tuple[int, int, int]:
     """--image-shape, else the first training image's shape."""
-    shape = config.group(RecordOptions).image_shape
-    shape_of = parse_image_shape(shape) if shape else first_shape(listing.train[0][0])
+    shape, skip = config.group(RecordOptions).image_shape, config.group(RecordOptions).on_corrupt_record == "skip"
+    shape_of = parse_image_shape(shape) if shape else first_shape(listing.train, skip)
     if shape_of[2] not in (1, 2, 3, 4):
         raise DataError(f"--image-shape {shape}: image files hold 1 (gray), 2, 3 (RGB) or 4 (RGBA) channels")
     return shape_of

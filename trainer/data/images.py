@@ -4,6 +4,7 @@ the same ops, so a served answer is made from exactly the pixels training saw.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,6 +39,60 @@ def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
         f"element {{}} of input '{name}' is not a {FORMATS} file (it starts with {{}})", (first, start)
     )
     return tf.debugging.Assert(tf.reduce_all(known), [message])
+
+
+# A served file's pixels at most: a few-kilobyte PNG can hold a 40000x40000 image, whose decode and resize would take
+# gigabytes of a predictor's memory; this admits a 48-megapixel photo.
+MAX_PIXELS = 50_000_000
+
+
+def assert_sizes(encoded: tf.Tensor, name: str, max_pixels: int = MAX_PIXELS) -> tf.Operation:
+    """Fails (InvalidArgumentError) naming the first file whose header says it holds more than max_pixels pixels,
+    before any is decoded."""
+    import tensorflow as tf
+
+    pixels = tf.map_fn(_header_pixels, encoded, fn_output_signature=tf.int64)
+    first = tf.argmax(tf.concat([pixels, [0]], 0))
+    message = tf.strings.format(
+        f"element {{}} of input '{name}' holds {{}} pixels, more than this model decodes ({max_pixels}): send it "
+        f"resized",
+        (first, tf.gather(tf.concat([pixels, [0]], 0), first)),
+    )
+    return tf.debugging.Assert(tf.reduce_all(pixels <= max_pixels), [message])
+
+
+def _header_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """Height x width as the file's header says (PNG, GIF, BMP; JPEG's frame header), without decoding."""
+    import tensorflow as tf
+
+    padded = tf.strings.join([encoded, b"\0" * 32])
+
+    def number(at: int, size: int, little_endian: bool) -> tf.Tensor:
+        raw = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, at, size), tf.uint8), tf.int64)
+        weights = tf.constant([256**i for i in range(size)], tf.int64)
+        return tf.reduce_sum(raw * (weights if little_endian else tf.reverse(weights, [0])))
+
+    start = tf.strings.substr(encoded, 0, 4)
+    return tf.case(
+        [
+            (tf.equal(start, b"\x89PNG"), lambda: number(16, 4, False) * number(20, 4, False)),
+            (tf.equal(tf.strings.substr(start, 0, 3), b"GIF"), lambda: number(6, 2, True) * number(8, 2, True)),
+            (tf.equal(tf.strings.substr(start, 0, 2), b"BM"), lambda: number(18, 4, True) * _bmp_height(number)),
+            (
+                tf.equal(tf.strings.substr(start, 0, 2), b"\xff\xd8"),
+                lambda: tf.reduce_prod(tf.cast(tf.io.extract_jpeg_shape(encoded)[:2], tf.int64)),
+            ),
+        ],
+        default=lambda: tf.constant(0, tf.int64),
+    )
+
+
+def _bmp_height(number: Callable[[int, int, bool], tf.Tensor]) -> tf.Tensor:
+    """A BMP's height: a signed 32-bit number, negative for rows stored top-down."""
+    import tensorflow as tf
+
+    height = number(22, 4, True)
+    return tf.where(height >= 2**31, 2**32 - height, height)
 
 
 def with_channels(image: tf.Tensor, channels: int) -> tf.Tensor:

@@ -65,9 +65,8 @@ class ImageClassification(Task):
         import keras
 
         self._cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-    # The dataset's class names, in id order, kept by build_model for the export (empty: the ids, in words).
-    class_names: tuple[str, ...] = ()
+        # The dataset's class names in id order, kept by build_model for the export (empty: the ids, in words).
+        self.class_names: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return str(self.options.model)
@@ -118,7 +117,8 @@ class ImageClassification(Task):
 
         def from_files(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
             with tf.control_dependencies([image_files.assert_image_files(image_bytes, "image_bytes")]):
-                image_bytes = tf.identity(image_bytes)
+                with tf.control_dependencies([image_files.assert_sizes(image_bytes, "image_bytes")]):
+                    image_bytes = tf.identity(image_bytes)
             decoded = tf.map_fn(
                 lambda encoded: image_files.decoded(encoded, shape),
                 image_bytes,
