@@ -287,7 +287,16 @@ def test_run_local_reads_a_local_images_folder_where_it_is_by_its_absolute_path(
     folder = tmp_path / "My Photos"  # a space, as macOS folders have: it reached the settings check, a traceback
     (folder / "train" / "cat").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    args = run_local.parse_args(["--images", "My Photos", "--dataset", "image_folder", "--kustomize", str(ROOT / "k8s" / "overlays" / "tfjob-sync")])
+    args = run_local.parse_args(
+        [
+            "--images",
+            "My Photos",
+            "--dataset",
+            "image_folder",
+            "--kustomize",
+            str(ROOT / "k8s" / "overlays" / "tfjob-sync"),
+        ]
+    )
     objects = run_local.load(args)
     templates = [spec["template"] for spec in objects.tfjob["spec"]["tfReplicaSpecs"].values()]
     templates += [job["spec"]["template"] for job in objects.jobs]  # the data preparation
