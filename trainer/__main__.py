@@ -254,7 +254,6 @@ def check_inputs_before_the_group_forms(config: Config, cluster: Cluster) -> Non
             "report back: fix the files (the error names them), or train with all-reduce workers"
         )
     catalog.check_dataset(config)
-    catalog.build_own(config)  # your dataset's function, so what it raises is named before the group forms
 
 
 def exit_without_teardown(code: int) -> NoReturn:

@@ -356,17 +356,9 @@ def test_the_data_check_names_a_dataset_function_that_raises(fork, tmp_path):
     assert error_line(run(args, module="trainer.data", env=fork)) == BROKEN  # was "nothing to prepare", exit 0
 
 
-@pytest.mark.slow  # the quick suite's margin: its sibling test stays quick
 def test_training_names_a_dataset_function_that_raises(fork, tmp_path):
     args = [*BROKEN_ARGS, "--model-dir", str(tmp_path / "model")]
     assert error_line(run(args, env=fork)) == BROKEN
-
-
-def test_a_dataset_function_that_raises_is_named_before_the_group_forms(fork, tmp_path):
-    # Was: "joining the group", then the start-up timeout (137): the function ran only in the input set-up.
-    args = [*BROKEN_ARGS, "--startup-timeout", "5", "--model-dir", str(tmp_path / "model")]
-    finished = run(args, config=tf_config(worker_cluster(2), "worker", 0), env=fork, timeout=120)
-    assert error_line(finished) == BROKEN and "joining the group" not in finished.output
 
 
 def test_training_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):

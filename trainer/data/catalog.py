@@ -4,7 +4,6 @@ forms, then loaded. A registered function that raises is named with its error in
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import trainer.data.synthetic  # noqa: F401 (registers --dataset synthetic)
@@ -54,23 +53,9 @@ def load(config: Config) -> Source:
     build = DATASETS.get(config.dataset, tfds.source)
     if build.__module__.startswith("trainer.data."):
         return build(config)
-    # A fork's function is built before the group forms (build_own) and kept for the loop: one build per process.
-    key = dataclasses.replace(config, per_worker_batch_size=0)  # a resume may change the batch, not the data
-    if key not in _BUILT:
-        _BUILT.clear()
-        _BUILT[key] = _own(build, config)
-    return _BUILT[key]
-
-
-_BUILT: dict[Config, Source] = {}
-
-
-def build_own(config: Config) -> None:
-    """Builds a dataset your module registers, so whatever its function raises stops this process before the group
-    forms (DataError naming it); the built-in kinds are checked by check_dataset without reading data."""
-    build = DATASETS.get(config.dataset)
-    if build is not None and not build.__module__.startswith("trainer.data."):
-        load(config)
+    # Not before the group forms: a function that runs a TensorFlow op would start TensorFlow's runtime before the
+    # strategy configures it. The data check (python -m trainer.data) runs it first where there is one.
+    return _own(build, config)
 
 
 def _own(build: Callable[[Config], Source], config: Config) -> Source:
