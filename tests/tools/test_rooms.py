@@ -32,7 +32,9 @@ ROOM_TESTS = {
         "tests/tools/test_engine_manifests.py",
         "tests/tools/test_cluster_scripts.py",
         "tests/tools/test_webhook_certs.py",
+        "tests/tools/test_upload_images.py",
         "tests/cluster/test_node_cluster.py",
+        "tests/cluster/test_images_on_the_volume.py",
     ],
 }
 IMPORT_EVERY_MODULE = """
