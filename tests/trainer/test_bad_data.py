@@ -198,6 +198,7 @@ def test_a_folder_layout_that_cannot_work_is_named_by_the_check_before_the_group
     assert f"error: {refused.value}" == expected
 
 
+@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_a_folder_layout_that_cannot_work_stops_a_worker_before_the_group_forms(tmp_path):
     flags, expected = class_only_in_test(tmp_path / "images")
     # A lone worker of a group of two: had it waited for its peer, the start-up watchdog would have killed it.
@@ -238,6 +239,7 @@ def record_args(folder: pathlib.Path, num_classes: int, model_dir: pathlib.Path,
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_training_names_a_record_whose_image_is_no_image(tmp_path):
     shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)], not_an_image=17)
     write_examples(tmp_path / "data" / "test-0.tfrecord", [i % 10 for i in range(16)])
@@ -303,6 +305,7 @@ def test_training_names_a_class_id_past_num_classes_with_its_record(label_nine, 
     assert SKIP_HINT not in line and "skipping cannot help" in line, line
 
 
+@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_the_data_check_refuses_class_ids_shifted_between_the_splits(tmp_path):
     write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 9 for i in range(64)])  # 0..8
     write_examples(tmp_path / "data" / "test-0.tfrecord", [1 + i % 9 for i in range(18)])  # 1..9
@@ -356,6 +359,7 @@ def test_the_data_check_names_a_dataset_function_that_raises(fork, tmp_path):
     assert error_line(run(args, module="trainer.data", env=fork)) == BROKEN  # was "nothing to prepare", exit 0
 
 
+@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_training_names_a_dataset_function_that_raises(fork, tmp_path):
     args = [*BROKEN_ARGS, "--model-dir", str(tmp_path / "model")]
     assert error_line(run(args, env=fork)) == BROKEN
@@ -369,6 +373,7 @@ def test_training_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
     assert SKIP_HINT not in line and "skipping cannot help" in line, line
 
 
+@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_the_data_check_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
     args = ["--module", "fork_data", "--dataset", "rows", "--model-dir", str(tmp_path / "model")]
     line = error_line(run(args, module="trainer.data", env=fork))  # was "ready", exit 0

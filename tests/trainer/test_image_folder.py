@@ -112,6 +112,7 @@ def run_two_workers(folder, model_dir, *flags):
     return multiworker.run_group(2, [*args, "--dataset", "image_folder", "--image-dir", str(folder), *flags])
 
 
+@pytest.mark.slow  # a group of two trained to its export: make test-slow
 def test_two_workers_train_on_the_folder_and_the_model_answers_files_with_class_names(folder, tmp_path):
     finished = run_two_workers(folder, tmp_path / "model")
     assert all(done.returncode == 0 for done in finished.values()), {n: d.output[-2000:] for n, d in finished.items()}

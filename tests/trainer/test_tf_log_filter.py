@@ -170,6 +170,7 @@ def test_workers_that_finish_apart_leave_the_group_without_a_lost_peer_error(tmp
     assert_clean_until_exit(two_worker_run(tmp_path, "late_finisher", {"LATE_TASK": late, "LATE_S": seconds}))
 
 
+@pytest.mark.slow  # two TensorFlow start-ups
 @pytest.mark.parametrize(
     "module, args, said",
     [
