@@ -53,7 +53,7 @@ def first_corrupt(path: str, expected: int | None = None, parse: Parse | None = 
         total = _count(tf.data.TFRecordDataset(path))
     except tf.errors.DataLossError as error:
         readable = _count(tf.data.TFRecordDataset(path).ignore_errors())
-        return CorruptRecord(path, readable, _read_problem(_plain(first_line(error)), readable))
+        return CorruptRecord(path, readable, _read_problem(plain(first_line(error)), readable))
     if parse is not None:
         unparsed = _first_unparsed(path, parse, total)
         if unparsed is not None:
@@ -113,7 +113,7 @@ def _label_problem(text: str) -> str | None:
     return f"{LABEL_OUT_OF_RANGE}: {class_id} is not in [0, {num_classes}){at}"
 
 
-def _plain(message: str) -> str:
+def plain(message: str) -> str:
     """A TensorFlow error's text without the kernel's function name and op tag around it."""
     return re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", message).strip()
 
@@ -157,7 +157,7 @@ def _first_unparsed(path: str, parse: Parse, total: int) -> CorruptRecord | None
         parse(serialized)
         message = "it does not parse"
     except tf.errors.OpError as error:
-        message, label = _plain(first_line(error)).rstrip(". "), _label_problem(str(error))
+        message, label = plain(first_line(error)).rstrip(". "), _label_problem(str(error))
     if label is not None:
         return CorruptRecord(path, record, f"record {record}: {label}", LABEL_FIX)
     if _is_example(serialized.numpy()):

@@ -23,10 +23,9 @@ import hashlib
 import logging
 import os
 import random
-import re
 from collections.abc import Sequence
 
-from trainer.base.errors import CorruptRecordError, DataError
+from trainer.base.errors import CorruptRecordError, DataError, first_line
 from trainer.data import images
 from trainer.data.datasets import Shard, Source, image_spec, register
 from trainer.data.tfrecord import RecordOptions, parse_image_shape
@@ -250,8 +249,9 @@ def problem_of(path: str, shape: tuple[int, int, int]) -> str:
 
 
 def _problem(error: Exception) -> str:
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", str(error).strip().splitlines()[0])
-    return f"not a readable {images.FORMATS} image ({message.strip()[:200]})"
+    from trainer.data.corrupt_records import plain  # TensorFlow is imported by then: the error is its
+
+    return f"not a readable {images.FORMATS} image ({plain(first_line(error))[:200]})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
