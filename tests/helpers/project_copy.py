@@ -13,7 +13,9 @@ VENV = pathlib.Path(sys.executable).parent.parent
 INSTALL_INPUTS = ("pyproject.toml", "constraints.txt")
 
 
-def copy_project(target: pathlib.Path, files: tuple[str, ...], folders: tuple[str, ...]) -> pathlib.Path:
+def copy_project(
+    target: pathlib.Path, files: tuple[str, ...], folders: tuple[str, ...], stamp: pathlib.Path = VENV / ".installed"
+) -> pathlib.Path:
     """The named files and folders of the project in target. The copy's install inputs get the stamp's time: make
     then finds the venv installed in every make it starts (`make -o` reaches no sub-make), so none of them
     reinstalls the venv from the copy, which would point the venv's trainer at the copy for every later test."""
@@ -23,10 +25,11 @@ def copy_project(target: pathlib.Path, files: tuple[str, ...], folders: tuple[st
         shutil.copy2(ROOT / name, target / name)
     for name in folders:
         shutil.copytree(ROOT / name, target / name, ignore=ignore)
-    stamp = VENV / ".installed"
     if stamp.exists():  # without one, `make -o` stands in
+        # In nanoseconds: the float st_mtime rounds up about half the time, and make then finds the copy newer.
+        stamp_time = stamp.stat().st_mtime_ns
         for name in INSTALL_INPUTS:
-            os.utime(target / name, (stamp.stat().st_mtime,) * 2)
+            os.utime(target / name, ns=(stamp_time, stamp_time))
     return target
 
 
