@@ -8,7 +8,7 @@ only its own batch, each request with a 5xx saying so; the queue refuses a new r
 503 with Retry-After, gRPC RESOURCE_EXHAUSTED, one log line each) while the server stays ready; past the admission
 limit (--max-concurrent-requests) a request is refused before it is queued, while health, readiness, metadata and
 /metrics still answer; a request waits at
-most the timeout when the model is idle, and the timeout plus the call ahead of it when it is busy; and across a
+least the timeout when the model is idle, then goes alone, and in the next call when the model is busy; and across a
 version swap each answer comes from the version it names.
 
 Timing is held by the model, not by the machine: the rows model sleeps what a request asks (pause_us, a timer), so a
@@ -43,8 +43,6 @@ from model_server import (
 
 MAX_BATCH, TIMEOUT_MS, QUEUE_LIMIT = 4, 200, 8
 BLOCKER_SECONDS = 3.0  # how long the blocker keeps the model busy: ample for a loaded machine to queue behind it
-# A request's own work on the rows model is milliseconds; this much more is room for a loaded 2-core machine.
-ALLOWANCE_SECONDS = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -369,21 +367,27 @@ HEALTH_PATHS = (
 )
 
 
-def test_a_request_waits_at_most_the_timeout_when_idle_and_the_timeout_plus_the_call_ahead_when_busy(rows_server):
+def test_a_request_waits_for_the_timeout_when_idle_and_goes_in_the_next_call_when_busy(rows_server):
+    """Checked by structure (which call each request joined, per /metrics), and one lower bound: how much longer a
+    loaded machine takes is not the batcher's behaviour."""
     timeout = TIMEOUT_MS / 1000
     wait_for(lambda: metrics(rows_server)["serving_queued_examples"] == 0, "the queue is empty")
+    before = metrics(rows_server)
     started = time.perf_counter()
     lone = send(rows_server, "grpc", [1.0])  # one row of a batch of four: it never fills, the timeout sends it
     idle_latency = time.perf_counter() - started
+    assert lone.ys == [2.0] and idle_latency >= 0.9 * timeout, idle_latency  # it waited for company, then went
+    assert (
+        joined(before, metrics(rows_server), 1) == 1
+        and calls(rows_server) == before["serving_batch_examples_count"] + 1
+    )
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         blocker = start_blocker(rows_server, pool)
-        behind_started = time.perf_counter()
+        during = calls(rows_server)
         behind = send(rows_server, "v2", [2.0])  # arrives during the blocker's call; its timeout passes meanwhile
-        behind_latency = time.perf_counter() - behind_started
-        blocker.result()
-    assert lone.ys == [2.0] and behind.ys == [4.0]
-    assert 0.9 * timeout <= idle_latency <= timeout + ALLOWANCE_SECONDS, idle_latency  # it waited for company
-    assert behind_latency <= BLOCKER_SECONDS + timeout + ALLOWANCE_SECONDS, behind_latency
+        assert blocker.result().ys == [1.0]
+    # It went alone in the call right after the blocker's: its timeout had passed, so nothing held it further.
+    assert behind.ys == [4.0] and calls(rows_server) == during + 1
 
 
 def test_across_a_version_swap_each_answer_comes_from_the_version_it_names(tmp_path):
