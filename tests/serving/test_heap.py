@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from model_server import ServerProcess, metrics, publish_version, save_rows_model
 
 
@@ -52,6 +54,7 @@ def test_the_old_versions_cycles_are_freed_when_the_heap_is_frozen_again_after_a
         gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_a_served_model_reports_its_frozen_heap(tmp_path):
     base_path = tmp_path / "serving"
     save_rows_model(base_path / "1", factor=2.0)

@@ -144,6 +144,7 @@ def test_the_trained_default_task_answers_picture_files_with_their_class_names(i
     np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_single_output_task_is_served_in_tf_servings_plain_form(regression_models, tmp_path):
     base_path = copy_versions(regression_models[0], tmp_path / "serving")
     server = ServerProcess(base_path, "regression", tmp_path / "server.log").wait_ready()

@@ -92,6 +92,7 @@ def error_line(output: str) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_a_truncated_shard_is_named_by_the_counting_pass(records, tmp_path):
     data, files = records
     truncate_inside_a_record(data / SHARD)  # its size no longer matches the index: it is counted again

@@ -221,6 +221,7 @@ def test_files_that_match_nothing_say_which_flag(tmp_path):
         tfrecord.glob_files(str(tmp_path / "missing-*"), "--train-files")
 
 
+@pytest.mark.slow
 def test_the_data_check_reports_files_and_examples_in_one_line(eight_files):
     _, files = eight_files
     result = subprocess.run(

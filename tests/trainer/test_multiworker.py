@@ -102,6 +102,7 @@ def test_metrics_describe_the_run(two_workers):
     assert {"tensorflow", "keras", "python"} <= set(metrics["versions"])
 
 
+@pytest.mark.slow
 def test_one_process_and_two_workers_learn_the_same(two_workers, one_process):
     two_root, _ = two_workers
     one_root, single = one_process
