@@ -65,8 +65,8 @@ TENSORBOARD ?=
 
 export IMAGE
 
-# run-local, submit and upload-images render the overlay with kubectl: check it before anything is installed or started.
-ifneq ($(filter run-local submit upload-images,$(MAKECMDGOALS)),)
+# run-local, tune, submit and upload-images render the overlay with kubectl: check it before anything is installed or started.
+ifneq ($(filter run-local tune submit upload-images,$(MAKECMDGOALS)),)
 KUBECTL_PROBLEM := $(shell scripts/common/check-kubectl.sh)
 ifneq ($(KUBECTL_PROBLEM),)
 $(error $(KUBECTL_PROBLEM))
@@ -78,7 +78,7 @@ $(error make upload-images needs IMAGES=path/to/folder, the folder that holds tr
 endif
 endif
 
-.PHONY: help install lock train run-local test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local tune test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -210,8 +210,9 @@ bench-tools: install ## the serving bench's load generators, ghz and hey, into .
 # A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
 # runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (docs/local-runner.md).
 local_model_dir = runs/$(1)/$(patsubst $(MOUNT_PATH)/%,%,$(MODEL_ROOT))/$(1)
-# make serve: the base path of SavedModel versions to serve (default: the last run-local's), and its model name.
-SERVE_FROM  ?= $(call local_model_dir,$(JOB_NAME))/serving
+# make serve: the base path of SavedModel versions to serve (default: the newer of the last run-local's and the one
+# make select, make pipeline and make tune publish into), and its model name.
+SERVE_FROM  ?= $(firstword $(shell ls -1dt $(PUBLISH_TO) $(call local_model_dir,$(JOB_NAME))/serving 2>/dev/null) $(call local_model_dir,$(JOB_NAME))/serving)
 SERVE_MODEL ?= $(JOB_NAME)
 
 # make select: the trained model dirs to choose from (default: the pipeline's variants, each run-local'd under
@@ -231,6 +232,17 @@ pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME
 	$(foreach model,$(PIPELINE_MODELS),$(MAKE) run-local JOB_NAME=$(call variant_job,$(model)) ARGS="--model $(model) $(ARGS)" &&) true
 	$(MAKE) select
 	$(MAKE) serve-once
+
+# make tune: the search space (scripts/tune/search_space.yaml says how to write one), the trial budget and trials at
+# once (empty: the file's), and the study's name (runs/STUDY/ holds it; the same name resumes it).
+SEARCH_SPACE ?= scripts/tune/search_space.yaml
+TRIALS       ?=
+PARALLEL     ?=
+STUDY        ?= $(JOB_NAME)-tune
+
+tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs (WORKERS each), pruned, resumable; the best published for make serve (DATASET=, EPOCHS=, ARGS=)
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) --publish-to $(PUBLISH_TO) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
 	@$(CHECK_SETTINGS)

@@ -41,14 +41,14 @@ def _die_with(parent_pid: int):
     return in_child
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen:
-    """A replica in its own process group, its stdout and stderr on one pipe."""
+def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, output: Any = subprocess.PIPE) -> subprocess.Popen:
+    """A replica in its own process group, its stdout and stderr on one pipe (or into output, an open file)."""
     return subprocess.Popen(
         list(argv),
         env=dict(env),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=_die_with(os.getpid()),

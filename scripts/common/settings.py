@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 K8S_ROOT = ROOT / "k8s"
 SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"
+LOCAL_RUNS = ROOT / "runs"  # run-local's volumes, one folder per job: runs/<job-name>/
 
 
 # Each setting's characters, so that no value can end a quote or start a command where make or a script pastes it
@@ -173,6 +174,13 @@ def load(path: pathlib.Path = SETTINGS_FILE, environ: Mapping[str, str] | None =
             settings[key] = environ[key]
     check(settings)
     return settings
+
+
+def local_model_dir(job_name: str, settings: Mapping[str, str]) -> pathlib.Path:
+    """A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
+    runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (the Makefile's local_model_dir)."""
+    below_mount = os.path.relpath(settings["MODEL_ROOT"], settings["MOUNT_PATH"])
+    return LOCAL_RUNS / job_name / below_mount / job_name
 
 
 def kube_context(settings: Mapping[str, str]) -> str:

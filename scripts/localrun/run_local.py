@@ -22,7 +22,7 @@ import sys
 
 from scripts.common import manifest as tfjob_manifest
 from scripts.common.cli import split_trainer_flags
-from scripts.common.settings import ROOT
+from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
 from .console import Console
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = Problems()
     try:
         manifests = load(args)
-        job_dir = (args.job_dir or ROOT / "runs" / manifests.name).resolve()
+        job_dir = (args.job_dir or LOCAL_RUNS / manifests.name).resolve()
         if args.clean:
             clean(job_dir)
         planner = Planner(manifests, job_dir, problems)

@@ -89,6 +89,7 @@ def test_the_status_and_tensorboard_tell_the_same_run_as_metrics_json(one_epoch)
     status = json.loads((model_dir / layout.STATUS).read_text())
     assert status["state"] == "succeeded" and status["global_step"] == status["checkpoint_step"] == returned["steps"]
     assert status["test_loss"] == returned["test_loss"] and status["test_accuracy"] == returned["test_accuracy"]
+    assert status["tested_epoch"] == 1  # the epoch its test figures are of (a tuner prunes by them)
     assert os.listdir(layout.ModelDir(str(model_dir)).logs("test"))
 
 

@@ -120,7 +120,8 @@ class Reporter:
             )
             return
         self._scalars("test", step, **test.means())
-        self.status.update(**test_record(test))
+        # Which epoch the test figures are of: a tuner prunes a trial by them, epoch by epoch (scripts/tune).
+        self.status.update(**test_record(test), tested_epoch=epoch)
         self.progress.epoch_done(epoch, train, test.means())
 
     def checkpointed(self, step: int) -> None:
