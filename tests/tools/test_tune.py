@@ -1,0 +1,207 @@
+"""make tune end to end, in a copy of the project: every trial is the real 2-worker (or 1-worker) job that
+`make run-local` runs. A search over the learning rate publishes a model at least as good as the default
+configuration's, and a learning rate that diverges is recorded failed with the trainer's exit-4 reason and never
+chosen; a study stopped by Ctrl-C, or killed mid-trial, resumes without rerunning a finished trial and runs the
+interrupted one again; two trials at once share neither a model directory nor a port."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import optuna
+import psutil
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from project_copy import VENV, copy_project
+
+pytestmark = pytest.mark.slow
+
+SMALL_JOB = "--train-examples 512 --test-examples 256 --per-worker-batch-size 32"
+
+
+def copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    return copy_project(tmp_path / "project", files=("Makefile",), folders=("trainer", "scripts", "modules", "k8s"))
+
+
+def make_command(project: pathlib.Path, goal: str, space: str, *variables: str) -> list[str]:
+    (project / "space.yaml").write_text(space)
+    # -o: the venv running this test is the one installed; make must not reinstall into it from the copy.
+    return [
+        "make",
+        "-o",
+        f"{VENV}/.installed",
+        goal,
+        f"VENV={VENV}",
+        "SEARCH_SPACE=space.yaml",
+        "DATASET=synthetic",
+    ] + [
+        f"ARGS={SMALL_JOB}",
+        *variables,
+    ]
+
+
+def tune(project: pathlib.Path, space: str, *variables: str) -> subprocess.CompletedProcess:
+    command = make_command(project, "tune", space, *variables)
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=900)
+
+
+def trials_of(project: pathlib.Path, study: str) -> list[optuna.trial.FrozenTrial]:
+    """The study as Optuna itself reads it from the journal."""
+    storage = JournalStorage(JournalFileBackend(str(project / "runs" / study / "study.journal")))
+    return optuna.load_study(study_name=study, storage=storage).get_trials()
+
+
+def metrics(model_dir: str | pathlib.Path) -> dict:
+    return json.loads((pathlib.Path(model_dir) / "metrics.json").read_text())
+
+
+def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_diverging_trial_fails(tmp_path):
+    project = copy(tmp_path)
+    default = subprocess.run(
+        ["make", "-o", f"{VENV}/.installed", "run-local", f"VENV={VENV}", "JOB_NAME=default", "DATASET=synthetic"]
+        + ["EPOCHS=2", f"ARGS={SMALL_JOB}"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert default.returncode == 0, default.stdout[-3000:] + default.stderr[-3000:]
+    default_accuracy = metrics(project / "runs/default/models/default")["test_accuracy"]
+    # The grid: one rate that overflows float32 in its first steps, and two around the default (1e-3).
+    space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [1.0e+30, 3.0e-3, 1.0e-2]}\n"
+    done = tune(project, space, "STUDY=lr", "EPOCHS=2", "JOB_NAME=default")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = {trial.params["learning-rate"]: trial for trial in trials_of(project, "lr")}
+    assert len(trials) == 3
+    diverged = trials[1e30]
+    assert diverged.state == TrialState.FAIL
+    assert diverged.user_attrs["reason"].startswith("diverged, exit 4: training diverged"), diverged.user_attrs
+    assert "trial 0 failed in" in done.stdout and "exit 4" in done.stdout
+    complete = [trial for trial in trials.values() if trial.state == TrialState.COMPLETE]
+    best = max(complete, key=lambda trial: trial.value)
+    assert best.value >= default_accuracy, (best.params, best.value, default_accuracy)
+    # Selection published the best trial's model (never the failed one) where make serve reads by default.
+    selection = json.loads((project / "runs/default-selected/selection.json").read_text())
+    assert selection["winner"] == best.user_attrs["model_dir"]
+    assert metrics(selection["winner"])["test_accuracy"] == best.value
+    assert diverged.user_attrs["model_dir"] not in [c["model_dir"] for c in selection["candidates"]]
+    served = subprocess.run(
+        ["make", "-n", "serve", f"VENV={VENV}", "JOB_NAME=default"], cwd=project, capture_output=True, text=True
+    )
+    assert "--model-base-path runs/default-selected/serving " in served.stdout, served.stdout
+    assert (project / "runs/lr/history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = done.stdout[done.stdout.index("trial  learning-rate") :]
+    assert re.search(r"^0\s+1e\+30\s+fail\s", table, re.M) and re.search(
+        r"^1\s+0\.003\s+0\.\d+\s+complete", table, re.M
+    )
+
+
+def start_tune(project: pathlib.Path, space: str, *variables: str) -> subprocess.Popen:
+    command = make_command(project, "tune", space, *variables)
+    return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(process: subprocess.Popen, pattern: str, lines: list[str], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if re.search(pattern, line):
+            return
+        assert time.monotonic() < deadline, "".join(lines)
+    raise AssertionError(f"the tuner ended before {pattern!r}:\n" + "".join(lines))
+
+
+def tuner_of(make: subprocess.Popen) -> psutil.Process:
+    return next(p for p in psutil.Process(make.pid).children(recursive=True) if "scripts.tune.tune" in p.cmdline())
+
+
+def processes_in(folder: pathlib.Path) -> list[psutil.Process]:
+    """Processes still running in the folder (a trial's run-local and its replicas run in its job directory)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if pathlib.Path(process.cwd()).is_relative_to(folder) or str(folder) in " ".join(process.cmdline()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_gone(folder: pathlib.Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while processes_in(folder):
+        assert time.monotonic() < deadline, [p.cmdline() for p in processes_in(folder)]
+        time.sleep(0.5)
+
+
+SPACE = "sampler: random\nseed: 3\nparameters:\n  learning-rate: {type: float, min: 1.0e-3, max: 1.0e-2, log: true}\n"
+
+
+def test_a_study_killed_mid_trial_resumes_without_rerunning_a_finished_trial(tmp_path):
+    project = copy(tmp_path)
+    variables = ("STUDY=crash", "TRIALS=2", "EPOCHS=3")
+    first, lines = start_tune(project, SPACE, *variables), []
+    read_until(first, r"trial 1 started", lines)
+    tuner_of(first).kill()  # SIGKILL: no handler runs, as in a crash or an OOM kill
+    first.wait(60)
+    wait_gone(project / "runs" / "crash-1")  # the trial's run-local and replicas died with the tuner
+    finished = trials_of(project, "crash")[0]
+    assert finished.state == TrialState.COMPLETE
+    weights = metrics(finished.user_attrs["model_dir"])["weights_sha256"]
+
+    second = tune(project, SPACE, *variables)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "trial 1 was running when the tuner ended; it is marked failed and runs again" in second.stdout
+    assert "trial 0 started" not in second.stdout  # the finished trial was not run again
+    trials = trials_of(project, "crash")
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].user_attrs["reason"] == "interrupted: the tuner ended during this trial"
+    assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
+    assert metrics(trials[0].user_attrs["model_dir"])["weights_sha256"] == weights  # its model was left alone
+
+
+def test_ctrl_c_stops_the_trial_and_the_same_command_runs_it_again(tmp_path):
+    project = copy(tmp_path)
+    variables = ("STUDY=stopped", "TRIALS=1", "EPOCHS=3")
+    first, lines = start_tune(project, SPACE, *variables), []
+    read_until(first, r"trial 0 started", lines)
+    os.kill(tuner_of(first).pid, signal.SIGINT)
+    rest, _ = first.communicate(timeout=120)
+    output = "".join(lines) + rest
+    assert first.returncode != 0 and "trial 0 stopped; it runs again when the study resumes" in output, output
+    assert "stopped; the same command resumes the study" in output
+    wait_gone(project / "runs" / "stopped-0")
+    second = tune(project, SPACE, *variables)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    trials = trials_of(project, "stopped")
+    assert [trial.state for trial in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[0].user_attrs["reason"] == "interrupted: the tuner was stopped during this trial"
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two 1-worker trials at once need 2 cores")
+def test_two_trials_at_once_share_neither_a_model_directory_nor_a_port(tmp_path):
+    project = copy(tmp_path)
+    done = tune(project, SPACE, "STUDY=pair", "TRIALS=2", "PARALLEL=2", "WORKERS=1", "EPOCHS=2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = trials_of(project, "pair")
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    first, second = sorted(trials, key=lambda trial: trial.datetime_start)
+    assert second.datetime_start < first.datetime_complete, "the two trials did not run at once"
+    assert first.user_attrs["model_dir"] != second.user_attrs["model_dir"]
+    ports = []
+    for trial in trials:
+        log = (project / "runs" / "pair" / "logs" / f"{trial.user_attrs['job']}.log").read_text()
+        ports.append(set(re.findall(r"is 127\.0\.0\.1:(\d+) here", log)))
+        assert metrics(trial.user_attrs["model_dir"])["config"]["learning_rate"] == trial.params["learning-rate"]
+    assert ports[0] and ports[1] and not ports[0] & ports[1], ports
