@@ -9,7 +9,7 @@ is below the median of earlier trials at that epoch is pruned; a failed one (exi
 recorded with its reason and never chosen. The study lives in runs/<study>/ (study.journal, logs/, history.png):
 Ctrl-C or a crash, then the same command, resumes it (finished trials stay, interrupted ones run again). At the end,
 the table of trials, the picture of the objective over them, and the complete trials' models go through model
-selection (trainer/serving/select.py): the best is published where `make serve` serves it.
+selection (`python -m trainer.serving.select`, as make select): the best is published where `make serve` serves it.
 
 Exit code: 0 a model was published, 1 no trial succeeded, 2 the search space or the flags cannot run, 130 stopped.
 """
@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import importlib.util
+import json
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -33,7 +36,6 @@ from optuna.trial import TrialState
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import LOCAL_RUNS, SettingsError, load
 from trainer.base.errors import UserError
-from trainer.serving import select
 
 from . import space as spaces
 from . import study as studies
@@ -156,6 +158,20 @@ class Search:
         return True
 
 
+def publish(model_dirs: list[str], publish_to: str) -> dict | None:
+    """Model selection's decision over the model dirs, the winner published into publish_to; None when it refused
+    (its reason already printed). A command, not an import: the serving room stays deletable."""
+    if importlib.util.find_spec("trainer.serving") is None:
+        say("trainer/serving/ (model selection) is deleted from this project: nothing is published")
+        return None
+    command = [sys.executable, "-m", "trainer.serving.select", "--json", "--base-path", publish_to, "--candidates"]
+    selected = subprocess.run([*command, *model_dirs], stdout=subprocess.PIPE, text=True)
+    if selected.returncode != 0:
+        say(f"model selection refused to publish (exit {selected.returncode}); the trials' models stay where they are")
+        return None
+    return json.loads(selected.stdout)
+
+
 def finish(search: Search, publish_to: str) -> int:
     """The table, the picture, and the best complete trial published by model selection."""
     study = search.study
@@ -167,7 +183,9 @@ def finish(search: Search, publish_to: str) -> int:
     if not complete:
         say("no trial succeeded, so nothing is published; the reasons are in the table above")
         return 1
-    decision = select.select([trial.user_attrs["model_dir"] for trial in complete], publish_to)
+    decision = publish([trial.user_attrs["model_dir"] for trial in complete], publish_to)
+    if decision is None:
+        return 1
     winner = next(trial for trial in complete if trial.user_attrs["model_dir"] == decision["winner"])
     say(
         f"best: trial {winner.number} ({' '.join(f'{k}={studies.shown(v)}' for k, v in winner.params.items())}), "

@@ -53,9 +53,11 @@ def candidate(root: pathlib.Path, name: str, accuracy: float | None = 0.5, **cha
     return model_dir
 
 
-def select(base_path: pathlib.Path, *model_dirs: pathlib.Path) -> subprocess.CompletedProcess:
+def select(
+    base_path: pathlib.Path, *model_dirs: pathlib.Path, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer.serving.select", "--base-path", str(base_path), "--candidates"]
+        [sys.executable, "-m", "trainer.serving.select", *flags, "--base-path", str(base_path), "--candidates"]
         + [str(path) for path in model_dirs],
         cwd=ROOT,
         capture_output=True,
@@ -82,6 +84,15 @@ def test_the_highest_test_accuracy_wins_and_is_published_above_every_version_the
     assert {c["metric"] for c in record["candidates"]} == {"test_accuracy"}
     assert all(c["refused"] is None for c in record["candidates"])
     assert sorted(path.name for path in base_path.iterdir()) == ["41", "42"]  # no partial copy left behind
+
+
+def test_with_json_the_command_prints_the_decision_it_recorded(tmp_path):
+    dirs = [candidate(tmp_path, name, accuracy) for name, accuracy in (("a", 0.7), ("b", 0.9))]
+    base_path = tmp_path / "selected" / "serving"
+    done = select(base_path, *dirs, flags=("--json",))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == selection(base_path)
+    assert selection(base_path)["winner"] == str(dirs[1])
 
 
 def test_running_again_with_nothing_new_changes_nothing_and_a_better_result_is_published_next(tmp_path):

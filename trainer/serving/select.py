@@ -258,12 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--candidates", nargs="+", required=True, help="the trained model dirs to choose from")
     parser.add_argument("--base-path", required=True, help="the served base path to publish the winner into")
+    parser.add_argument("--json", action="store_true", help="print the decision (selection.json's record) as JSON")
     args = parser.parse_args(argv)
     try:
         decision = select(args.candidates, args.base_path)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    if args.json:
+        print(json.dumps(decision))
+        return ExitCode.OK
     for candidate in decision["candidates"]:
         verdict = (
             f"refused: {candidate['refused']}"
