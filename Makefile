@@ -78,7 +78,7 @@ $(error make upload-images needs IMAGES=path/to/folder, the folder that holds tr
 endif
 endif
 
-.PHONY: help install lock train run-local tune test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local tune versions test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -134,6 +134,9 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 	$(VENV)/bin/mypy trainer || failed=1; \
 	$(VENV)/bin/shellcheck $$(find scripts -name '*.sh') .ci/run || failed=1; \
 	exit $$failed
+
+versions: install ## each pinned component: version, release date, support end, where it runs here; warns past a support end (docs/versions.md)
+	@$(SETTINGS_ENV) $(PY) -m scripts.versions.versions
 
 image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=docker|podman|buildah)
 	@$(CHECK_SETTINGS)

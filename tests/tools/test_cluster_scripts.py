@@ -143,6 +143,7 @@ def k3d_up_with(
     engine: str,
     standalone_jobset: bool = False,
     kserve_download: str = FAKE_KSERVE_SCRIPT,
+    root: pathlib.Path = ROOT,
     **environ: str,
 ):
     """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
@@ -180,7 +181,7 @@ def k3d_up_with(
     for tool in INSTALL_TOOLS:
         (pathlib.Path(path) / tool).symlink_to(shutil.which(tool))
     result = subprocess.run(
-        [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / "k3d-up.sh")],
+        [shutil.which("bash"), str(root / "scripts" / "cluster" / "k3d-up.sh")],
         capture_output=True,
         text=True,
         env={
@@ -193,6 +194,20 @@ def k3d_up_with(
     )
     calls = log.read_text().splitlines() if log.exists() else []
     return result, [call for call in calls if " apply " in f" {call} "], seen
+
+
+def project_with_setting(tmp_path: pathlib.Path, key: str, value: str) -> pathlib.Path:
+    """A copy of the scripts and manifests whose settings.env has KEY=VALUE: an empty value there is one the
+    environment cannot give (the scripts keep the file's value over an empty variable)."""
+    root = tmp_path / "project"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("scripts", "k8s"):
+        shutil.copytree(ROOT / name, root / name, ignore=ignore)
+    settings = root / "k8s" / "base" / "settings.env"
+    lines = settings.read_text().splitlines()
+    assert any(line.startswith(f"{key}=") for line in lines)
+    settings.write_text("\n".join(f"{key}={value}" if line.startswith(f"{key}=") else line for line in lines) + "\n")
+    return root
 
 
 def settings_file() -> dict[str, str]:
@@ -238,16 +253,16 @@ def test_k3d_up_installs_the_engine_asked_for_from_a_commit(tmp_path, engine, in
     [("", "no sha256 is recorded"), ("0" * 64, f"has sha256 {FAKE_MANIFEST_SHA256}, not the recorded")],
 )
 def test_k3d_up_applies_no_release_manifest_whose_sha256_is_not_the_recorded_one(tmp_path, recorded, complaint):
-    result, applies, _ = k3d_up_with(tmp_path, "tfjob", SERVE="1", CERT_MANAGER_MANIFEST_SHA256=recorded)
+    root = project_with_setting(tmp_path, "CERT_MANAGER_MANIFEST_SHA256", recorded)
+    result, applies, _ = k3d_up_with(tmp_path, "tfjob", SERVE="1", root=root)
     assert result.returncode == 2, result.stderr
     assert [a for a in applies if "cert-manager" in a] == []  # the operator went in; nothing unchecked after it
     assert complaint in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
 
 
 def test_an_unrecorded_checksum_is_applied_only_when_asked_and_a_changed_one_never(tmp_path):
-    result, applies, _ = k3d_up_with(
-        tmp_path / "a", "tfjob", SERVE="1", CERT_MANAGER_MANIFEST_SHA256="", ALLOW_UNRECORDED_CHECKSUM="1"
-    )
+    unrecorded = project_with_setting(tmp_path, "CERT_MANAGER_MANIFEST_SHA256", "")
+    result, applies, _ = k3d_up_with(tmp_path / "a", "tfjob", SERVE="1", root=unrecorded, ALLOW_UNRECORDED_CHECKSUM="1")
     assert "--context k3d-distml apply -f SCRATCH/cert-manager.yaml" in [without_scratch(a) for a in applies]
     assert "applying it anyway (ALLOW_UNRECORDED_CHECKSUM=1)" in result.stderr and FAKE_MANIFEST_SHA256 in result.stderr
     # KServe's script has its sha256 recorded, and the fake download is not it: refused, flag or not.

@@ -1,6 +1,6 @@
-"""Each optional tool room can be deleted: a copy of the project without scripts/bench (or scripts/cluster, or
-scripts/tune) and its tests still imports every remaining module, runs a small set of quick tests, and runs
-run-local."""
+"""Each optional tool room can be deleted: a copy of the project without scripts/bench (or scripts/cluster,
+scripts/tune or scripts/versions) and its tests still imports every remaining module, runs a small set of quick
+tests, and runs run-local."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ ROOM_TESTS = {
         "tests/cluster/test_images_on_the_volume.py",
     ],
     "tune": ["tests/tools/test_tune.py", "tests/tools/test_tune_space.py"],
+    "versions": ["tests/tools/test_versions.py"],
 }
 IMPORT_EVERY_MODULE = """
 import pkgutil, importlib, scripts

@@ -1,0 +1,210 @@
+"""`make versions`: every pinned component, its version, when it was released, when its support ends and where it
+runs here; a warning for each pin past its support end, and for each pin bumped without its dates read again.
+
+    python -m scripts.versions.versions [--on 2026-12-04] [--markdown]
+
+The versions come from where they are pinned (k8s/base/settings.env, constraints.txt, the Dockerfile); the dates
+from releases.yaml beside this file. Warnings never change the exit code (CI prints them and goes on); exit 2 only
+when releases.yaml itself cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import pathlib
+import re
+import sys
+from collections.abc import Mapping
+
+import yaml
+
+from scripts.common.settings import ROOT, SettingsError, load
+
+RELEASES = pathlib.Path(__file__).with_name("releases.yaml")
+PIN_FILES = {"constraints": ROOT / "constraints.txt", "dockerfile": ROOT / "Dockerfile"}
+ENDED = "ended"
+FIELDS = ("component", "pin", "read_for", "released", "released_from", "support_ends", "support_from", "runs")
+
+
+class ReleasesError(ValueError):
+    """releases.yaml cannot be used; the message names the record and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    component: str
+    pin: str
+    read_for: str
+    released: str | None
+    released_from: str
+    support_ends: str | None  # YYYY-MM-DD, YYYY-MM, "ended", or None
+    support_from: str
+    runs: str
+    part: str | None = None
+
+    def ended_by(self, day: datetime.date) -> bool:
+        if self.support_ends is None:
+            return False
+        if self.support_ends == ENDED:
+            return True
+        return last_day(self.support_ends) < day
+
+
+def last_day(when: str) -> datetime.date:
+    """The last day a date (YYYY-MM-DD) or a month (YYYY-MM) covers."""
+    if len(when) == 7:
+        year, month = (int(part) for part in when.split("-"))
+        first_of_next = datetime.date(year + month // 12, month % 12 + 1, 1)
+        return first_of_next - datetime.timedelta(days=1)
+    return datetime.date.fromisoformat(when)
+
+
+def parse_date(value: object, field: str, component: str) -> str | None:
+    if value is None:
+        return None
+    text = value.isoformat() if isinstance(value, datetime.date) else str(value)
+    if field == "support_ends" and text == ENDED:
+        return text
+    try:
+        last_day(text)
+    except ValueError:
+        allowed = "YYYY-MM-DD, YYYY-MM, ended or null" if field == "support_ends" else "YYYY-MM-DD or null"
+        raise ReleasesError(f"{component}: {field} {text!r} is not a date; write {allowed}") from None
+    return text
+
+
+def read_releases(path: pathlib.Path = RELEASES) -> list[Release]:
+    try:
+        records = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ReleasesError(f"cannot read {path}: {error}") from None
+    if not isinstance(records, list):
+        raise ReleasesError(f"{path} must be a list of records, each with {', '.join(FIELDS)}")
+    releases = []
+    for number, record in enumerate(records, 1):
+        name = record.get("component", f"record {number}") if isinstance(record, dict) else f"record {number}"
+        missing = [field for field in FIELDS if not isinstance(record, dict) or field not in record]
+        if missing:
+            raise ReleasesError(f"{path}: {name} lacks {', '.join(missing)}")
+        unknown = set(record) - set(FIELDS) - {"part"}
+        if unknown:
+            raise ReleasesError(f"{path}: {name} has unknown fields {sorted(unknown)}; the fields are {FIELDS}")
+        fields = {key: str(value) if value is not None else None for key, value in record.items()}
+        fields["released"] = parse_date(record["released"], "released", name)
+        fields["support_ends"] = parse_date(record["support_ends"], "support_ends", name)
+        releases.append(Release(**fields))  # type: ignore[arg-type]
+    return releases
+
+
+def pinned(release: Release, settings: Mapping[str, str]) -> str:
+    """The version the project pins now, read where it is pinned."""
+    kind, _, name = release.pin.partition(":")
+    if kind == "settings":
+        if name not in settings:
+            raise ReleasesError(f"{release.component}: no setting {name} in k8s/base/settings.env; fix its pin")
+        value = settings[name]
+    elif kind == "constraints":
+        found = re.search(rf"^{re.escape(name)}==(\S+)$", PIN_FILES[kind].read_text(), re.MULTILINE | re.IGNORECASE)
+        if not found:
+            raise ReleasesError(f"{release.component}: constraints.txt pins no {name}; fix its pin")
+        value = found.group(1)
+    elif kind == "dockerfile":
+        found = re.search(rf"^ARG {re.escape(name)}=(\S+)$", PIN_FILES[kind].read_text(), re.MULTILINE)
+        if not found:
+            raise ReleasesError(f"{release.component}: the Dockerfile has no ARG {name} with a default; fix its pin")
+        value = found.group(1)
+    else:
+        raise ReleasesError(
+            f"{release.component}: pin {release.pin!r} is not settings:KEY, constraints:PACKAGE or dockerfile:ARG"
+        )
+    if release.part is None:
+        return value
+    part = re.search(release.part, value)
+    if not part:
+        raise ReleasesError(f"{release.component}: part {release.part!r} does not match {value!r}; fix the pattern")
+    return part.group(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    release: Release
+    version: str
+
+    @property
+    def cells(self) -> list[str]:
+        r = self.release
+        support = {None: r.support_from, ENDED: f"ended ({r.support_from})"}.get(
+            r.support_ends, f"{r.support_ends} ({r.support_from})"
+        )
+        released = f"{r.released} ({r.released_from})" if r.released else r.released_from
+        return [r.component, self.version, released, support, r.runs]
+
+
+HEADER = ["component", "version", "released", "support ends", "runs here"]
+
+
+def rows(releases: list[Release], settings: Mapping[str, str]) -> list[Row]:
+    return [Row(release, pinned(release, settings)) for release in releases]
+
+
+def warnings(table: list[Row], day: datetime.date) -> list[str]:
+    found = []
+    for row in table:
+        r = row.release
+        if row.version != r.read_for:
+            found.append(
+                f"{r.component} is pinned at {row.version}, but its dates were read for {r.read_for}: read its "
+                f"release date and support end again and update scripts/versions/releases.yaml"
+            )
+        elif r.ended_by(day):
+            when = "" if r.support_ends == ENDED else f" on {r.support_ends}"
+            found.append(f"{r.component} {row.version}: its support ended{when}: {r.support_from}")
+    return found
+
+
+def markdown(table: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row.cells) + " |" for row in table]
+    return "\n".join(lines) + "\n"
+
+
+def plain(table: list[Row]) -> str:
+    shown = [HEADER] + [
+        [row.release.component, row.version, row.release.released or "-", row.release.support_ends or "-"]
+        + [row.release.runs]
+        for row in table
+    ]
+    widths = [max(len(line[column]) for line in shown) for column in range(len(HEADER) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False)) + "  " + line[-1]
+        for line in shown
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.versions.versions", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--on",
+        type=datetime.date.fromisoformat,
+        default=datetime.date.today(),
+        help="judge support ends against this day (YYYY-MM-DD; default today)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print docs/versions.md's table")
+    parser.add_argument("--releases", type=pathlib.Path, default=RELEASES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        table = rows(read_releases(args.releases), load())
+    except (ReleasesError, SettingsError) as error:
+        print(f"versions: error: {error}", file=sys.stderr)
+        return 2
+    print(markdown(table) if args.markdown else plain(table), end="" if args.markdown else "\n")
+    if not args.markdown:
+        for line in warnings(table, args.on):
+            print(f"warning: {line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

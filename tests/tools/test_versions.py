@@ -1,0 +1,93 @@
+"""make versions: every pin with its release date and support end, read where it is pinned; a warning, never a
+failure, for a pin past its support end or bumped without its dates read again; docs/versions.md is its table."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import yaml
+
+from scripts.common.settings import load_file
+from scripts.versions.versions import RELEASES, markdown, read_releases, rows
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def versions(*flags: str, **environment: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.versions.versions", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **environment},
+    )
+
+
+def test_every_pin_is_listed_at_the_version_its_file_pins():
+    done = versions("--on", "2026-10-26")
+    assert done.returncode == 0, done.stderr
+    settings = load_file()
+    listed = {line.split("  ")[0]: line for line in done.stdout.splitlines()[1:]}
+    for release in read_releases():
+        assert release.component in listed
+    assert re.search(rf"^Kubernetes \(the local node\)\s+{settings['NODE_KUBERNETES_VERSION']}\s", done.stdout, re.M)
+    pinned_tf = re.search(r"^tensorflow==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
+    assert re.search(rf"^TensorFlow\s+{re.escape(pinned_tf)}\s", done.stdout, re.M)
+    # Every version setting is a pin with a record, so a new pin cannot leave the page.
+    pins = {release.pin for release in read_releases()}
+    version_keys = {key for key in settings if key.endswith("_VERSION") and not key.endswith("_TESTED_AT_VERSION")}
+    assert {key for key in version_keys if f"settings:{key}" not in pins} == set()
+
+
+def test_a_pin_past_its_support_end_warns_and_exits_zero():
+    before = versions("--on", "2026-10-27")
+    after = versions("--on", "2026-10-28")
+    assert before.returncode == after.returncode == 0
+    assert "Kubernetes (the local node) v1.34.3: its support ended on 2026-10-27" not in before.stderr
+    assert "warning: Kubernetes (the local node) v1.34.3: its support ended on 2026-10-27" in after.stderr
+    # A month is supported to its last day.
+    assert "Python (the image)" not in versions("--on", "2027-10-31").stderr
+    assert "warning: Python (the image) 3.11.14: its support ended on 2027-10" in versions("--on", "2027-11-01").stderr
+
+
+def test_a_pin_bumped_without_its_dates_read_again_warns_naming_both_versions():
+    done = versions("--on", "2026-01-01", NODE_KUBERNETES_VERSION="v1.36.3")
+    assert done.returncode == 0
+    assert re.search(r"^Kubernetes \(the local node\)\s+v1\.36\.3\s", done.stdout, re.M)
+    assert (
+        "warning: Kubernetes (the local node) is pinned at v1.36.3, but its dates were read for v1.34.3" in done.stderr
+    )
+
+
+def test_the_committed_records_match_the_pins():
+    """The release dates on the page are the pinned versions' own: bump a pin, read its dates again."""
+    stale = [(row.release.component, row.version, row.release.read_for) for row in rows(read_releases(), load_file())]
+    assert [entry for entry in stale if entry[1] != entry[2]] == []
+
+
+def test_docs_versions_is_the_table_the_command_prints():
+    page = (ROOT / "docs" / "versions.md").read_text()
+    table = markdown(rows(read_releases(), load_file()))
+    assert page.endswith(table), "docs/versions.md's table differs: python -m scripts.versions.versions --markdown"
+
+
+def test_a_broken_record_exits_2_naming_it(tmp_path):
+    records = yaml.safe_load(RELEASES.read_text())
+    cases = {
+        "support_ends": ({"support_ends": "soon"}, "Kueue: support_ends 'soon' is not a date"),
+        "pin": ({"pin": "helm:kueue"}, "Kueue: pin 'helm:kueue' is not settings:KEY"),
+        "setting": ({"pin": "settings:KUEUE_VERSON"}, "Kueue: no setting KUEUE_VERSON in k8s/base/settings.env"),
+        "field": ({"homepage": "x"}, "Kueue has unknown fields ['homepage']"),
+    }
+    for name, (change, message) in cases.items():
+        broken = [dict(record, **change) if record["component"] == "Kueue" else record for record in records]
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(broken))
+        done = versions("--releases", str(path))
+        assert done.returncode == 2, (name, done.stdout)
+        assert message in done.stderr, (name, done.stderr)
