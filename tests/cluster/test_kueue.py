@@ -1,6 +1,7 @@
-"""Gang admission on the local node's real Kueue: a JobSet in the LocalQueue waits, suspended and without a pod,
-while another workload holds the quota it needs, and runs to Succeeded once that quota frees.
-The queues are the shipped example's (k8s/examples/kueue-queues.yaml), the JobSet the shipped Kueue example's.
+"""Gang admission on the local node's real Kueue: a JobSet, and a TrainJob, in the LocalQueue waits, suspended and
+without a pod, while another workload holds the quota it needs, and runs to Succeeded once that quota frees.
+The queues are the shipped example's (k8s/examples/kueue-queues.yaml), each job its shipped Kueue example's
+(k8s/examples/jobset-sync-kueue, k8s/examples/trainjob-sync-kueue).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from tests.cluster.node import (
 pytestmark = pytest.mark.cluster
 
 JOB_NAME = "e2e-kueue"
-JOB = ["ENGINE=jobset", "KUSTOMIZATION=k8s/examples/jobset-sync-kueue", f"JOB_NAME={JOB_NAME}"]
-# The example ClusterQueue's memory quota is 12Gi and the JobSet's two workers request 2Gi each: a workload holding
+# Each engine Kueue admits as one workload, and its job's resource; a TrainJob makes a JobSet of its own name, so
+# the pods of both carry the JobSet's label.
+QUEUED = {"jobset": "jobsets.jobset.x-k8s.io", "trainjob": "trainjobs.trainer.kubeflow.org"}
+PODS = f"jobset.sigs.k8s.io/jobset-name={JOB_NAME}"
+# The example ClusterQueue's memory quota is 12Gi and the job's two workers request 2Gi each: a workload holding
 # 10Gi leaves it short.
 HOLDER = {
     "apiVersion": "batch/v1",
@@ -61,7 +65,7 @@ HOLDER = {
 }
 
 
-def workload_of_the_jobset() -> dict | None:
+def workload_of_the_job() -> dict | None:
     listed = json.loads(kubectl("get", "workloads.kueue.x-k8s.io", "-n", NAMESPACE, "-o", "json").stdout)["items"]
     owned = [w for w in listed if any(o["name"] == JOB_NAME for o in w["metadata"].get("ownerReferences", []))]
     return owned[0] if owned else None
@@ -83,22 +87,24 @@ def queues():
     kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"], "--ignore-not-found", check=False)
 
 
-def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(queues, tmp_path) -> None:
-    make("delete", *JOB, check=False)
+@pytest.mark.parametrize("engine", sorted(QUEUED))
+def test_a_job_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(engine, queues, tmp_path) -> None:
+    job = [f"ENGINE={engine}", f"KUSTOMIZATION=k8s/examples/{engine}-sync-kueue", f"JOB_NAME={JOB_NAME}"]
+    make("delete", *job, check=False)
     clear_model_dir(JOB_NAME)
     kubectl("apply", "-f", "-", stdin=json.dumps(HOLDER))
     wait_until("Kueue to admit the quota holder", holder_admitted, 120)
 
     log = tmp_path / "submit.log"
-    submitted = start_make("submit", *JOB, *SHORT_JOB, log=log)
+    submitted = start_make("submit", *job, *SHORT_JOB, log=log)
     try:
-        workload = wait_until("the JobSet's Workload", workload_of_the_jobset, 600)
+        workload = wait_until(f"the {engine}'s Workload", workload_of_the_job, 600)
         time.sleep(10)  # long enough for Kueue to have admitted it, were there quota
-        workload = workload_of_the_jobset()
+        workload = workload_of_the_job()
         assert condition(workload, "QuotaReserved").get("status") != "True", workload["status"]
-        jobset = json.loads(kubectl("get", "jobsets.jobset.x-k8s.io", "-n", NAMESPACE, JOB_NAME, "-o", "json").stdout)
-        assert jobset["spec"].get("suspend") is True
-        assert pods(f"jobset.sigs.k8s.io/jobset-name={JOB_NAME}") == []
+        held = json.loads(kubectl("get", QUEUED[engine], "-n", NAMESPACE, JOB_NAME, "-o", "json").stdout)
+        assert held["spec"].get("suspend") is True
+        assert pods(PODS) == []
 
         kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"])
         assert submitted.wait(timeout=1200) == 0, log.read_text()[-3000:]
@@ -106,8 +112,8 @@ def test_a_jobset_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees
         if submitted.poll() is None:
             submitted.kill()
     assert "succeeded; the model is on volume" in log.read_text()
-    assert condition(workload_of_the_jobset(), "Admitted").get("status") == "True"
-    make("delete", *JOB)
+    assert condition(workload_of_the_job(), "Admitted").get("status") == "True"
+    make("delete", *job)
 
 
 def test_a_namespace_deleted_with_kueue_installed_is_gone_and_kueues_aggregated_api_answers():

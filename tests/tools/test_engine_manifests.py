@@ -426,6 +426,18 @@ def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(ov
         assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)
 
 
+@pytest.mark.parametrize("engine", ["jobset", "trainjob"])
+def test_each_shipped_kueue_example_is_its_sync_overlay_with_the_component(engine, tmp_path):
+    _, queued = with_kueue(f"k8s/overlays/{engine}-sync", tmp_path)
+    example = ROOT / "k8s" / "examples" / f"{engine}-sync-kueue"
+    rendered = subprocess.run(["kubectl", "kustomize", str(example)], capture_output=True, text=True, check=True)
+    assert [doc for doc in yaml.safe_load_all(rendered.stdout) if doc] == queued
+    assert (
+        f"make submit ENGINE={engine} KUSTOMIZATION=k8s/examples/{engine}-sync-kueue"
+        in (example / "kustomization.yaml").read_text()
+    )
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_kueue_example_queue_covers_every_resource_the_job_s_pods_request(overlay, tmp_path):
     # Kueue leaves a workload pending for good when one requested resource is not covered (found on a real Kueue:
