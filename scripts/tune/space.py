@@ -39,7 +39,10 @@ NOT_SEARCHED = {
     "test-files": "trials are compared on one test split",
     "test-examples": "trials are compared on one test split",
     "seed": "a generated dataset's test split follows the seed, and trials are compared on one test split",
+    "validation-split": "trials are compared on one test split",
+    "image-dir": "trials are compared on one test split",
 }
+SEED_RANGE = 2**32  # what Optuna's samplers (numpy's RandomState) take
 TOP_KEYS = ("objective", "trials", "parallel", "sampler", "seed", "prune", "parameters")
 
 
@@ -135,13 +138,15 @@ def load(
         raise SpaceError(
             f"search space {where}: cannot read it ({error.strerror}); SEARCH_SPACE= names the file"
         ) from None
+    except UnicodeDecodeError:
+        raise SpaceError(f"search space {where}: not UTF-8 text; SEARCH_SPACE= names a YAML file") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise SpaceError(f"search space {where}: not YAML ({error})") from None
     if not isinstance(document, dict):
         raise SpaceError(f"search space {where}: expected a mapping with parameters:, got {type(document).__name__}")
-    unknown = sorted(set(document) - set(TOP_KEYS))
+    unknown = sorted(str(key) for key in document if key not in TOP_KEYS)
     if unknown:
         raise SpaceError(
             f"search space {where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(TOP_KEYS)}"
@@ -151,7 +156,7 @@ def load(
     except ConfigError as error:
         raise SpaceError(f"the trainer refuses the flags every trial gets: {error}") from None
     options = _options_of(base)
-    given = {arg.split("=")[0][2:].removeprefix("no-") for arg in trainer_argv if arg.startswith("--")}
+    given = _given_options(trainer_argv, options)
     raw = document.get("parameters")
     if not isinstance(raw, dict) or not raw:
         raise SpaceError(f"search space {where}: parameters: must map each trainer flag to its range or values")
@@ -177,14 +182,17 @@ def load(
     sampler = document.get("sampler", "tpe")
     if sampler not in SAMPLERS:
         raise SpaceError(f"search space {where}: sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    seed = document.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_RANGE):
+        raise SpaceError(f"search space {where}: seed must be a whole number from 0 to {SEED_RANGE - 1}, got {seed!r}")
     space = SearchSpace(
         path=where,
         objective=objective,
         trials=_count(where, document, "trials", 8),
         parallel=_count(where, document, "parallel", 1),
         sampler=sampler,
-        seed=document.get("seed"),
-        prune=bool(document.get("prune", True)),
+        seed=seed,
+        prune=_switch(where, "prune", document.get("prune", True)),
         parameters=tuple(parameters),
     )
     if sampler == "grid":
@@ -192,9 +200,27 @@ def load(
             [parameter.grid() for parameter in parameters]
         except SpaceError as error:
             raise SpaceError(f"search space {where}: {error}") from None
-    if space.seed is not None and (not isinstance(space.seed, int) or isinstance(space.seed, bool)):
-        raise SpaceError(f"search space {where}: seed must be a whole number, got {space.seed!r}")
     return space
+
+
+def _switch(where: str, key: str, value: Any) -> bool:
+    """A yes/no key: YAML's true or false only (the text 'false' is not false)."""
+    if not isinstance(value, bool):
+        raise SpaceError(f"search space {where}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def _given_options(trainer_argv: Sequence[str], options: Mapping[str, Any]) -> set[str]:
+    """The options ARGS sets, by their full flag: the trainer's parser also takes a unique prefix (--warmup)."""
+    given = set()
+    for arg in trainer_argv:
+        if not arg.startswith("--"):
+            continue
+        name = arg.split("=")[0][2:]
+        name = name if name in options else name.removeprefix("no-")
+        prefixed = [option for option in options if option.startswith(name)]
+        given.add(name if name in options or len(prefixed) != 1 else prefixed[0])
+    return given
 
 
 def _options_of(config: Config) -> dict[str, tuple[type, dataclasses.Field, type]]:
@@ -238,9 +264,16 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
         raise SpaceError(f"search space {where}: {name}: type {parameter_kind!r}; choose one of {', '.join(KINDS)}")
     described = _described(field, kind)
     if parameter_kind == "categorical":
+        unknown = sorted(str(key) for key in spec if key not in ("type", "values"))
+        if unknown:
+            raise SpaceError(
+                f"search space {where}: {name}: unknown key(s) {', '.join(unknown)}; a categorical parameter has values"
+            )
         values = spec.get("values")
         if not isinstance(values, list) or not values:
             raise SpaceError(f"search space {where}: {name}: a categorical parameter lists its values: values: [...]")
+        if kind is float:  # YAML 1.1 reads 1e-3 (no dot) as text, as for a range's bounds
+            values = [float(value) if _numeric(value) else value for value in values]
         for value in values:
             if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
                 continue
@@ -257,7 +290,7 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
             f"search space {where}: {name}: a {parameter_kind} range, but --{name} takes {described}; "
             f"{'use type: int' if kind is int else 'list its values with type: categorical'}"
         )
-    unknown = sorted(set(spec) - {"type", "min", "max", "log", "step"})
+    unknown = sorted(str(key) for key in spec if key not in ("type", "min", "max", "log", "step"))
     if unknown:
         raise SpaceError(
             f"search space {where}: {name}: unknown key(s) {', '.join(unknown)}; a range has min, max, log, step"
@@ -265,8 +298,10 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
     low, high = (_number(where, name, key, spec.get(key)) for key in ("min", "max"))
     if not low < high:
         raise SpaceError(f"search space {where}: {name}: min {low:g} must be below max {high:g}")
-    log = bool(spec.get("log", False))
+    log = _switch(where, f"{name}'s log", spec.get("log", False))
     step = _number(where, name, "step", spec["step"]) if spec.get("step") is not None else None
+    if step is not None and step <= 0:
+        raise SpaceError(f"search space {where}: {name}: step must be above 0, got {step:g}")
     if parameter_kind == "int" and not (low.is_integer() and high.is_integer() and (step is None or step.is_integer())):
         raise SpaceError(f"search space {where}: {name}: an int range has whole min, max and step")
     if log and step is not None:
@@ -274,6 +309,14 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
     if log and low <= 0:
         raise SpaceError(f"search space {where}: {name}: a log range starts above 0, got min {low:g}")
     return Parameter(name, parameter_kind, low=low, high=high, log=log, step=step)
+
+
+def _numeric(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
 
 
 def _described(field: dataclasses.Field, kind: type) -> str:

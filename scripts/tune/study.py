@@ -1,4 +1,4 @@
-"""The Optuna study on disk: runs/<study>/study.journal (Optuna's append-only journal, which a crash cannot leave
+"""The Optuna study on disk: runs/<study>.study/study.journal (Optuna's append-only journal, which a crash cannot leave
 half-written), one tuner at a time on it, a resumed study's interrupted trials failed and queued again, and what a
 user reads at the end: the table of trials and the picture of the objective over them.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import pathlib
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -17,11 +18,22 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
-from .space import SearchSpace, SpaceError
+from scripts.common.settings import LOCAL_RUNS, rule_of
+
+from .space import SEED_RANGE, SearchSpace, SpaceError
 
 INTERRUPTED = "interrupted"  # the user attribute of a trial the tuner stopped or died during; it is run again
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 NOTE_WIDTH = 100
+
+
+def study_dir(name: str) -> pathlib.Path:
+    """Where a study lives: runs/<name>.study/, a folder no job's can be (a job name has no dot), so neither
+    run-local's CLEAN=1 nor a job named as the study can reach it."""
+    pattern, allowed = rule_of("JOB_NAME")
+    if not re.fullmatch(pattern, name):
+        raise SpaceError(f"STUDY={name!r}: a study is named as a job is ({allowed}), its trials <study>-<n>")
+    return LOCAL_RUNS / f"{name}.study"
 
 
 @contextlib.contextmanager
@@ -38,8 +50,12 @@ def locked(study_dir: pathlib.Path) -> Iterator[None]:
         yield
 
 
-def open_study(study_dir: pathlib.Path, name: str, space: SearchSpace) -> tuple[optuna.Study, JournalStorage]:
-    """The study, new or resumed, and its storage: a resumed study must have been made from the same search space."""
+def open_study(
+    study_dir: pathlib.Path, name: str, space: SearchSpace, shared: list[str]
+) -> tuple[optuna.Study, JournalStorage]:
+    """The study, new or resumed, and its storage. A resumed study must search the same space toward the same
+    objective with the same flags for every trial (SHARED: the workers, dataset, epochs and ARGS), or its trials
+    would not compare."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tuner prints its own line per trial
     study_dir.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(study_dir / "study.journal")))
@@ -47,28 +63,37 @@ def open_study(study_dir: pathlib.Path, name: str, space: SearchSpace) -> tuple[
         storage=storage,
         study_name=name,
         direction=space.direction,
-        sampler=sampler(space),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.prune else optuna.pruners.NopPruner(),
         load_if_exists=True,
     )
-    made_from = study.user_attrs.get("search_space")
+    made_from, made_with = study.user_attrs.get("search_space"), study.user_attrs.get("shared_flags")
     if made_from is not None and made_from != space.digest:
         raise SpaceError(
             f"the study in {study_dir} was made from another search space or objective than {space.path}; "
             f"give this search its own STUDY=, or delete {study_dir} to start over"
         )
+    if made_with is not None and made_with != shared:
+        raise SpaceError(
+            f"the study in {study_dir} ran its trials with {' '.join(made_with)}, not {' '.join(shared)}: its trials "
+            f"would not compare; give this search its own STUDY=, or run it with the same WORKERS, DATASET, EPOCHS "
+            f"and ARGS"
+        )
     study.set_user_attr("search_space", space.digest)
+    study.set_user_attr("shared_flags", shared)
+    study.sampler = sampler(space, len(study.trials))
     for point in space.grid_points() if space.sampler == "grid" else ():
         study.enqueue_trial(point, skip_if_exists=True)  # a resumed grid queues only what it has not run
     return study, storage
 
 
-def sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
-    """The search's sampler. A grid is every combination queued once (open_study) and taken in turn: Optuna's
+def sampler(space: SearchSpace, trials_so_far: int = 0) -> optuna.samplers.BaseSampler:
+    """The search's sampler, its seed moved on by the trials already run, so a resumed study does not draw its
+    first trials again. A grid is every combination queued once (open_study) and taken in turn: Optuna's
     GridSampler ends a study from inside tell(), which only its optimize() loop allows."""
+    seed = None if space.seed is None else (space.seed + trials_so_far) % SEED_RANGE
     if space.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=space.seed)
-    return optuna.samplers.RandomSampler(seed=space.seed)
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def give_up(study: optuna.Study, storage: JournalStorage, number: int, params: dict[str, Any], reason: str) -> None:

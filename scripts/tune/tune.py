@@ -6,7 +6,7 @@
 The search space (space.py) is checked against the trainer's options first. Trials run `parallel` at a time (at
 most the cores / workers per trial), each under JOB_NAME <study>-<trial number>; a trial whose epoch's test figure
 is below the median of earlier trials at that epoch is pruned; a failed one (exit 2, exit 4 on a non-finite loss) is
-recorded with its reason and never chosen. The study lives in runs/<study>/ (study.journal, logs/, history.png):
+recorded with its reason and never chosen. The study lives in runs/<study>.study/ (study.journal, logs/, history.png):
 Ctrl-C or a crash, then the same command, resumes it (finished trials stay, interrupted ones run again). At the end,
 the table of trials, the picture of the objective over them, and the complete trials' models go through model
 selection (`python -m trainer.serving.select`, as make select): the best is published where `make serve` serves it.
@@ -34,7 +34,7 @@ from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
 from scripts.common.cli import split_trainer_flags
-from scripts.common.settings import LOCAL_RUNS, SettingsError, load
+from scripts.common.settings import SettingsError, load
 from trainer.base.errors import UserError
 
 from . import space as spaces
@@ -49,7 +49,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         epilog="Everything after -- goes to every trial's trainer (make tune's ARGS).",
     )
     parser.add_argument("--search-space", required=True, help="the search space file (SEARCH_SPACE=)")
-    parser.add_argument("--study", required=True, help="the study's name: runs/<study>/ holds it, trials are <study>-N")
+    parser.add_argument(
+        "--study", required=True, help="the study's name: runs/<study>.study/ holds it, trials are <study>-N"
+    )
     parser.add_argument("--kustomize", default="k8s/overlays/tfjob-sync", help="the overlay each trial runs")
     parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
     parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
@@ -203,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = load()
         space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
         space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
-        study_dir = LOCAL_RUNS / args.study
+        study_dir = studies.study_dir(args.study)
+        run_local_args = ["--kustomize", args.kustomize, "--workers", str(args.workers)]
+        run_local_args += ["--dataset", args.dataset, "--epochs", str(args.epochs)]
         with studies.locked(study_dir):
-            study, storage = studies.open_study(study_dir, args.study, space)
-            run_local_args = ["--kustomize", args.kustomize, "--workers", str(args.workers)]
-            run_local_args += ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+            study, storage = studies.open_study(study_dir, args.study, space, [*run_local_args, *args.trainer_flags])
             search = Search(study, storage, space, settings, study_dir, run_local_args, args.trainer_flags)
             budget = space.trials
             if space.sampler == "grid" and len(space.grid_points()) < budget:

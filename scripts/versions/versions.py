@@ -26,6 +26,7 @@ RELEASES = pathlib.Path(__file__).with_name("releases.yaml")
 PIN_FILES = {"constraints": ROOT / "constraints.txt", "dockerfile": ROOT / "Dockerfile"}
 ENDED = "ended"
 FIELDS = ("component", "pin", "read_for", "released", "released_from", "support_ends", "support_from", "runs")
+TEXT_FIELDS = ("component", "pin", "read_for", "released_from", "support_from", "runs")
 
 
 class ReleasesError(ValueError):
@@ -53,11 +54,12 @@ class Release:
 
 
 def last_day(when: str) -> datetime.date:
-    """The last day a date (YYYY-MM-DD) or a month (YYYY-MM) covers."""
-    if len(when) == 7:
-        year, month = (int(part) for part in when.split("-"))
-        first_of_next = datetime.date(year + month // 12, month % 12 + 1, 1)
-        return first_of_next - datetime.timedelta(days=1)
+    """The last day a date (YYYY-MM-DD) or a month (YYYY-MM) covers; ValueError for anything else."""
+    if re.fullmatch(r"[0-9]{4}-[0-9]{2}", when):
+        first = datetime.date(int(when[:4]), int(when[5:]), 1)  # checks the month
+        return (first + datetime.timedelta(days=31)).replace(day=1) - datetime.timedelta(days=1)
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", when):
+        raise ValueError(when)
     return datetime.date.fromisoformat(when)
 
 
@@ -78,19 +80,32 @@ def parse_date(value: object, field: str, component: str) -> str | None:
 def read_releases(path: pathlib.Path = RELEASES) -> list[Release]:
     try:
         records = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ReleasesError(f"cannot read {path}: {error}") from None
     if not isinstance(records, list):
         raise ReleasesError(f"{path} must be a list of records, each with {', '.join(FIELDS)}")
     releases = []
     for number, record in enumerate(records, 1):
-        name = record.get("component", f"record {number}") if isinstance(record, dict) else f"record {number}"
+        name = str(record.get("component") or f"record {number}") if isinstance(record, dict) else f"record {number}"
         missing = [field for field in FIELDS if not isinstance(record, dict) or field not in record]
         if missing:
             raise ReleasesError(f"{path}: {name} lacks {', '.join(missing)}")
         unknown = set(record) - set(FIELDS) - {"part"}
         if unknown:
             raise ReleasesError(f"{path}: {name} has unknown fields {sorted(unknown)}; the fields are {FIELDS}")
+        for field in TEXT_FIELDS:
+            if not isinstance(record[field], str) or not record[field]:
+                raise ReleasesError(
+                    f"{path}: {name}: {field} must be text, got {record[field]!r} (quote a version: read_for: '3.10')"
+                )
+        part = record.get("part")
+        if part is not None:
+            try:
+                groups = re.compile(part).groups if isinstance(part, str) else 0
+            except re.error as error:
+                raise ReleasesError(f"{path}: {name}: part {part!r} is not a pattern ({error})") from None
+            if groups < 1:
+                raise ReleasesError(f"{path}: {name}: part {part!r} needs a group, (...), around the version")
         fields = {key: str(value) if value is not None else None for key, value in record.items()}
         fields["released"] = parse_date(record["released"], "released", name)
         fields["support_ends"] = parse_date(record["support_ends"], "support_ends", name)
@@ -106,10 +121,9 @@ def pinned(release: Release, settings: Mapping[str, str]) -> str:
             raise ReleasesError(f"{release.component}: no setting {name} in k8s/base/settings.env; fix its pin")
         value = settings[name]
     elif kind == "constraints":
-        found = re.search(rf"^{re.escape(name)}==(\S+)$", PIN_FILES[kind].read_text(), re.MULTILINE | re.IGNORECASE)
-        if not found:
+        value = constraint(PIN_FILES[kind].read_text(), name)
+        if value is None:
             raise ReleasesError(f"{release.component}: constraints.txt pins no {name}; fix its pin")
-        value = found.group(1)
     elif kind == "dockerfile":
         found = re.search(rf"^ARG {re.escape(name)}=(\S+)$", PIN_FILES[kind].read_text(), re.MULTILINE)
         if not found:
@@ -125,6 +139,20 @@ def pinned(release: Release, settings: Mapping[str, str]) -> str:
     if not part:
         raise ReleasesError(f"{release.component}: part {release.part!r} does not match {value!r}; fix the pattern")
     return part.group(1)
+
+
+def normalized(name: str) -> str:
+    """A package's name as pip compares them (PEP 503): case, and runs of - _ . alike."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def constraint(text: str, package: str) -> str | None:
+    """The version a constraints file pins PACKAGE at (name==version, with extras, a marker or a comment after)."""
+    for line in text.splitlines():
+        found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^]]*\])?\s*==\s*([^\s;#]+)", line)
+        if found and normalized(found.group(1)) == normalized(package):
+            return found.group(3)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ def tune(project: pathlib.Path, space: str, *variables: str) -> subprocess.Compl
 
 def trials_of(project: pathlib.Path, study: str) -> list[optuna.trial.FrozenTrial]:
     """The study as Optuna itself reads it from the journal."""
-    storage = JournalStorage(JournalFileBackend(str(project / "runs" / study / "study.journal")))
+    storage = JournalStorage(JournalFileBackend(str(project / "runs" / f"{study}.study" / "study.journal")))
     return optuna.load_study(study_name=study, storage=storage).get_trials()
 
 
@@ -98,7 +98,7 @@ def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_di
         ["make", "-n", "serve", f"VENV={VENV}", "JOB_NAME=default"], cwd=project, capture_output=True, text=True
     )
     assert "--model-base-path runs/default-selected/serving " in served.stdout, served.stdout
-    assert (project / "runs/lr/history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (project / "runs/lr.study/history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = done.stdout[done.stdout.index("trial  learning-rate") :]
     assert re.search(r"^0\s+1e\+30\s+fail\s", table, re.M) and re.search(
         r"^1\s+0\.003\s+0\.\d+\s+complete", table, re.M

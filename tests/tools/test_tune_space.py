@@ -4,6 +4,7 @@ the tuner refuses a second tuner on one study and a study resumed with another s
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -133,18 +134,83 @@ def test_a_task_option_is_searched_and_the_grid_is_every_combination(tmp_path):
     ]
 
 
-def test_a_resumed_study_must_search_the_same_space(tmp_path):
+def test_a_resumed_study_must_search_the_same_space_with_the_same_flags(tmp_path):
     first = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}"), EVERY_TRIAL, environ={})
-    studies.open_study(tmp_path / "study", "s", first)
+    studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL)
     other = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.2}"), EVERY_TRIAL, environ={})
     with pytest.raises(spaces.SpaceError, match="made from another search space or objective"):
-        studies.open_study(tmp_path / "study", "s", other)
-    studies.open_study(tmp_path / "study", "s", first)  # the same space resumes
+        studies.open_study(tmp_path / "study", "s", other, EVERY_TRIAL)
+    # Other epochs or another test split: the trials would not compare.
+    with pytest.raises(spaces.SpaceError, match="ran its trials with --dataset synthetic --epochs 1, not"):
+        studies.open_study(tmp_path / "study", "s", first, [*EVERY_TRIAL, "--test-examples", "32"])
+    studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL)  # the same space and flags resume
+
+
+def test_a_resumed_seeded_study_does_not_draw_its_first_trials_again(tmp_path):
+    space = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}", "seed: 0\n"), EVERY_TRIAL)
+    drawn = []
+    for _ in range(2):  # two tuner runs of one trial each on one study
+        study, _ = studies.open_study(tmp_path / "study", "s", space, EVERY_TRIAL)
+        trial = study.ask()
+        drawn.append(space.suggest(trial)["learning-rate"])
+        study.tell(trial, 0.5)
+    assert drawn[0] != drawn[1]
+
+
+@pytest.mark.parametrize(
+    "name, complaint",
+    [("My_Study", "a study is named as a job is"), ("../escaped", "a study is named as a job is")],
+)
+def test_a_study_name_that_no_job_could_have_is_refused(name, complaint):
+    with pytest.raises(spaces.SpaceError, match=complaint):
+        studies.study_dir(name)
+
+
+def test_a_study_lives_where_no_run_local_job_can(tmp_path):
+    # A job name has no dot, so run-local's CLEAN=1 of any job never reaches a study.
+    assert studies.study_dir("multi-worker").name == "multi-worker.study"
+
+
+@pytest.mark.parametrize(
+    "head, parameters, complaint",
+    [
+        ("", "learning-rate: {type: float, min: 0.001, max: 0.1, step: 0}", "step must be above 0, got 0"),
+        ("", "dense-units: {type: int, min: 32, max: 96, step: -32}", "step must be above 0, got -32"),
+        ("", "learning-rate: {type: float, min: 0.001, max: 0.1, log: 'false'}", "log must be true or false"),
+        ("prune: 'false'\n", "learning-rate: {type: float, min: 0.001, max: 0.1}", "prune must be true or false"),
+        ("seed: -1\n", "learning-rate: {type: float, min: 0.001, max: 0.1}", "seed must be a whole number from 0"),
+        ("seed: 99999999999999999999\n", "learning-rate: {type: float, min: 0.001, max: 0.1}", "from 0 to 4294967295"),
+        ("1: 2\n", "learning-rate: {type: float, min: 0.001, max: 0.1}", "unknown key(s) 1;"),
+        ("", "model: {type: categorical, values: [cnn], min: 3}", "unknown key(s) min; a categorical parameter"),
+        ("", "validation-split: {type: float, min: 0.1, max: 0.3}", "trials are compared on one test split"),
+        ("", "image-dir: {type: categorical, values: [a, b]}", "trials are compared on one test split"),
+    ],
+)
+def test_each_review_finding_is_exit_2_naming_it(tmp_path, head, parameters, complaint):
+    assert complaint in refusal(tmp_path, parameters, head)
+
+
+def test_a_file_that_is_not_text_is_refused(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_bytes(b"parameters:\n  \xff\xfe: 1\n")
+    with pytest.raises(spaces.SpaceError, match="not UTF-8 text"):
+        spaces.load(path, EVERY_TRIAL, environ={})
+
+
+def test_a_categorical_float_written_1e_3_is_the_number(tmp_path):
+    space = spaces.load(write(tmp_path, "learning-rate: {type: categorical, values: [1e-3, 0.01]}"), EVERY_TRIAL)
+    assert space.parameters[0].values == (0.001, 0.01)
+
+
+def test_an_abbreviated_flag_in_args_counts_as_given(tmp_path):
+    # The trainer's parser takes a unique prefix: --warmup 500 sets --warmup-steps, which the search would override.
+    message = refusal(tmp_path, "warmup-steps: {type: int, min: 0, max: 500}", argv=[*EVERY_TRIAL, "--warmup", "500"])
+    assert "warmup-steps is searched and also given in ARGS" in message
 
 
 def test_a_second_tuner_on_one_study_exits_2_naming_the_first(tmp_path):
-    study = f"tune-lock-test-{tmp_path.name}"
-    study_dir = ROOT / "runs" / study
+    study = f"tune-lock-test-{os.getpid()}"
+    study_dir = studies.study_dir(study)
     try:
         with studies.locked(study_dir):
             done = subprocess.run(

@@ -3,6 +3,7 @@ failure, for a pin past its support end or bumped without its dates read again; 
 
 from __future__ import annotations
 
+import datetime
 import os
 import pathlib
 import re
@@ -12,7 +13,7 @@ import sys
 import yaml
 
 from scripts.common.settings import load_file
-from scripts.versions.versions import RELEASES, markdown, read_releases, rows
+from scripts.versions.versions import RELEASES, constraint, last_day, markdown, read_releases, rows
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -44,23 +45,30 @@ def test_every_pin_is_listed_at_the_version_its_file_pins():
     assert {key for key in version_keys if f"settings:{key}" not in pins} == set()
 
 
+def day_after(month_or_day: str) -> str:
+    return (last_day(month_or_day) + datetime.timedelta(days=1)).isoformat()
+
+
 def test_a_pin_past_its_support_end_warns_and_exits_zero():
-    before = versions("--on", "2026-10-27")
-    after = versions("--on", "2026-10-28")
+    (node,) = [r for r in read_releases() if r.pin == "settings:NODE_KUBERNETES_VERSION"]
+    last = last_day(node.support_ends).isoformat()
+    before, after = versions("--on", last), versions("--on", day_after(node.support_ends))
     assert before.returncode == after.returncode == 0
-    assert "Kubernetes (the local node) v1.34.3: its support ended on 2026-10-27" not in before.stderr
-    assert "warning: Kubernetes (the local node) v1.34.3: its support ended on 2026-10-27" in after.stderr
-    # A month is supported to its last day.
-    assert "Python (the image)" not in versions("--on", "2027-10-31").stderr
-    assert "warning: Python (the image) 3.11.14: its support ended on 2027-10" in versions("--on", "2027-11-01").stderr
+    ended = f"Kubernetes (the local node) {node.read_for}: its support ended on {node.support_ends}"
+    assert ended not in before.stderr
+    assert f"warning: {ended}" in after.stderr
+    # "ended" without a date is past on any day.
+    assert "warning: Kubeflow training operator (TFJob) v1.9.4: its support ended:" in before.stderr
 
 
 def test_a_pin_bumped_without_its_dates_read_again_warns_naming_both_versions():
-    done = versions("--on", "2026-01-01", NODE_KUBERNETES_VERSION="v1.36.3")
+    (node,) = [r for r in read_releases() if r.pin == "settings:NODE_KUBERNETES_VERSION"]
+    done = versions("--on", "2026-01-01", NODE_KUBERNETES_VERSION="v1.99.0")
     assert done.returncode == 0
-    assert re.search(r"^Kubernetes \(the local node\)\s+v1\.36\.3\s", done.stdout, re.M)
+    assert re.search(r"^Kubernetes \(the local node\)\s+v1\.99\.0\s", done.stdout, re.M)
     assert (
-        "warning: Kubernetes (the local node) is pinned at v1.36.3, but its dates were read for v1.34.3" in done.stderr
+        f"warning: Kubernetes (the local node) is pinned at v1.99.0, but its dates were read for {node.read_for}"
+        in done.stderr
     )
 
 
@@ -83,11 +91,34 @@ def test_a_broken_record_exits_2_naming_it(tmp_path):
         "pin": ({"pin": "helm:kueue"}, "Kueue: pin 'helm:kueue' is not settings:KEY"),
         "setting": ({"pin": "settings:KUEUE_VERSON"}, "Kueue: no setting KUEUE_VERSON in k8s/base/settings.env"),
         "field": ({"homepage": "x"}, "Kueue has unknown fields ['homepage']"),
+        "month 13": ({"support_ends": "2027-13"}, "Kueue: support_ends '2027-13' is not a date"),
+        "month 0": ({"support_ends": "2027-00"}, "Kueue: support_ends '2027-00' is not a date"),
+        "no group": ({"part": "v[0-9.]+"}, "Kueue: part 'v[0-9.]+' needs a group"),
+        "bad pattern": ({"part": "(v[0-9.]+"}, "Kueue: part '(v[0-9.]+' is not a pattern"),
+        "no pin": ({"pin": None}, "Kueue: pin must be text, got None"),
+        "unquoted version": ({"read_for": 3.10}, "Kueue: read_for must be text, got 3.1 (quote a version"),
+        "no name": ({"component": None}, "record 11: component must be text, got None"),
     }
     for name, (change, message) in cases.items():
         broken = [dict(record, **change) if record["component"] == "Kueue" else record for record in records]
-        path = tmp_path / f"{name}.yaml"
+        path = tmp_path / f"{name.replace(' ', '-')}.yaml"
         path.write_text(yaml.safe_dump(broken))
         done = versions("--releases", str(path))
         assert done.returncode == 2, (name, done.stdout)
         assert message in done.stderr, (name, done.stderr)
+
+
+def test_a_constraint_is_found_as_pip_would_read_it():
+    text = (
+        "Keras[jax] == 3.15.1 ; python_version >= '3.10'  # via trainer\nkubeflow_katib_api==0.19.0\nkeras-hub==0.1\n"
+    )
+    assert constraint(text, "keras") == "3.15.1"
+    assert constraint(text, "kubeflow-katib-api") == "0.19.0"
+    assert constraint(text, "katib") is None
+
+
+def test_a_file_that_is_not_text_exits_2(tmp_path):
+    path = tmp_path / "releases.yaml"
+    path.write_bytes(b"- component: \xff\n")
+    done = versions("--releases", str(path))
+    assert done.returncode == 2 and "cannot read" in done.stderr
