@@ -201,7 +201,7 @@ def test_two_trials_at_once_share_neither_a_model_directory_nor_a_port(tmp_path)
     assert first.user_attrs["model_dir"] != second.user_attrs["model_dir"]
     ports = []
     for trial in trials:
-        log = (project / "runs" / "pair" / "logs" / f"{trial.user_attrs['job']}.log").read_text()
+        log = (project / "runs" / "pair.study" / "logs" / f"{trial.user_attrs['job']}.log").read_text()
         ports.append(set(re.findall(r"is 127\.0\.0\.1:(\d+) here", log)))
         assert metrics(trial.user_attrs["model_dir"])["config"]["learning_rate"] == trial.params["learning-rate"]
     assert ports[0] and ports[1] and not ports[0] & ports[1], ports
