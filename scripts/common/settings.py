@@ -81,6 +81,8 @@ RULES: dict[str, tuple[str, str]] = {
         ("BENCH_GHZ_MODULE_SHA256", "BENCH_HEY_MODULE_SHA256"), (r"[0-9a-f]{64}", "64 lower-case hex digits")
     ),
     "SELECTION_ROOT": RELATIVE_PATH_RULE,
+    "RUN_HERE_SUITE": RELATIVE_PATH_RULE,
+    "RUN_HERE_KUBERNETES": (_VERSION, "a Kubernetes version such as v1.36.3"),
     # TensorFlow Serving's image tags carry no v: 2.21.0.
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
     # The pause image's tags carry no v: 3.10.1.

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import crd_schemas
+from kubernetes_ranges import outside_ranges
 from model_server import ROOT
 from scripts.common import settings as project_settings
 
@@ -417,10 +418,10 @@ def test_every_pod_added_passes_pod_security_restricted(workflow):
 
 
 def test_the_pinned_stack_is_tested_on_the_clusters_kubernetes_minor():
-    k3s_minor = re.search(r"v(\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
-    for key in ("KSERVE_TESTED_KUBERNETES", "ARGO_WORKFLOWS_TESTED_KUBERNETES"):
-        minors = {re.search(r"v(\d+\.\d+)", version).group(1) for version in SETTINGS[key].split(",")}
-        assert k3s_minor in minors, f"{key} ({SETTINGS[key]}) does not include the cluster's {k3s_minor}"
+    # KServe's own CI stops at 1.34: its evidence on the cluster's minor is the cluster suite's run (the pipeline,
+    # the InferenceService), as for the engines (tests/tools/test_settings.py).
+    stack = {"KSERVE_VERSION": "KSERVE_TESTED_KUBERNETES", "ARGO_WORKFLOWS_VERSION": "ARGO_WORKFLOWS_TESTED_KUBERNETES"}
+    assert outside_ranges(SETTINGS, SETTINGS["K3S_IMAGE"], stack) == []
 
 
 BATCHING = {

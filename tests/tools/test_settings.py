@@ -16,6 +16,7 @@ import sys
 import pytest
 import yaml
 
+from kubernetes_ranges import outside_ranges
 from multiworker import python_prints
 from scripts.common import settings as project_settings
 
@@ -24,12 +25,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETTINGS = project_settings.load_file()
 # What make's recipes and the scripts need from the system, without kubectl.
 TOOLS = ("make", "sh", "bash", "grep", "sed", "git", "dirname", "uname", "cat", "env", "touch", "head")
-
-
-def minor(version: str) -> tuple[int, int]:
-    match = re.search(r"v(\d+)\.(\d+)(?:\.\d+)?", version)
-    assert match, f"no vMAJOR.MINOR[.PATCH] in {version!r}"
-    return int(match.group(1)), int(match.group(2))
 
 
 # Each pinned engine (its version setting) and the Kubernetes versions its own CI tests at that tag.
@@ -59,18 +54,18 @@ def stale_ranges(settings: dict[str, str]) -> list[str]:
 
 
 def untested_pairs(settings: dict[str, str]) -> list[str]:
-    """Why K3S_IMAGE's Kubernetes is not one that every pinned engine's CI tests at its tag (empty: it is)."""
-    k3s = minor(settings["K3S_IMAGE"])
-    return [
-        f"K3S_IMAGE {settings['K3S_IMAGE']} runs Kubernetes {'.'.join(map(str, k3s))}; "
-        f"{version_key} {settings[version_key]} is tested on {settings[tested_key]}"
-        for version_key, tested_key in ENGINE_PINS
-        if k3s not in [minor(v) for v in settings[tested_key].split(",")]
-    ]
+    """Why K3S_IMAGE's Kubernetes is not one that every pinned engine's CI tests at its tag, or that our cluster
+    suite ran every engine on (empty: it is)."""
+    return outside_ranges(settings, settings["K3S_IMAGE"], dict(ENGINE_PINS))
 
 
 def test_the_k3s_image_runs_a_kubernetes_minor_every_pinned_engine_is_tested_on():
     assert untested_pairs(SETTINGS) == []
+
+
+def test_the_k3s_image_runs_the_local_nodes_kubernetes():
+    # One version proven: the node the cluster suite runs on is the Kubernetes a k3d user gets.
+    assert SETTINGS["K3S_IMAGE"].split(":")[1].split("-k3s")[0] == SETTINGS["NODE_KUBERNETES_VERSION"]
 
 
 def test_every_tested_list_was_read_at_the_pinned_version():
@@ -89,9 +84,29 @@ def test_the_version_check_catches_the_old_pin():
 
 
 def test_the_version_check_names_the_one_engine_that_leaves_a_minor_out():
-    # 1.35: the operator and Trainer v2 test it, JobSet v0.12.0 does not.
+    # 1.35: the operator and Trainer v2 test it, JobSet v0.12.0 does not (and nothing here ran 1.35).
     (problem,) = untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.35.0-k3s1"})
     assert f"JOBSET_VERSION {SETTINGS['JOBSET_VERSION']} is tested on" in problem
+
+
+def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that_vouches_for_it():
+    past = {**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.36.3-k3s1", "NODE_KUBERNETES_VERSION": "v1.36.3"}
+    vouched = {**past, "RUN_HERE_KUBERNETES": "v1.36.3", "RUN_HERE_SUITE": "tests/cluster"}
+    assert untested_pairs(vouched) == []
+    not_recorded = untested_pairs({**vouched, "RUN_HERE_SUITE": ""})
+    # JobSet v0.12.0 (1.32-1.34), the operator and Trainer (to 1.35) leave 1.36 out; Kueue tests it.
+    assert {line.split(" is tested on")[0].split("; ")[1].split()[0] for line in not_recorded} == {
+        "TRAINING_OPERATOR_VERSION",
+        "JOBSET_VERSION",
+        "KUBEFLOW_TRAINER_VERSION",
+    }
+    assert all("no run here is recorded" in line for line in not_recorded)
+    other_node = untested_pairs({**vouched, "NODE_KUBERNETES_VERSION": "v1.34.3"})
+    assert other_node and all("is not the local node's v1.34.3" in line for line in other_node)
+    not_the_suite = untested_pairs({**vouched, "RUN_HERE_SUITE": "tests/tools"})
+    assert not_the_suite and all("is not the suite make test-cluster runs" in line for line in not_the_suite)
+    other_minor = untested_pairs({**vouched, "K3S_IMAGE": "rancher/k3s:v1.37.2-k3s1"})
+    assert other_minor and all("the run here was on another minor" in line for line in other_minor)
 
 
 def test_both_engines_that_run_on_jobset_install_the_pinned_jobset():
