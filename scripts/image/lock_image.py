@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import subprocess
 import sys
 import tempfile
 import urllib.request
 
+from scripts.common.packages import normalized
 from scripts.image.image_requirements import FLAVOURS, requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "scripts" / "image" / "locks"
 INDEX = "https://pypi.org/simple"
-
-
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def resolved(flavour: str) -> dict[str, str]:

@@ -273,7 +273,7 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
         if not isinstance(values, list) or not values:
             raise SpaceError(f"search space {where}: {name}: a categorical parameter lists its values: values: [...]")
         if kind is float:  # YAML 1.1 reads 1e-3 (no dot) as text, as for a range's bounds
-            values = [float(value) if _numeric(value) else value for value in values]
+            values = [float(value) if _numeric_text(value) else value for value in values]
         for value in values:
             if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
                 continue
@@ -311,7 +311,8 @@ def _parameter(where: str, name: str, spec: Any, options: Mapping[str, tuple[typ
     return Parameter(name, parameter_kind, low=low, high=high, log=log, step=step)
 
 
-def _numeric(value: Any) -> bool:
+def _numeric_text(value: Any) -> bool:
+    """Text that reads as a number (YAML 1.1 leaves 1e-3 as text)."""
     try:
         float(value)
     except (TypeError, ValueError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import pathlib
 import re
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 
 import yaml
 
+from scripts.common.packages import normalized
 from scripts.common.settings import ROOT, SettingsError, load
 
 RELEASES = pathlib.Path(__file__).with_name("releases.yaml")
@@ -113,6 +115,12 @@ def read_releases(path: pathlib.Path = RELEASES) -> list[Release]:
     return releases
 
 
+@functools.cache
+def pin_file(kind: str) -> str:
+    """constraints.txt or the Dockerfile, read once however many pins it holds."""
+    return PIN_FILES[kind].read_text()
+
+
 def pinned(release: Release, settings: Mapping[str, str]) -> str:
     """The version the project pins now, read where it is pinned."""
     kind, _, name = release.pin.partition(":")
@@ -121,11 +129,11 @@ def pinned(release: Release, settings: Mapping[str, str]) -> str:
             raise ReleasesError(f"{release.component}: no setting {name} in k8s/base/settings.env; fix its pin")
         value = settings[name]
     elif kind == "constraints":
-        value = constraint(PIN_FILES[kind].read_text(), name)
+        value = constraint(pin_file(kind), name)
         if value is None:
             raise ReleasesError(f"{release.component}: constraints.txt pins no {name}; fix its pin")
     elif kind == "dockerfile":
-        found = re.search(rf"^ARG {re.escape(name)}=(\S+)$", PIN_FILES[kind].read_text(), re.MULTILINE)
+        found = re.search(rf"^ARG {re.escape(name)}=(\S+)$", pin_file(kind), re.MULTILINE)
         if not found:
             raise ReleasesError(f"{release.component}: the Dockerfile has no ARG {name} with a default; fix its pin")
         value = found.group(1)
@@ -139,11 +147,6 @@ def pinned(release: Release, settings: Mapping[str, str]) -> str:
     if not part:
         raise ReleasesError(f"{release.component}: part {release.part!r} does not match {value!r}; fix the pattern")
     return part.group(1)
-
-
-def normalized(name: str) -> str:
-    """A package's name as pip compares them (PEP 503): case, and runs of - _ . alike."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def constraint(text: str, package: str) -> str | None:

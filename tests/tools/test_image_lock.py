@@ -22,15 +22,12 @@ import imports_of
 import prepared_tfds
 from record_files import write_records
 from refusing_proxy import PREPARE_DEFAULT_DATASET, refused_downloads
+from scripts.common.packages import normalized
 from scripts.image.image_requirements import FLAVOURS, requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "scripts" / "image" / "locks"
 BUILD_IMAGE = ROOT / "scripts" / "image" / "build-image.sh"
-
-
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lock_of(flavour: str) -> dict[str, tuple[str, list[str]]]:
