@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from project_copy import copy_project
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What the scripts need from the system before they look for the cluster tools.
 BASICS = ("bash", "dirname")
@@ -199,10 +201,7 @@ def k3d_up_with(
 def project_with_setting(tmp_path: pathlib.Path, key: str, value: str) -> pathlib.Path:
     """A copy of the scripts and manifests whose settings.env has KEY=VALUE: an empty value there is one the
     environment cannot give (the scripts keep the file's value over an empty variable)."""
-    root = tmp_path / "project"
-    ignore = shutil.ignore_patterns("__pycache__")
-    for name in ("scripts", "k8s"):
-        shutil.copytree(ROOT / name, root / name, ignore=ignore)
+    root = copy_project(tmp_path / "project", files=(), folders=("scripts", "k8s"))
     settings = root / "k8s" / "base" / "settings.env"
     lines = settings.read_text().splitlines()
     assert any(line.startswith(f"{key}=") for line in lines)
