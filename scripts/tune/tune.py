@@ -41,6 +41,8 @@ from . import space as spaces
 from . import study as studies
 from . import trial as trials
 
+SIGNAL_CHECK_SECONDS = 0.5  # how long the main thread waits on trials before it looks for Ctrl-C again
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -150,7 +152,11 @@ class Search:
                     while remaining > 0 and len(running) < parallel:
                         running.add(pool.submit(self.run_one))
                         remaining -= 1
-                    done, running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                    # In slices: the kernel may hand Ctrl-C to a trial's thread, and Python raises it only in the
+                    # main thread, when that thread next runs; an unbounded wait would hold it until a trial ends.
+                    done, running = concurrent.futures.wait(
+                        running, timeout=SIGNAL_CHECK_SECONDS, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
                     for future in done:
                         future.result()  # a bug in the tuner ends it, with its traceback
             except KeyboardInterrupt:
