@@ -1,9 +1,11 @@
-# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source).
+# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source), and a room's own from its
+# scripts/<room>/settings.env (the local node's).
 # Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
 , := ,
-SETTINGS_LINES := $(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=' k8s/base/settings.env)
+SETTINGS_FILES := k8s/base/settings.env $(wildcard scripts/*/settings.env)
+SETTINGS_LINES := $(shell grep -hE '^[A-Za-z_][A-Za-z0-9_]*=' $(SETTINGS_FILES))
 setting_key    = $(firstword $(subst =, ,$(1)))
 setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
 SETTINGS_KEYS  = $(foreach line,$(SETTINGS_LINES),$(call setting_key,$(line)))
@@ -24,7 +26,7 @@ space := $() $()
 tab   := $()	$()
 # The scripts' stricter check, per key (one line each, exit 2), first in every recipe that hands the settings on.
 CHECK_SETTINGS = $(SETTINGS_ENV) python3 -B -m scripts.common.settings --check
-$(foreach key,$(SETTINGS_KEYS),$(if $(call unsafe_part,$(key)),$(error setting $(key)='$(value $(key))' holds characters that cannot be passed on safely ($(call unsafe_part,$(key))): use letters, digits and . _ $(,) : / = + @ * ? [ ] - only (k8s/base/settings.env, the environment or make's command line))))
+$(foreach key,$(SETTINGS_KEYS),$(if $(call unsafe_part,$(key)),$(error setting $(key)='$(value $(key))' holds characters that cannot be passed on safely ($(call unsafe_part,$(key))): use letters, digits and . _ $(,) : / = + @ * ? [ ] - only ($(SETTINGS_FILES), the environment or make's command line))))
 
 PYTHON_FOR_VENV ?= python3.11
 VENV   ?= .venv
@@ -78,7 +80,7 @@ $(error make upload-images needs IMAGES=path/to/folder, the folder that holds tr
 endif
 endif
 
-.PHONY: help install lock train run-local tune versions test test-slow test-all lint image cluster-up cluster-down test-cluster k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local tune versions test test-slow test-all lint image k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -145,23 +147,6 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue)
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
-
-cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
-	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) ENGINE=$(ENGINE) PY=$(PY) scripts/cluster/node/up.sh
-
-cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
-	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) scripts/cluster/node/down.sh
-
-# The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
-# kubelet and the engines' controllers (CI runs it; tests/cluster/). The node stays up after it: make cluster-down ends it.
-test-cluster: install image ## run the cluster suite on the local node, with every engine and Kueue (as root; tests/cluster/)
-	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
-	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
-	@# Requests sized for a 2-core node that also runs the engines' controllers.
-	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
-	  $(PY) -m pytest -m cluster tests/cluster
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
@@ -278,3 +263,6 @@ serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (RE
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache
+
+# The local node (make cluster-up, cluster-down, test-cluster): a room of its own, deleted with scripts/node/.
+-include scripts/node/node.mk

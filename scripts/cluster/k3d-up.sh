@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings k8s/base/settings.env  # the environment wins over the file
+load_settings  # the environment wins over the files
 check_settings  # every value in its safe character set, before any of them reaches a command
 
 # shellcheck source=/dev/null

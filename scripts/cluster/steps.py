@@ -69,7 +69,7 @@ def import_image_to_cluster(context: str, image: str, container_tool: str) -> No
     settings = project_settings.load()
     if context == f"k3d-{settings['CLUSTER_NAME']}":
         import_image(image, settings["CLUSTER_NAME"], container_tool)
-    elif context == f"node-{settings['CLUSTER_NAME']}":
+    elif context == f"node-{settings['CLUSTER_NAME']}" and "NODE_RUN" in settings:  # the local node's room is here
         import_image_to_node(image, container_tool, f"{settings['NODE_RUN']}/containerd.sock")
     else:
         print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {image}")

@@ -1,6 +1,7 @@
-"""Reads k8s/base/settings.env, the project's single source of names, paths and ports.
+"""Reads k8s/base/settings.env, the project's single source of names, paths and ports, and the settings.env of each
+tool room that has its own (scripts/<room>/settings.env: the local node's). A key lives in exactly one of them.
 
-The file holds the defaults; a variable of the same name in the environment wins over it (make exports
+The files hold the defaults; a variable of the same name in the environment wins over it (make exports
 its effective values, so `WORKERS=3 make submit` and `make submit WORKERS=3` both reach the scripts).
 """
 
@@ -17,7 +18,14 @@ from collections.abc import Iterator, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 K8S_ROOT = ROOT / "k8s"
-SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"
+SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"  # the template's, which kustomize also reads into every pod
+
+
+def settings_files() -> list[pathlib.Path]:
+    """The template's settings file, then each tool room's: a deleted room's settings go with it."""
+    return [SETTINGS_FILE, *sorted((ROOT / "scripts").glob("*/settings.env"))]
+
+
 LOCAL_RUNS = ROOT / "runs"  # run-local's volumes, one folder per job: runs/<job-name>/
 
 
@@ -131,7 +139,7 @@ def problems(settings: Mapping[str, str]) -> list[str]:
         pattern, allowed = rule_of(key)
         if re.fullmatch(pattern, value):
             continue
-        where = "k8s/base/settings.env, the environment or make's command line"
+        where = f"{home(key)}, the environment or make's command line"
         if value == "":
             found.append(f"setting {key} is empty, and the scripts need it: set it to {allowed} ({where})")
         else:
@@ -151,8 +159,7 @@ def _check(key: str, value: str, where: str) -> None:
         raise ValueError(f"{where}: expected KEY=VALUE without quotes or spaces, got {key}={value!r}")
 
 
-def load_file(path: pathlib.Path = SETTINGS_FILE) -> dict[str, str]:
-    """The KEY=VALUE pairs of the settings file, in file order, without the environment."""
+def _read(path: pathlib.Path) -> dict[str, str]:
     settings: dict[str, str] = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         line = line.strip()
@@ -166,8 +173,31 @@ def load_file(path: pathlib.Path = SETTINGS_FILE) -> dict[str, str]:
     return settings
 
 
-def load(path: pathlib.Path = SETTINGS_FILE, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings file's pairs, each replaced by a non-empty environment variable of the same name."""
+def load_file(path: pathlib.Path | None = None) -> dict[str, str]:
+    """The KEY=VALUE pairs of one settings file, or (no path) of every one, in file order, without the environment."""
+    if path is not None:
+        return _read(path)
+    settings: dict[str, str] = {}
+    for each in settings_files():
+        pairs = _read(each)
+        twice = sorted(pairs.keys() & settings.keys())
+        if twice:
+            raise ValueError(f"{each}: {', '.join(twice)} already set in {home(twice[0])}; keep each key in one file")
+        settings.update(pairs)
+    return settings
+
+
+def home(key: str) -> str:
+    """The settings file that holds the key, as the user finds it from the repository's root."""
+    for path in settings_files()[1:]:
+        if re.search(rf"^{re.escape(key)}=", path.read_text(), re.MULTILINE):
+            return str(path.relative_to(ROOT))
+    return str(SETTINGS_FILE.relative_to(ROOT))
+
+
+def load(path: pathlib.Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings file's pairs (no path: every file's), each replaced by a non-empty environment variable of the
+    same name."""
     environ = os.environ if environ is None else environ
     settings = load_file(path)
     for key in settings:

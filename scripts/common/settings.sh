@@ -1,24 +1,32 @@
 # shellcheck shell=bash
-# Sourced by the shell scripts: load_settings FILE sets each KEY=VALUE of k8s/base/settings.env as a default;
-# a variable that is already set and non-empty (the environment, or make's values) keeps its value.
+# Sourced by the shell scripts: load_settings sets each KEY=VALUE of k8s/base/settings.env and of each room's
+# scripts/<room>/settings.env (the local node's) as a default; a variable that is already set and non-empty (the
+# environment, or make's values) keeps its value.
 load_settings() {
-  local key value
-  while IFS='=' read -r key value; do
-    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
-    [[ -n ${!key:-} ]] || printf -v "$key" '%s' "$value"
-  done <"$1"
+  local key value file root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  for file in "$root/k8s/base/settings.env" "$root"/scripts/*/settings.env; do
+    [[ -f $file ]] || continue
+    while IFS='=' read -r key value; do
+      [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+      [[ -n ${!key:-} ]] || printf -v "$key" '%s' "$value"
+    done <"$file"
+  done
 }
 
 # check_settings: exits 2 naming each setting whose value breaks its key's rule (scripts/common/settings.py, the one
 # table), before a script pastes any value into a command. Checks the values this shell holds (the environment's, or
 # the file's that load_settings set).
 check_settings() {
-  local key pairs=() root
+  local key pairs=() root file
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  while IFS='=' read -r key _; do
-    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
-    pairs+=("$key=${!key:-}")
-  done <"$root/k8s/base/settings.env"
+  for file in "$root/k8s/base/settings.env" "$root"/scripts/*/settings.env; do
+    [[ -f $file ]] || continue
+    while IFS='=' read -r key _; do
+      [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+      pairs+=("$key=${!key:-}")
+    done <"$file"
+  done
   if ! command -v python3 >/dev/null 2>&1; then
     echo "error: python3 is not installed; the scripts check the settings with it (https://www.python.org/downloads/)" >&2
     exit 1

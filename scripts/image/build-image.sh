@@ -21,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=/dev/null
 source "$root/scripts/common/settings.sh"
-load_settings "$root/k8s/base/settings.env"  # the environment wins over the file
+load_settings  # the environment wins over the files
 check_settings  # every value in its safe character set, before any of them reaches a command
 
 die() { printf 'build-image: %s\n' "$*" >&2; exit 1; }

@@ -25,6 +25,14 @@ from scripts.common.packages import normalized
 from scripts.common.settings import ROOT, SettingsError, load
 
 RELEASES = pathlib.Path(__file__).with_name("releases.yaml")
+
+
+def release_files() -> list[pathlib.Path]:
+    """This room's records, then each tool room's own (scripts/<room>/releases.yaml: the local node's), so that a
+    deleted room's pins go with it."""
+    return [RELEASES, *sorted(path for path in ROOT.glob("scripts/*/releases.yaml") if path != RELEASES)]
+
+
 PIN_FILES = {"constraints": ROOT / "constraints.txt", "dockerfile": ROOT / "Dockerfile"}
 ENDED = "ended"
 FIELDS = ("component", "pin", "read_for", "released", "released_from", "support_ends", "support_from", "runs")
@@ -126,7 +134,7 @@ def pinned(release: Release, settings: Mapping[str, str]) -> str:
     kind, _, name = release.pin.partition(":")
     if kind == "settings":
         if name not in settings:
-            raise ReleasesError(f"{release.component}: no setting {name} in k8s/base/settings.env; fix its pin")
+            raise ReleasesError(f"{release.component}: no setting {name} in any settings file; fix its pin")
         value = settings[name]
     elif kind == "constraints":
         value = constraint(pin_file(kind), name)
@@ -223,10 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         help="judge support ends against this day (YYYY-MM-DD; default today)",
     )
     parser.add_argument("--markdown", action="store_true", help="print docs/versions.md's table")
-    parser.add_argument("--releases", type=pathlib.Path, default=RELEASES, help=argparse.SUPPRESS)
+    parser.add_argument("--releases", type=pathlib.Path, action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        table = rows(read_releases(args.releases), load())
+        releases = [release for path in args.releases or release_files() for release in read_releases(path)]
+        table = rows(releases, load())
     except (ReleasesError, SettingsError) as error:
         print(f"versions: error: {error}", file=sys.stderr)
         return 2

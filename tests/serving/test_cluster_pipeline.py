@@ -344,7 +344,7 @@ def test_the_inference_service_passes_its_crd_and_kserves_admission_rules(runtim
     documents = generated("inferenceservice", "--image", "img:1", "--runtime", runtime)
     (service,) = [doc for doc in documents if doc["kind"] == "InferenceService"]
     for document in documents:
-        if document["kind"] != "NetworkPolicy":  # a core kind: the real API server validates it (tests/cluster)
+        if document["kind"] != "NetworkPolicy":  # a core kind: the real API server validates it (scripts/node/tests)
             crd_schemas.validate(document)
     # pkg/apis/serving/v1beta1/inference_service_validation.go at v0.20.0: the name, the deployment mode, exactly
     # one predictor implementation, the replicas, and a storage URI it can mount.

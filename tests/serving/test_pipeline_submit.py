@@ -1,5 +1,5 @@
 """make submit-pipeline's command line and how it follows a Workflow (scripts/pipeline/submit.py), without a cluster:
-the Workflow's status is fed in as Argo writes it. The real Argo is tests/cluster/test_serving_pipeline.py's."""
+the Workflow's status is fed in as Argo writes it. The real Argo is scripts/node/tests/test_serving_pipeline.py's."""
 
 from __future__ import annotations
 

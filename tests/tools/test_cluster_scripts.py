@@ -9,33 +9,14 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
-import sys
 
 import pytest
 
 from project_copy import copy_project
+from stub_tools import path_with
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# What the scripts need from the system before they look for the cluster tools.
-BASICS = ("bash", "dirname")
-
-
-def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
-    """A PATH holding only the basics plus the given stub tools (name -> shell body)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in BASICS:
-        (bin_dir / tool).symlink_to(shutil.which(tool))
-    # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.
-    (bin_dir / "python3").write_text(f'#!{shutil.which("bash")}\nexec {sys.executable} "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
-    for name, body in stubs.items():
-        stub = bin_dir / name
-        stub.write_text(f"#!{shutil.which('bash')}\n{body}\n")
-        stub.chmod(0o755)
-    return str(bin_dir)
 
 
 def run_script(name: str, path: str, **settings: str) -> subprocess.CompletedProcess:
@@ -46,60 +27,6 @@ def run_script(name: str, path: str, **settings: str) -> subprocess.CompletedPro
         env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **settings},
         timeout=60,
     )
-
-
-NODE_TOOLS = ("go", "containerd", "runc", "ctr", "iptables", "ipset", "conntrack", "openssl", "buildah", "kubectl")
-
-
-def node_settings(tmp_path: pathlib.Path) -> dict[str, str]:
-    """The local node's directories in TMP_PATH, so that no check touches a real node."""
-    return {
-        "NODE_ROOT": str(tmp_path / "root"),
-        "NODE_RUN": str(tmp_path / "run"),
-        "NODE_CNI_BIN": str(tmp_path / "cni"),
-    }
-
-
-def with_real(path: str, *tools: str) -> str:
-    for tool in tools:
-        pathlib.Path(path, tool).symlink_to(shutil.which(tool))
-    return path
-
-
-def test_cluster_up_names_every_missing_tool_at_once_with_where_to_get_it(tmp_path):
-    path = with_real(path_with(tmp_path, {}), "id", "sed")
-    result = run_script("node/up.sh", path, **node_settings(tmp_path))
-    assert result.returncode == 1
-    for tool in (*NODE_TOOLS, "ss"):
-        assert f"error: {tool} is not installed: " in result.stderr, result.stderr
-    assert "https://go.dev/dl/" in result.stderr and "apt-get install iproute2" in result.stderr
-    assert f"error: the CNI plugins are not in {tmp_path / 'cni'}: apt-get install containernetworking-plugins" in (
-        result.stderr
-    )
-    if os.getuid() != 0:
-        assert "run it as root (sudo make cluster-up)" in result.stderr
-    # SERVE=1 reads KServe's manifest with the project's Python: without the venv, named with its fix.
-    served = run_script(
-        "node/up.sh", path, SERVE="1", PY=str(tmp_path / "no-venv/bin/python"), **node_settings(tmp_path)
-    )
-    assert served.returncode == 1
-    assert f"the project's Python ({tmp_path / 'no-venv/bin/python'}): run make install first" in served.stderr
-
-
-def test_cluster_up_names_a_port_another_process_holds_before_it_starts_anything(tmp_path):
-    if shutil.which("ss") is None:
-        pytest.skip("cluster-up finds a taken port with ss: apt-get install iproute2")
-    path = with_real(path_with(tmp_path, dict.fromkeys(NODE_TOOLS, "exit 0")), "id", "sed", "ss", "head")
-    (tmp_path / "cni").mkdir()
-    (tmp_path / "cni" / "bridge").write_text("#!/bin/sh\n")
-    (tmp_path / "cni" / "bridge").chmod(0o755)
-    with socket.create_server(("127.0.0.1", 0)) as taken:
-        port = taken.getsockname()[1]
-        result = run_script("node/up.sh", path, NODE_API_PORT=str(port), **node_settings(tmp_path))
-    assert result.returncode == 1
-    assert f"error: port {port} is taken by another process (" in result.stderr, result.stderr
-    assert "stop it, or run make cluster-down" in result.stderr
-    assert not (tmp_path / "root").exists() and not (tmp_path / "run").exists(), "nothing started"
 
 
 def test_k3d_up_names_every_missing_tool_with_where_to_get_it(tmp_path):

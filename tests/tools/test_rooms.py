@@ -13,10 +13,11 @@ import sys
 import pytest
 import yaml
 
+from project_copy import VENV, copy_project
 from rooms import imported_modules, run_quick_tests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# The tests that belong to a room go with it.
+# The tests that belong to a room, outside its folder, go with it.
 ROOM_TESTS = {
     "bench": [
         "tests/tools/test_bench.py",
@@ -32,14 +33,14 @@ ROOM_TESTS = {
         "tests/tools/test_submit_engines.py",
         "tests/tools/test_engine_manifests.py",
         "tests/tools/test_cluster_scripts.py",
-        "tests/tools/test_webhook_certs.py",
         "tests/tools/test_upload_images.py",
-        "tests/cluster/test_node_cluster.py",
-        "tests/cluster/test_images_on_the_volume.py",
     ],
+    "node": [],  # its tests are in scripts/node/tests/, deleted with it
     "tune": ["tests/tools/test_tune.py", "tests/tools/test_tune_space.py"],
     "versions": ["tests/tools/test_versions.py"],
 }
+# The folders a room deletes: its own, and a room built on it (the local node runs the cluster tools' installs).
+ROOM_FOLDERS = {"cluster": ["scripts/cluster", "scripts/node"]}
 IMPORT_EVERY_MODULE = """
 import pkgutil, importlib, scripts
 names = [m.name for m in pkgutil.walk_packages(scripts.__path__, "scripts.")]
@@ -56,7 +57,8 @@ def copy_without(room: str, target: pathlib.Path) -> pathlib.Path:
         shutil.copy2(ROOT / name, target / name)
     for name in ("trainer", "scripts", "tests", "k8s"):
         shutil.copytree(ROOT / name, target / name, ignore=ignore)
-    shutil.rmtree(target / "scripts" / room)
+    for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"]):
+        shutil.rmtree(target / folder)
     for test in ROOM_TESTS.get(room, []):
         (target / test).unlink()
     return target
@@ -69,7 +71,9 @@ def scripts_imports(path: pathlib.Path) -> set[str]:
 
 def test_no_tool_room_imports_another_rooms_internals():
     for path in sorted((ROOT / "scripts").rglob("*.py")):
-        room = path.relative_to(ROOT / "scripts").parts[0]
+        room, *inside = path.relative_to(ROOT / "scripts").parts
+        if inside[:1] == ["tests"]:
+            continue  # a room's own tests (the local node's suite) drive the whole project, as tests/ does
         foreign = {name for name in scripts_imports(path) if name not in ("scripts.common", f"scripts.{room}")}
         assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}: tools share only scripts/common"
 
@@ -181,3 +185,44 @@ def test_lint_reads_every_room_and_skips_only_the_measured_results():
         sources = {path.relative_to(ROOT) for path in (ROOT / folder).rglob("*.py")}
         assert sources and sources <= checked, f"make lint skips {sorted(sources - checked)[:5]}"
     assert not [path for path in checked if path.parts[0] == "bench"]
+
+
+@pytest.mark.slow  # a two-worker run-local and a share of the quick suite in a copy: make test-slow
+def test_the_template_works_without_the_local_node(tmp_path):
+    """The harness apart from the template: delete scripts/node/ (its scripts, settings, make targets and tests) and
+    the template's make targets, run-local and the k3d path's offline checks still work."""
+    folders = ("trainer", "scripts", "tests", "k8s", "docs", "examples", "modules")
+    project = copy_project(tmp_path / "project", ("Makefile", "Dockerfile", "README.md"), folders)
+    shutil.rmtree(project / "scripts" / "node")
+    (project / ".venv").symlink_to(VENV)  # some tests run .venv/bin/python, as make does
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
+    make = ["make", "-o", f"{VENV}/.installed", f"VENV={VENV}"]
+
+    listed = subprocess.run([*make, "help"], **run)
+    assert listed.returncode == 0, listed.stderr
+    assert "run-local" in listed.stdout and "k3d-up" in listed.stdout and "cluster-up" not in listed.stdout
+    gone = subprocess.run([*make, "cluster-up"], **run)
+    assert gone.returncode != 0 and "No rule to make target 'cluster-up'" in gone.stderr
+
+    # The versions page lists the node's pins until it is printed again, as its test says.
+    table = subprocess.run([sys.executable, "-m", "scripts.versions.versions", "--markdown"], **run)
+    assert table.returncode == 0, table.stderr
+    page = project / "docs" / "versions.md"
+    text = page.read_text()
+    page.write_text(text[: text.index("| component |")] + table.stdout)
+    assert "local node" not in table.stdout.replace("local node, k3d", "")
+
+    offline = (
+        "tests/tools/test_settings.py",
+        "tests/tools/test_cluster_scripts.py",
+        "tests/tools/test_manifests.py",
+        "tests/tools/test_versions.py",
+        "tests/tools/test_submit.py",
+    )
+    tests = run_quick_tests(project, *offline)
+    assert tests.returncode == 0, tests.stdout[-3000:]
+
+    job = [*make, "run-local", "DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 256 --test-examples 64"]
+    trained = subprocess.run(job, **run)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert (project / "runs/multi-worker/models/multi-worker/metrics.json").is_file(), trained.stdout[-3000:]

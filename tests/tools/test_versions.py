@@ -13,9 +13,14 @@ import sys
 import yaml
 
 from scripts.common.settings import load_file
-from scripts.versions.versions import RELEASES, constraint, last_day, markdown, read_releases, rows
+from scripts.versions.versions import RELEASES, constraint, last_day, markdown, read_releases, release_files, rows
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def every_release():
+    """The records make versions reads: this room's and each other room's (the local node's)."""
+    return [release for path in release_files() for release in read_releases(path)]
 
 
 def versions(*flags: str, **environment: str) -> subprocess.CompletedProcess:
@@ -34,13 +39,14 @@ def test_every_pin_is_listed_at_the_version_its_file_pins():
     assert done.returncode == 0, done.stderr
     settings = load_file()
     listed = {line.split("  ")[0]: line for line in done.stdout.splitlines()[1:]}
-    for release in read_releases():
+    for release in every_release():
         assert release.component in listed
-    assert re.search(rf"^Kubernetes \(the local node\)\s+{settings['NODE_KUBERNETES_VERSION']}\s", done.stdout, re.M)
+    k3s = settings["K3S_IMAGE"].split(":")[1].split("-k3s")[0]
+    assert re.search(rf"^k3s \(k3d's node\)\s+{k3s}\s", done.stdout, re.M)
     pinned_tf = re.search(r"^tensorflow==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
     assert re.search(rf"^TensorFlow\s+{re.escape(pinned_tf)}\s", done.stdout, re.M)
     # Every version setting is a pin with a record, so a new pin cannot leave the page.
-    pins = {release.pin for release in read_releases()}
+    pins = {release.pin for release in every_release()}
     version_keys = {key for key in settings if key.endswith("_VERSION") and not key.endswith("_TESTED_AT_VERSION")}
     assert {key for key in version_keys if f"settings:{key}" not in pins} == set()
 
@@ -50,11 +56,11 @@ def day_after(month_or_day: str) -> str:
 
 
 def test_a_pin_past_its_support_end_warns_and_exits_zero():
-    (node,) = [r for r in read_releases() if r.pin == "settings:NODE_KUBERNETES_VERSION"]
-    last = last_day(node.support_ends).isoformat()
-    before, after = versions("--on", last), versions("--on", day_after(node.support_ends))
+    (k3s,) = [r for r in every_release() if r.pin == "settings:K3S_IMAGE"]
+    last = last_day(k3s.support_ends).isoformat()
+    before, after = versions("--on", last), versions("--on", day_after(k3s.support_ends))
     assert before.returncode == after.returncode == 0
-    ended = f"Kubernetes (the local node) {node.read_for}: its support ended on {node.support_ends}"
+    ended = f"k3s (k3d's node) {k3s.read_for}: its support ended on {k3s.support_ends}"
     assert ended not in before.stderr
     assert f"warning: {ended}" in after.stderr
     # "ended" without a date is past on any day.
@@ -62,25 +68,22 @@ def test_a_pin_past_its_support_end_warns_and_exits_zero():
 
 
 def test_a_pin_bumped_without_its_dates_read_again_warns_naming_both_versions():
-    (node,) = [r for r in read_releases() if r.pin == "settings:NODE_KUBERNETES_VERSION"]
-    done = versions("--on", "2026-01-01", NODE_KUBERNETES_VERSION="v1.99.0")
+    (k3s,) = [r for r in every_release() if r.pin == "settings:K3S_IMAGE"]
+    done = versions("--on", "2026-01-01", K3S_IMAGE="rancher/k3s:v1.99.0-k3s1")
     assert done.returncode == 0
-    assert re.search(r"^Kubernetes \(the local node\)\s+v1\.99\.0\s", done.stdout, re.M)
-    assert (
-        f"warning: Kubernetes (the local node) is pinned at v1.99.0, but its dates were read for {node.read_for}"
-        in done.stderr
-    )
+    assert re.search(r"^k3s \(k3d's node\)\s+v1\.99\.0\s", done.stdout, re.M)
+    assert f"warning: k3s (k3d's node) is pinned at v1.99.0, but its dates were read for {k3s.read_for}" in done.stderr
 
 
 def test_the_committed_records_match_the_pins():
     """The release dates on the page are the pinned versions' own: bump a pin, read its dates again."""
-    stale = [(row.release.component, row.version, row.release.read_for) for row in rows(read_releases(), load_file())]
+    stale = [(row.release.component, row.version, row.release.read_for) for row in rows(every_release(), load_file())]
     assert [entry for entry in stale if entry[1] != entry[2]] == []
 
 
 def test_docs_versions_is_the_table_the_command_prints():
     page = (ROOT / "docs" / "versions.md").read_text()
-    table = markdown(rows(read_releases(), load_file()))
+    table = markdown(rows(every_release(), load_file()))
     assert page.endswith(table), "docs/versions.md's table differs: python -m scripts.versions.versions --markdown"
 
 
@@ -89,7 +92,7 @@ def test_a_broken_record_exits_2_naming_it(tmp_path):
     cases = {
         "support_ends": ({"support_ends": "soon"}, "Kueue: support_ends 'soon' is not a date"),
         "pin": ({"pin": "helm:kueue"}, "Kueue: pin 'helm:kueue' is not settings:KEY"),
-        "setting": ({"pin": "settings:KUEUE_VERSON"}, "Kueue: no setting KUEUE_VERSON in k8s/base/settings.env"),
+        "setting": ({"pin": "settings:KUEUE_VERSON"}, "Kueue: no setting KUEUE_VERSON in any settings file"),
         "field": ({"homepage": "x"}, "Kueue has unknown fields ['homepage']"),
         "month 13": ({"support_ends": "2027-13"}, "Kueue: support_ends '2027-13' is not a date"),
         "month 0": ({"support_ends": "2027-00"}, "Kueue: support_ends '2027-00' is not a date"),
@@ -97,7 +100,7 @@ def test_a_broken_record_exits_2_naming_it(tmp_path):
         "bad pattern": ({"part": "(v[0-9.]+"}, "Kueue: part '(v[0-9.]+' is not a pattern"),
         "no pin": ({"pin": None}, "Kueue: pin must be text, got None"),
         "unquoted version": ({"read_for": 3.10}, "Kueue: read_for must be text, got 3.1 (quote a version"),
-        "no name": ({"component": None}, "record 11: component must be text, got None"),
+        "no name": ({"component": None}, "record 5: component must be text, got None"),
     }
     for name, (change, message) in cases.items():
         broken = [dict(record, **change) if record["component"] == "Kueue" else record for record in records]

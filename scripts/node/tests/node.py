@@ -17,7 +17,7 @@ import pytest
 
 from scripts.common import settings as project_settings
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SETTINGS = project_settings.load()
 CONTEXT = f"node-{SETTINGS['CLUSTER_NAME']}"
 NAMESPACE = SETTINGS["NAMESPACE"]

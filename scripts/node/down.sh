@@ -4,9 +4,9 @@
 # context. The built parts stay in NODE_CACHE, so the next cluster-up builds nothing. Safe after a crash.
 set -euo pipefail
 
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
-source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
+source scripts/node/common.sh  # the settings, checked, and the node's names
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "error: cluster-down stops root's containers and mounts: run it as root (sudo make cluster-down)" >&2

@@ -5,7 +5,7 @@
 # kubeconfigs. One place for what each process is called and where its files lie.
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings k8s/base/settings.env
+load_settings  # k8s/base/settings.env and the node's own, scripts/node/settings.env
 check_settings
 NODE_NAME=$CLUSTER_NAME
 # scripts/cluster/submit.py knows the local node by this context name, and imports the image into its containerd.
@@ -22,7 +22,7 @@ kube() { kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" "$@"; }
 install_hint() {
   case $1 in
     ctr) echo "apt-get install containerd" ;;
-    go) echo "install Go $(sed -n 's/^go //p' scripts/cluster/node/modules/kubernetes/go.mod) or newer: https://go.dev/dl/" ;;
+    go) echo "install Go $(sed -n 's/^go //p' scripts/node/modules/kubernetes/go.mod) or newer: https://go.dev/dl/" ;;
     ss) echo "apt-get install iproute2" ;;
     kubectl) echo "install kubectl: https://kubernetes.io/docs/tasks/tools/" ;;
     *) echo "apt-get install $1" ;;
@@ -174,7 +174,7 @@ render_engines() {
   while read -r repo module version commit; do
     dir=$(module_dir "$module" "$version")
     if [ "$(module_commit "$module" "$version")" != "$commit" ]; then
-      echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in k8s/base/settings.env" >&2
+      echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in k8s/base/settings.env and scripts/node/settings.env" >&2
       exit 1
     fi
     # kustomize takes no absolute root: each kustomization names the module's directory relative to itself.

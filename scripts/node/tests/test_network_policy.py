@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from scripts.common import settings as project_settings
-from tests.cluster.node import NAMESPACE, ROOT, SETTINGS, connects, kubectl, project_image, wait_until
+from scripts.node.tests.node import NAMESPACE, ROOT, SETTINGS, connects, kubectl, project_image, wait_until
 
 pytestmark = pytest.mark.cluster
 

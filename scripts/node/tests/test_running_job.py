@@ -21,7 +21,7 @@ import signal
 
 import pytest
 
-from tests.cluster.node import (
+from scripts.node.tests.node import (
     NAMESPACE,
     chief_status,
     clear_model_dir,

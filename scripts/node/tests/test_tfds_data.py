@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, make, volume_on_node
+from scripts.node.tests.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, make, volume_on_node
 
 pytestmark = pytest.mark.cluster
 

@@ -26,7 +26,7 @@ import pytest
 import tensorflow as tf
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
-from tests.cluster.node import (
+from scripts.node.tests.node import (
     ROOT,
     SETTINGS,
     connects,

@@ -1,7 +1,7 @@
 """What cert-manager does for a manifest's webhooks, on a cluster without it (the local node, make cluster-up SERVE=1):
 
-  python -m scripts.cluster.webhook_certs names < manifest.yaml
-  python -m scripts.cluster.webhook_certs inject --ca ca.crt --cert tls.crt --key tls.key < manifest.yaml
+  python -m scripts.node.webhook_certs names < manifest.yaml
+  python -m scripts.node.webhook_certs inject --ca ca.crt --cert tls.crt --key tls.key < manifest.yaml
 
 `names` prints each cert-manager Certificate as `NAMESPACE/NAME SECRET DNS,DNS...`, for the set-up to make a serving
 certificate with those names, signed by a CA of its own. `inject` prints the manifest without cert-manager's objects
@@ -91,9 +91,7 @@ def names(documents: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m scripts.cluster.webhook_certs", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m scripts.node.webhook_certs", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["names", "inject"])
     parser.add_argument("--ca", type=pathlib.Path)
     parser.add_argument("--cert", type=pathlib.Path)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pod_security import pod_templates
-from tests.cluster.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
+from scripts.node.tests.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
 
 pytestmark = pytest.mark.cluster
 

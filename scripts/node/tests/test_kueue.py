@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.cluster.node import (
+from scripts.node.tests.node import (
     NAMESPACE,
     ROOT,
     SETTINGS,

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.cluster.node import SHORT_JOB, clear_model_dir, fetch_model, make, pods
+from scripts.node.tests.node import SHORT_JOB, clear_model_dir, fetch_model, make, pods
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.cluster.node import clear_model_dir, fetch_model, make
+from scripts.node.tests.node import clear_model_dir, fetch_model, make
 
 pytestmark = pytest.mark.cluster
 

@@ -1,6 +1,6 @@
-"""The local node's stand-in for cert-manager (scripts/cluster/webhook_certs.py), on a manifest shaped as KServe's
+"""The local node's stand-in for cert-manager (scripts/node/webhook_certs.py), on a manifest shaped as KServe's
 core manifest is at KSERVE_VERSION: a self-signed Issuer, one Certificate, webhook configurations asking for its CA.
-The real manifest, the real API server and KServe's webhooks are tests/cluster/test_pipeline.py's."""
+The real manifest, the real API server and KServe's webhooks are scripts/node/tests/test_serving_pipeline.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from scripts.cluster import webhook_certs
+from scripts.node import webhook_certs
 
 MANIFEST = """
 apiVersion: cert-manager.io/v1
@@ -54,7 +54,7 @@ CA, CERT, KEY = b"-----CA-----\n", b"-----CERT-----\n", b"-----KEY-----\n"
 
 def run(*args: str, manifest: str = MANIFEST) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.cluster.webhook_certs", *args],
+        [sys.executable, "-m", "scripts.node.webhook_certs", *args],
         input=manifest,
         capture_output=True,
         text=True,

@@ -8,9 +8,9 @@
 # the processes up and only checks them.
 set -euo pipefail
 
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
-source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
+source scripts/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
 source scripts/cluster/install-engines.sh
 
@@ -220,7 +220,7 @@ start_dns() {
     cache 5
 }
 EOF
-  kube apply -f scripts/cluster/node/node-rbac.yaml >/dev/null
+  kube apply -f scripts/node/node-rbac.yaml >/dev/null
   launch coredns "$BIN/coredns-$NODE_COREDNS_VERSION" -conf "$NODE_ROOT/Corefile"
 }
 
@@ -268,17 +268,17 @@ EOF_PATCH
 }
 
 # node_kserve_core: KServe's core manifest (stdin to stdout) as the node runs it: without cert-manager's objects, with
-# the serving certificate its Certificate names and the CA in its webhooks' caBundle (scripts/cluster/webhook_certs.py);
+# the serving certificate its Certificate names and the CA in its webhooks' caBundle (scripts/node/webhook_certs.py);
 # and its controller's image, built here, used as present (the one pull policy there that forces a pull).
 node_kserve_core() {
   local manifest ref secret dns
   manifest=$(cat)
-  read -r ref secret dns <<<"$("$PY" -m scripts.cluster.webhook_certs names <<<"$manifest")"
+  read -r ref secret dns <<<"$("$PY" -m scripts.node.webhook_certs names <<<"$manifest")"
   [ -n "$dns" ] || { echo "error: KServe's core manifest names no cert-manager Certificate; check KSERVE_VERSION" >&2; exit 1; }
   ca webhook-ca "$CLUSTER_NAME-webhook-ca"
   cert webhook "${dns%%,*}" "" "DNS:${dns//,/,DNS:}" webhook-ca
   echo "  $ref: the serving certificate for $dns in the Secret $secret, signed by the node's webhook CA" >&2
-  "$PY" -m scripts.cluster.webhook_certs inject --ca "$PKI/webhook-ca.crt" --cert "$PKI/webhook.crt" \
+  "$PY" -m scripts.node.webhook_certs inject --ca "$PKI/webhook-ca.crt" --cert "$PKI/webhook.crt" \
     --key "$PKI/webhook.key" <<<"$manifest" | sed 's/imagePullPolicy: Always$/imagePullPolicy: IfNotPresent/'
 }
 
@@ -289,7 +289,7 @@ recover() {
   for name in "${NODE_PROCESSES[@]}"; do running "$name" && return; done
   if [ -d "$NODE_ROOT" ] || [ -d "$NODE_RUN" ]; then
     echo "no process of the node $NODE_CONTEXT is alive but its state is left: removing it first (make cluster-down)"
-    scripts/cluster/node/down.sh
+    scripts/node/down.sh
   fi
 }
 
@@ -298,7 +298,7 @@ PY=${PY:-.venv/bin/python}  # make cluster-up passes the venv's (make install)
 check_engine "$engine"
 preflight
 recover
-scripts/cluster/node/build.sh
+scripts/node/build.sh
 echo "starting the node $NODE_NAME (logs in $NODE_ROOT/logs)"
 make_pki
 network

@@ -5,13 +5,13 @@
 # the module's own for `go install pkg@version`) is checked against the Go checksum database by the go command.
 set -euo pipefail
 
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
-source scripts/cluster/node/common.sh  # the settings, checked, and the node's names
+source scripts/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
 source scripts/cluster/install-engines.sh  # kserve_manifest
 
-modules=$PWD/scripts/cluster/node/modules
+modules=$PWD/scripts/node/modules
 cache=${NODE_CACHE:-/var/cache/distml-node}
 bin=$cache/bin
 images=$cache/images

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from scripts.cluster import on_volume
-from tests.cluster.node import (
+from scripts.node.tests.node import (
     NAMESPACE,
     SETTINGS,
     clear_model_dir,

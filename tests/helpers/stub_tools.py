@@ -1,0 +1,32 @@
+"""A PATH of stand-in tools, for running the project's shell scripts where a tool is missing or only pretends."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import sys
+
+# What the scripts need from the system before they look for the cluster tools.
+BASICS = ("bash", "dirname")
+
+
+def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
+    """A PATH holding only the basics plus the given stub tools (name -> shell body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in BASICS:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.
+    (bin_dir / "python3").write_text(f'#!{shutil.which("bash")}\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    for name, body in stubs.items():
+        stub = bin_dir / name
+        stub.write_text(f"#!{shutil.which('bash')}\n{body}\n")
+        stub.chmod(0o755)
+    return str(bin_dir)
+
+
+def with_real(path: str, *tools: str) -> str:
+    for tool in tools:
+        pathlib.Path(path, tool).symlink_to(shutil.which(tool))
+    return path
