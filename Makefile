@@ -80,7 +80,7 @@ $(error make upload-images needs IMAGES=path/to/folder, the folder that holds tr
 endif
 endif
 
-.PHONY: help install lock train run-local tune versions test test-slow test-all lint image k3d-up k3d-down submit upload-images status logs delete fetch-model bench bench-serving bench-floor bench-tools clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local tune versions test test-slow test-all lint image k3d-up k3d-down submit upload-images status logs delete fetch-model clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -123,7 +123,7 @@ PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: install $(CHECKOV_VENV)/.installed ## the quick suite (under 5 minutes on 2 cores; TEST_WORKERS=)
 	$(PYTEST) -m "not slow and not image and not cluster"
 
-test-slow: install bench-tools ## the slow suites: long multi-process runs, the serving bench and the image build (CI runs these; TEST_WORKERS=)
+test-slow: install ## the slow suites: long multi-process runs, the serving bench and the image build (CI runs these; TEST_WORKERS=)
 	$(PYTEST) -m "slow or image"
 
 test-all: test test-slow ## everything CI runs
@@ -181,19 +181,6 @@ delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the vol
 fetch-model: ## copy the model and metrics from the volume to ./artifacts/
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
-
-bench: install bench-tools ## throughput, scaling, start-up against the tutorial loop, sync vs async; writes bench/ (BENCH_ARGS=, ARGS=)
-	$(PY) -m scripts.bench.bench $(BENCH_ARGS) $(if $(ARGS),-- $(ARGS))
-
-bench-serving: install bench-tools ## the serving bench alone: load by protocol, batching off against on (interleaved), shedding (BENCH_ARGS=)
-	$(PY) -m scripts.bench.serving_load $(BENCH_ARGS)
-
-bench-floor: install bench-tools ## the model server, batching off and on, against a bare Python gRPC server with no model (the floor), interleaved; shedding (BENCH_ARGS=)
-	$(PY) -m scripts.bench.grpc_floor $(BENCH_ARGS)
-
-bench-tools: install ## the serving bench's load generators, ghz and hey, into .venv/bin at their pins in settings.env, checked (needs Go 1.24+)
-	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.bench.load_tools --install
 
 # A job's model dir as run-local lays it out: the volume (MOUNT_PATH) is runs/<job>/, so MODEL_ROOT/<job> is
 # runs/<job>/<MODEL_ROOT below MOUNT_PATH>/<job> (docs/local-runner.md).
@@ -264,5 +251,7 @@ serve: install ## serve the newest SavedModel under SERVE_FROM on SERVE_PORT (RE
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs artifacts .pytest_cache
 
-# The local node (make cluster-up, cluster-down, test-cluster): a room of its own, deleted with scripts/node/.
+# The harness's rooms, each deleted with its folder: the local node (make cluster-up, cluster-down, test-cluster) and
+# the benches (make bench, bench-serving, bench-floor, bench-tools).
 -include scripts/node/node.mk
+-include scripts/bench/bench.mk

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -19,14 +20,7 @@ from rooms import imported_modules, run_quick_tests
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room, outside its folder, go with it.
 ROOM_TESTS = {
-    "bench": [
-        "tests/tools/test_bench.py",
-        "tests/tools/test_bench_async.py",
-        "tests/tools/test_bench_links.py",
-        "tests/tools/test_bench_load_tools.py",
-        "tests/serving/test_bench_serving.py",
-        "tests/helpers/bench_runs.py",
-    ],
+    "bench": [],  # its tests are in scripts/bench/tests/, deleted with it
     "cluster": [
         "tests/tools/test_submit.py",
         "tests/tools/test_submit_api.py",
@@ -187,30 +181,44 @@ def test_lint_reads_every_room_and_skips_only_the_measured_results():
     assert not [path for path in checked if path.parts[0] == "bench"]
 
 
+# The harness's rooms (docs/verification.md): each one folder holding its scripts, settings, make targets, release
+# records and tests; what its deletion takes from `make help`, and the runs-here text its pins leave on the versions
+# page.
+HARNESS_ROOMS = {
+    "node": (("cluster-up", "cluster-down", "test-cluster"), "local node"),
+    "bench": (("bench", "bench-serving", "bench-floor", "bench-tools"), "bench tools"),
+}
+
+
 @pytest.mark.slow  # a two-worker run-local and a share of the quick suite in a copy: make test-slow
-def test_the_template_works_without_the_local_node(tmp_path):
-    """The harness apart from the template: delete scripts/node/ (its scripts, settings, make targets and tests) and
-    the template's make targets, run-local and the k3d path's offline checks still work."""
+@pytest.mark.parametrize("room", sorted(HARNESS_ROOMS))
+def test_the_template_works_without_a_harness_room(tmp_path, room):
+    """The harness apart from the template: delete scripts/<room>/ whole, and the template's make targets, run-local
+    and the k3d path's offline checks still work, and make test-slow no longer builds the room's tools."""
+    targets, runs_here = HARNESS_ROOMS[room]
     folders = ("trainer", "scripts", "tests", "k8s", "docs", "examples", "modules")
     project = copy_project(tmp_path / "project", ("Makefile", "Dockerfile", "README.md"), folders)
-    shutil.rmtree(project / "scripts" / "node")
+    shutil.rmtree(project / "scripts" / room)
     (project / ".venv").symlink_to(VENV)  # some tests run .venv/bin/python, as make does
     run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
     make = ["make", "-o", f"{VENV}/.installed", f"VENV={VENV}"]
 
     listed = subprocess.run([*make, "help"], **run)
     assert listed.returncode == 0, listed.stderr
-    assert "run-local" in listed.stdout and "k3d-up" in listed.stdout and "cluster-up" not in listed.stdout
-    gone = subprocess.run([*make, "cluster-up"], **run)
-    assert gone.returncode != 0 and "No rule to make target 'cluster-up'" in gone.stderr
+    names = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    assert {"run-local", "submit", "k3d-up", "test", "test-slow"} <= names and not names & set(targets)
+    gone = subprocess.run([*make, targets[0]], **run)
+    assert gone.returncode != 0 and f"No rule to make target '{targets[0]}'" in gone.stderr
+    planned = subprocess.run([*make, "-n", "test-slow"], **run)
+    assert planned.returncode == 0 and f"scripts.{room}" not in planned.stdout, planned.stdout + planned.stderr
 
-    # The versions page lists the node's pins until it is printed again, as its test says.
+    # The versions page lists the room's pins until it is printed again, as its test says.
     table = subprocess.run([sys.executable, "-m", "scripts.versions.versions", "--markdown"], **run)
     assert table.returncode == 0, table.stderr
+    assert not re.search(rf"\| {runs_here}( \([^)]*\))? \|$", table.stdout, re.MULTILINE), table.stdout
     page = project / "docs" / "versions.md"
     text = page.read_text()
     page.write_text(text[: text.index("| component |")] + table.stdout)
-    assert "local node" not in table.stdout.replace("local node, k3d", "")
 
     offline = (
         "tests/tools/test_settings.py",

@@ -24,7 +24,7 @@ PROBLEM_WORDS = re.compile(r"\b(accuracy|logits|(?<!\.)labels)\b", re.IGNORECASE
 PS_TESTS = [
     "tests/trainer/test_async.py",
     "tests/tools/test_async_manifest.py",
-    "tests/tools/test_bench_async.py",
+    "scripts/bench/tests/test_bench_async.py",
     "tests/helpers/worker_lost_in_copy.py",
 ]
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The smallest run that still has a warm-up to leave out and timed steps after it.
 TINY = ("--steps", "32", "--warmup-steps", "16", "--global-batch-size", "16")

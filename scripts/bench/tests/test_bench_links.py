@@ -17,7 +17,7 @@ from matplotlib import pyplot
 
 from scripts.bench import bench, chart, links, netns
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 needs_namespaces = pytest.mark.skipif(bool(netns.unavailable()), reason=str(netns.unavailable()))
 
 
