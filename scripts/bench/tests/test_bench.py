@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench_runs import PNG_SIGNATURE, TINY, run_bench
+from scripts.bench.tests.bench_runs import PNG_SIGNATURE, TINY, run_bench
 
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
 

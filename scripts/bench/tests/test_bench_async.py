@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from bench_runs import PNG_SIGNATURE, TINY, run_bench
 from scripts.bench import async_modes, bench
+from scripts.bench.tests.bench_runs import PNG_SIGNATURE, TINY, run_bench
 
 TINY_ASYNC = ["--async-train-examples", "512", "--async-epochs", "2", "--async-test-examples", "64"]
 TINY_ASYNC += ["--async-batch", "16"]
