@@ -190,47 +190,59 @@ HARNESS_ROOMS = {
 }
 
 
-@pytest.mark.slow  # a two-worker run-local and a share of the quick suite in a copy: make test-slow
-@pytest.mark.parametrize("room", sorted(HARNESS_ROOMS))
-def test_the_template_works_without_a_harness_room(tmp_path, room):
-    """The harness apart from the template: delete scripts/<room>/ whole, and the template's make targets, run-local
-    and the k3d path's offline checks still work, and make test-slow no longer builds the room's tools."""
-    targets, runs_here = HARNESS_ROOMS[room]
+def without_harness_rooms(tmp_path: pathlib.Path, *rooms: str) -> pathlib.Path:
+    """A copy of the project with the rooms' folders deleted as a fork would, and the versions page printed again
+    (its table lists a deleted room's pins until then, and its test says so)."""
     folders = ("trainer", "scripts", "tests", "k8s", "docs", "examples", "modules")
-    project = copy_project(tmp_path / "project", ("Makefile", "Dockerfile", "README.md"), folders)
-    shutil.rmtree(project / "scripts" / room)
+    files = ("Makefile", "Dockerfile", "README.md", "checkov-constraints.txt")
+    project = copy_project(tmp_path / "project", files, folders)
+    for room in rooms:
+        shutil.rmtree(project / "scripts" / room)
     (project / ".venv").symlink_to(VENV)  # some tests run .venv/bin/python, as make does
-    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
-    make = ["make", "-o", f"{VENV}/.installed", f"VENV={VENV}"]
+    table = subprocess.run(
+        [sys.executable, "-m", "scripts.versions.versions", "--markdown"], cwd=project, capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr
+    page = project / "docs" / "versions.md"
+    page.write_text(page.read_text().split("| component |")[0] + table.stdout)
+    return project
 
-    listed = subprocess.run([*make, "help"], **run)
+
+# -o: the venv running this test is the one installed (and its checkov venv); make must not reinstall into it.
+MAKE_IN_A_COPY = ["make", "-o", f"{VENV}/.installed", "-o", f"{VENV}/checkov/.installed", f"VENV={VENV}"]
+
+
+@pytest.mark.slow  # copies the project and runs make: make test-slow
+@pytest.mark.parametrize("room", sorted(HARNESS_ROOMS))
+def test_a_deleted_harness_room_takes_its_targets_its_pins_and_its_tools_with_it(tmp_path, room):
+    targets, runs_here = HARNESS_ROOMS[room]
+    project = without_harness_rooms(tmp_path, room)
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 120}
+
+    listed = subprocess.run([*MAKE_IN_A_COPY, "help"], **run)
     assert listed.returncode == 0, listed.stderr
     names = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
     assert {"run-local", "submit", "k3d-up", "test", "test-slow"} <= names and not names & set(targets)
-    gone = subprocess.run([*make, targets[0]], **run)
+    gone = subprocess.run([*MAKE_IN_A_COPY, targets[0]], **run)
     assert gone.returncode != 0 and f"No rule to make target '{targets[0]}'" in gone.stderr
-    planned = subprocess.run([*make, "-n", "test-slow"], **run)
+    planned = subprocess.run([*MAKE_IN_A_COPY, "-n", "test-slow"], **run)
     assert planned.returncode == 0 and f"scripts.{room}" not in planned.stdout, planned.stdout + planned.stderr
+    versions = (project / "docs" / "versions.md").read_text()
+    assert not re.search(rf"\| {runs_here}( \([^)]*\))? \|$", versions, re.MULTILINE), versions
 
-    # The versions page lists the room's pins until it is printed again, as its test says.
-    table = subprocess.run([sys.executable, "-m", "scripts.versions.versions", "--markdown"], **run)
-    assert table.returncode == 0, table.stderr
-    assert not re.search(rf"\| {runs_here}( \([^)]*\))? \|$", table.stdout, re.MULTILINE), table.stdout
-    page = project / "docs" / "versions.md"
-    text = page.read_text()
-    page.write_text(text[: text.index("| component |")] + table.stdout)
 
-    offline = (
-        "tests/tools/test_settings.py",
-        "tests/tools/test_cluster_scripts.py",
-        "tests/tools/test_manifests.py",
-        "tests/tools/test_versions.py",
-        "tests/tools/test_submit.py",
-    )
-    tests = run_quick_tests(project, *offline)
-    assert tests.returncode == 0, tests.stdout[-3000:]
+@pytest.mark.slow  # the whole quick suite and a two-worker run-local in a copy: make test-slow
+def test_the_template_passes_make_test_and_runs_without_the_harness(tmp_path):
+    """The harness apart from the template: with the local node and the benches deleted, make test (the k3d path's
+    offline checks among it) passes and make run-local trains two workers."""
+    project = without_harness_rooms(tmp_path, *HARNESS_ROOMS)
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 900}
 
-    job = [*make, "run-local", "DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 256 --test-examples 64"]
-    trained = subprocess.run(job, **run)
+    tested = subprocess.run([*MAKE_IN_A_COPY, "test"], **run)
+    assert tested.returncode == 0, tested.stdout[-5000:] + tested.stderr[-2000:]
+    assert re.search(r"=+ \d+ passed", tested.stdout), tested.stdout[-2000:]
+
+    job = ["run-local", "DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 256 --test-examples 64"]
+    trained = subprocess.run([*MAKE_IN_A_COPY, *job], **run)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert (project / "runs/multi-worker/models/multi-worker/metrics.json").is_file(), trained.stdout[-3000:]
