@@ -193,18 +193,23 @@ HARNESS_ROOMS = {
 def without_harness_rooms(tmp_path: pathlib.Path, *rooms: str) -> pathlib.Path:
     """A copy of the project with the rooms' folders deleted as a fork would, and the versions page printed again
     (its table lists a deleted room's pins until then, and its test says so)."""
-    folders = ("trainer", "scripts", "tests", "k8s", "docs", "examples", "modules")
-    files = ("Makefile", "Dockerfile", "README.md", "checkov-constraints.txt")
+    # bench/ holds the measured results the docs show: the figures stay when the programs go.
+    folders = ("trainer", "scripts", "tests", "k8s", "docs", "examples", "modules", "bench")
+    files = ("Makefile", "Dockerfile", "README.md", "checkov-constraints.txt", ".dockerignore", ".gitignore")
     project = copy_project(tmp_path / "project", files, folders)
     for room in rooms:
         shutil.rmtree(project / "scripts" / room)
-    (project / ".venv").symlink_to(VENV)  # some tests run .venv/bin/python, as make does
     table = subprocess.run(
         [sys.executable, "-m", "scripts.versions.versions", "--markdown"], cwd=project, capture_output=True, text=True
     )
     assert table.returncode == 0, table.stderr
     page = project / "docs" / "versions.md"
     page.write_text(page.read_text().split("| component |")[0] + table.stdout)
+    # A fork is a git repository: the image is tagged by its revision, and tests ask git what it keeps.
+    git = ["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "fork"]):
+        subprocess.run([*git, *command], cwd=project, check=True, capture_output=True)
+    (project / ".venv").symlink_to(VENV)  # some tests run .venv/bin/python, as make does
     return project
 
 
