@@ -1,5 +1,5 @@
-# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source), and a room's own from its
-# scripts/<room>/settings.env (the local node's).
+# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source), and a harness room's own
+# from its scripts/<room>/settings.env (the local node's, the benches').
 # Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.

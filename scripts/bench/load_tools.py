@@ -2,7 +2,7 @@
 the server's CPU (the Python clients took as much per request as the server: 0.65 ms per gRPC request and 4.8 ms per
 REST one, against ghz's 0.17 to 0.31 and hey's 0.2, measured here). Each runs on one core (GOMAXPROCS 1).
 
-Pinned in k8s/base/settings.env (BENCH_GHZ_VERSION and BENCH_GHZ_MODULE_SHA256, BENCH_HEY_VERSION and
+Pinned in scripts/bench/settings.env (BENCH_GHZ_VERSION and BENCH_GHZ_MODULE_SHA256, BENCH_HEY_VERSION and
 BENCH_HEY_MODULE_SHA256: the module's version and its go.sum hash, h1:, in hex) and installed into the venv's bin by
 `make bench-tools` (`python -m scripts.bench.load_tools --install`): `go install MODULE/CMD@VERSION`, which checks the
 module against the Go checksum database, and then the binary's own record of the module it was built from

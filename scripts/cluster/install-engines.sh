@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the cluster set-ups (k3d-up.sh, node/up.sh) after load_settings: installs the engine that runs the job,
+# Sourced by the cluster set-ups (k3d-up.sh, scripts/node/up.sh) after load_settings: installs the engine that runs the job,
 # Kueue, and what serving and the pipeline need (KServe, Argo Workflows). The caller defines `kube` (kubectl on its context) and `engines` (a copy of k8s/engines whose upstream
 # sources it has pinned: commits on GitHub for k3d, the Go module cache for the local node).
 # shellcheck disable=SC2154  # engines is the caller's

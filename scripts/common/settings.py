@@ -1,5 +1,6 @@
 """Reads k8s/base/settings.env, the project's single source of names, paths and ports, and the settings.env of each
-tool room that has its own (scripts/<room>/settings.env: the local node's). A key lives in exactly one of them.
+tool room that has its own (scripts/<room>/settings.env: the local node's, the benches'). A key lives in exactly
+one of them.
 
 The files hold the defaults; a variable of the same name in the environment wins over it (make exports
 its effective values, so `WORKERS=3 make submit` and `make submit WORKERS=3` both reach the scripts).

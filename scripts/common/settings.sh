@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the shell scripts: load_settings sets each KEY=VALUE of k8s/base/settings.env and of each room's
-# scripts/<room>/settings.env (the local node's) as a default; a variable that is already set and non-empty (the
-# environment, or make's values) keeps its value.
+# scripts/<room>/settings.env (the local node's, the benches') as a default; a variable that is already set and
+# non-empty (the environment, or make's values) keeps its value.
 load_settings() {
   local key value file root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

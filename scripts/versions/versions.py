@@ -24,7 +24,7 @@ import yaml
 from scripts.common.packages import normalized
 from scripts.common.settings import ROOT, SettingsError, load
 
-RELEASES = pathlib.Path(__file__).with_name("releases.yaml")
+RELEASES = pathlib.Path(__file__).resolve().with_name("releases.yaml")  # resolved, as ROOT is
 
 
 def release_files() -> list[pathlib.Path]:

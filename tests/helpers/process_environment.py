@@ -1,5 +1,5 @@
 """The environment every test runs in, set before any test imports TensorFlow or starts a make; imported first by
-each suite's conftest.py (tests/, scripts/node/tests/)."""
+each suite's conftest.py (tests/, scripts/node/tests/, scripts/bench/tests/)."""
 
 import os
 

@@ -35,9 +35,9 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
         *TINY,
         "--workers",
         "2",
-        "--no-async",  # tests/tools/test_bench_async.py runs that phase
-        "--no-links",  # tests/tools/test_bench_links.py runs that phase
-        "--no-serving",  # tests/serving/test_bench_serving.py runs that phase
+        "--no-async",  # test_bench_async.py runs that phase
+        "--no-links",  # test_bench_links.py runs that phase
+        "--no-serving",  # test_bench_serving.py runs that phase
         "--output-dir",
         str(tmp_path),
         timeout=900,

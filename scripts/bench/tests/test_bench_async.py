@@ -120,9 +120,9 @@ def test_a_tiny_bench_with_the_async_phase_writes_its_records_and_chart(tmp_path
         "1",
         *TINY,
         *TINY_ASYNC,
-        # tests/tools/test_bench_links.py runs that phase and draws its panel; it alone makes network namespaces.
+        # test_bench_links.py runs that phase and draws its panel; it alone makes network namespaces.
         "--no-links",
-        "--no-serving",  # tests/serving/test_bench_serving.py runs that phase
+        "--no-serving",  # test_bench_serving.py runs that phase
         "--output-dir",
         str(tmp_path),
         timeout=1200,
