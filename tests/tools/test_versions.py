@@ -51,6 +51,21 @@ def test_every_pin_is_listed_at_the_version_its_file_pins():
     assert {key for key in version_keys if f"settings:{key}" not in pins} == set()
 
 
+def test_a_checkout_reached_through_a_symlink_lists_each_pin_once(tmp_path):
+    (tmp_path / "checkout").symlink_to(ROOT)
+    done = subprocess.run(  # the tools imported through the link, from outside the checkout
+        [sys.executable, "-m", "scripts.versions.versions", "--on", "2026-10-26"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "checkout")},
+    )
+    assert done.returncode == 0, done.stderr
+    components = [line.split("  ")[0] for line in done.stdout.splitlines()[1:]]
+    assert len(components) == len(set(components)) == len(every_release()), done.stdout
+
+
 def day_after(month_or_day: str) -> str:
     return (last_day(month_or_day) + datetime.timedelta(days=1)).isoformat()
 
