@@ -22,9 +22,14 @@ K8S_ROOT = ROOT / "k8s"
 SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"  # the template's, which kustomize also reads into every pod
 
 
+def room_files(name: str) -> list[pathlib.Path]:
+    """Each tool room's own file of this name (scripts/<room>/NAME), so that a deleted room's go with it."""
+    return sorted((ROOT / "scripts").glob(f"*/{name}"))
+
+
 def settings_files() -> list[pathlib.Path]:
-    """The template's settings file, then each tool room's: a deleted room's settings go with it."""
-    return [SETTINGS_FILE, *sorted((ROOT / "scripts").glob("*/settings.env"))]
+    """The template's settings file, then each tool room's."""
+    return [SETTINGS_FILE, *room_files(SETTINGS_FILE.name)]
 
 
 LOCAL_RUNS = ROOT / "runs"  # run-local's volumes, one folder per job: runs/<job-name>/
@@ -190,10 +195,8 @@ def load_file(path: pathlib.Path | None = None) -> dict[str, str]:
 
 def home(key: str) -> str:
     """The settings file that holds the key, as the user finds it from the repository's root."""
-    for path in settings_files()[1:]:
-        if re.search(rf"^{re.escape(key)}=", path.read_text(), re.MULTILINE):
-            return str(path.relative_to(ROOT))
-    return str(SETTINGS_FILE.relative_to(ROOT))
+    found = next((path for path in settings_files()[1:] if key in _read(path)), SETTINGS_FILE)
+    return str(found.relative_to(ROOT))
 
 
 def load(path: pathlib.Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -3,30 +3,33 @@
 # scripts/<room>/settings.env (the local node's, the benches') as a default; a variable that is already set and
 # non-empty (the environment, or make's values) keeps its value.
 load_settings() {
-  local key value file root
+  local key value
+  while IFS='=' read -r key value; do
+    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    [[ -n ${!key:-} ]] || printf -v "$key" '%s' "$value"
+  done < <(settings_lines)
+}
+
+# settings_lines: every settings file's lines, the template's first (settings.py's settings_files is the same list).
+settings_lines() {
+  local file root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   for file in "$root/k8s/base/settings.env" "$root"/scripts/*/settings.env; do
-    [[ -f $file ]] || continue
-    while IFS='=' read -r key value; do
-      [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
-      [[ -n ${!key:-} ]] || printf -v "$key" '%s' "$value"
-    done <"$file"
+    [[ -f $file ]] && printf '%s\n' "$(<"$file")"  # bash reads it: no cat on a bare PATH, one newline at the end
   done
+  return 0
 }
 
 # check_settings: exits 2 naming each setting whose value breaks its key's rule (scripts/common/settings.py, the one
 # table), before a script pastes any value into a command. Checks the values this shell holds (the environment's, or
 # the file's that load_settings set).
 check_settings() {
-  local key pairs=() root file
+  local key pairs=() root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  for file in "$root/k8s/base/settings.env" "$root"/scripts/*/settings.env; do
-    [[ -f $file ]] || continue
-    while IFS='=' read -r key _; do
-      [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
-      pairs+=("$key=${!key:-}")
-    done <"$file"
-  done
+  while IFS='=' read -r key _; do
+    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    pairs+=("$key=${!key:-}")
+  done < <(settings_lines)
   if ! command -v python3 >/dev/null 2>&1; then
     echo "error: python3 is not installed; the scripts check the settings with it (https://www.python.org/downloads/)" >&2
     exit 1

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import yaml
 
 from scripts.common.packages import normalized
-from scripts.common.settings import ROOT, SettingsError, load
+from scripts.common.settings import ROOT, SettingsError, load, room_files
 
 RELEASES = pathlib.Path(__file__).resolve().with_name("releases.yaml")  # resolved, as ROOT is
 
@@ -30,7 +30,7 @@ RELEASES = pathlib.Path(__file__).resolve().with_name("releases.yaml")  # resolv
 def release_files() -> list[pathlib.Path]:
     """This room's records, then each tool room's own (scripts/<room>/releases.yaml: the local node's), so that a
     deleted room's pins go with it."""
-    return [RELEASES, *sorted(path for path in ROOT.glob("scripts/*/releases.yaml") if path != RELEASES)]
+    return [RELEASES, *(path for path in room_files(RELEASES.name) if path != RELEASES)]
 
 
 PIN_FILES = {"constraints": ROOT / "constraints.txt", "dockerfile": ROOT / "Dockerfile"}

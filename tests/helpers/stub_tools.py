@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 # What the scripts need from the system before they look for the cluster tools.
@@ -30,3 +32,14 @@ def with_real(path: str, *tools: str) -> str:
     for tool in tools:
         pathlib.Path(path, tool).symlink_to(shutil.which(tool))
     return path
+
+
+def run_script(script: pathlib.Path, path: str, **settings: str) -> subprocess.CompletedProcess:
+    """The shell script under bash with only PATH, HOME and the given settings in its environment."""
+    return subprocess.run(
+        [shutil.which("bash"), str(script)],
+        capture_output=True,
+        text=True,
+        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **settings},
+        timeout=60,
+    )

@@ -14,23 +14,14 @@ import subprocess
 import pytest
 
 from project_copy import copy_project
-from stub_tools import path_with
+from stub_tools import path_with, run_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def run_script(name: str, path: str, **settings: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [shutil.which("bash"), str(ROOT / "scripts" / "cluster" / name)],
-        capture_output=True,
-        text=True,
-        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **settings},
-        timeout=60,
-    )
+CLUSTER_SCRIPTS = ROOT / "scripts" / "cluster"
 
 
 def test_k3d_up_names_every_missing_tool_with_where_to_get_it(tmp_path):
-    result = run_script("k3d-up.sh", path_with(tmp_path, {}))
+    result = run_script(CLUSTER_SCRIPTS / "k3d-up.sh", path_with(tmp_path, {}))
     assert result.returncode == 1
     for tool, hint in (
         ("docker", "docs.docker.com"),
@@ -43,7 +34,7 @@ def test_k3d_up_names_every_missing_tool_with_where_to_get_it(tmp_path):
 
 def test_k3d_up_says_when_docker_is_installed_but_not_running(tmp_path):
     stubs = {"docker": "exit 1", "k3d": "exit 0", "kubectl": "exit 0", "git": "exit 0"}
-    result = run_script("k3d-up.sh", path_with(tmp_path, stubs))
+    result = run_script(CLUSTER_SCRIPTS / "k3d-up.sh", path_with(tmp_path, stubs))
     assert result.returncode == 1
     assert "daemon does not answer" in result.stderr
     assert "not installed" not in result.stderr
@@ -290,7 +281,7 @@ def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine
 
 @pytest.mark.parametrize("script, missing", [("k3d-down.sh", "k3d"), ("fetch-model.sh", "kubectl")])
 def test_other_scripts_say_which_tool_is_missing(tmp_path, script, missing):
-    result = run_script(script, path_with(tmp_path, {}))
+    result = run_script(CLUSTER_SCRIPTS / script, path_with(tmp_path, {}))
     assert result.returncode == 1
     assert f"{missing} is not installed" in result.stderr
 

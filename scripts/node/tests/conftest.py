@@ -1,17 +1,19 @@
+import functools
+
 import pytest
 
 import process_environment  # noqa: F401  (sets the tests' environment before anything imports TensorFlow)
 from scripts.node.tests.node import CONTEXT, kubectl
 
-_node_up: list[bool] = []
+
+@functools.cache
+def node_ready() -> bool:
+    """Asked once per session: the API server's readiness."""
+    return kubectl("get", "--raw", "/readyz", check=False).returncode == 0
 
 
 @pytest.fixture(autouse=True)
 def node_is_up(request: pytest.FixtureRequest) -> None:
     """The cluster suite's tests need the node; this folder's quick tests (its scripts, offline) do not."""
-    if request.node.get_closest_marker("cluster") is None:
-        return
-    if not _node_up:
-        _node_up.append(kubectl("get", "--raw", "/readyz", check=False).returncode == 0)
-    if not _node_up[0]:
+    if request.node.get_closest_marker("cluster") is not None and not node_ready():
         pytest.fail(f"the local node is not up (context {CONTEXT}): run make cluster-up as root first")

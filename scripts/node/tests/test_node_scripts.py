@@ -7,23 +7,12 @@ import os
 import pathlib
 import shutil
 import socket
-import subprocess
 
 import pytest
 
-from stub_tools import path_with, with_real
+from stub_tools import path_with, run_script, with_real
 
 ROOM = pathlib.Path(__file__).resolve().parents[1]
-
-
-def run_script(name: str, path: str, **settings: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [shutil.which("bash"), str(ROOM / name)],
-        capture_output=True,
-        text=True,
-        env={"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **settings},
-        timeout=60,
-    )
 
 
 TOOLS = ("go", "containerd", "runc", "ctr", "iptables", "ipset", "conntrack", "openssl", "buildah", "kubectl")
@@ -40,7 +29,7 @@ def node_settings(tmp_path: pathlib.Path) -> dict[str, str]:
 
 def test_cluster_up_names_every_missing_tool_at_once_with_where_to_get_it(tmp_path):
     path = with_real(path_with(tmp_path, {}), "id", "sed")
-    result = run_script("up.sh", path, **node_settings(tmp_path))
+    result = run_script(ROOM / "up.sh", path, **node_settings(tmp_path))
     assert result.returncode == 1
     for tool in (*TOOLS, "ss"):
         assert f"error: {tool} is not installed: " in result.stderr, result.stderr
@@ -51,7 +40,9 @@ def test_cluster_up_names_every_missing_tool_at_once_with_where_to_get_it(tmp_pa
     if os.getuid() != 0:
         assert "run it as root (sudo make cluster-up)" in result.stderr
     # SERVE=1 reads KServe's manifest with the project's Python: without the venv, named with its fix.
-    served = run_script("up.sh", path, SERVE="1", PY=str(tmp_path / "no-venv/bin/python"), **node_settings(tmp_path))
+    served = run_script(
+        ROOM / "up.sh", path, SERVE="1", PY=str(tmp_path / "no-venv/bin/python"), **node_settings(tmp_path)
+    )
     assert served.returncode == 1
     assert f"the project's Python ({tmp_path / 'no-venv/bin/python'}): run make install first" in served.stderr
 
@@ -65,7 +56,7 @@ def test_cluster_up_names_a_port_another_process_holds_before_it_starts_anything
     (tmp_path / "cni" / "bridge").chmod(0o755)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = run_script("up.sh", path, NODE_API_PORT=str(port), **node_settings(tmp_path))
+        result = run_script(ROOM / "up.sh", path, NODE_API_PORT=str(port), **node_settings(tmp_path))
     assert result.returncode == 1
     assert f"error: port {port} is taken by another process (" in result.stderr, result.stderr
     assert "stop it, or run make cluster-down" in result.stderr
