@@ -68,7 +68,7 @@ TENSORBOARD ?=
 export IMAGE
 
 # run-local, tune, submit and upload-images render the overlay with kubectl: check it before anything is installed or started.
-ifneq ($(filter run-local tune submit upload-images,$(MAKECMDGOALS)),)
+ifneq ($(filter run-local tune tune-cluster submit upload-images,$(MAKECMDGOALS)),)
 KUBECTL_PROBLEM := $(shell scripts/common/check-kubectl.sh)
 ifneq ($(KUBECTL_PROBLEM),)
 $(error $(KUBECTL_PROBLEM))
@@ -80,7 +80,7 @@ $(error make upload-images needs IMAGES=path/to/folder, the folder that holds tr
 endif
 endif
 
-.PHONY: help install lock train run-local tune versions test test-slow test-all lint image k3d-up k3d-down submit upload-images status logs delete fetch-model clean serve select pipeline serve-once submit-pipeline serve-cluster
+.PHONY: help install lock train run-local tune tune-cluster versions test test-slow test-all lint image k3d-up k3d-down submit upload-images status logs delete fetch-model clean serve select pipeline serve-once submit-pipeline serve-cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "%-12s %s\n", $$1, $$2 }'
@@ -144,9 +144,9 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue)
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue; KATIB=1: also Katib)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) KATIB=$(KATIB) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)
@@ -218,6 +218,13 @@ STUDY        ?= $(JOB_NAME)-tune
 tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs (WORKERS each), pruned, resumable; the best published for make serve (DATASET=, EPOCHS=, ARGS=)
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) --publish-to $(PUBLISH_TO) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+
+# make tune-cluster: the same search as a Katib Experiment named STUDY on the cluster (make k3d-up KATIB=1), its trials
+# the ENGINE's job (tfjob or trainjob); the best published on the volume for make serve-cluster (docs/tuning.md).
+tune-cluster: install image ## search SEARCH_SPACE as a Katib Experiment: TRIALS TFJobs or TrainJobs (ENGINE=), followed; the best published for make serve-cluster and fetched to ./artifacts/
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.cluster --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
 	@$(CHECK_SETTINGS)

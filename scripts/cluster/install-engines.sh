@@ -75,6 +75,20 @@ install_kueue() {
   kube -n kueue-system wait --for condition=Available --timeout=300s deployment --all
 }
 
+# install_katib KUSTOMIZATION: Katib into kubeflow, after the engines: its controller reads which trial kinds exist when
+# it starts, so a controller already running is restarted to see an engine installed since.
+install_katib() {
+  local running=""
+  kube -n kubeflow get deployment katib-controller >/dev/null 2>&1 && running=1
+  echo "installing Katib $KATIB_VERSION (server-side: its CRDs are too large for client-side apply)"
+  kube apply --server-side -k "$1" >/dev/null
+  wait_established crd/experiments.kubeflow.org crd/trials.kubeflow.org crd/suggestions.kubeflow.org
+  [[ -z $running ]] || kube -n kubeflow rollout restart deployment/katib-controller >/dev/null
+  echo "waiting for Katib's controller, DB manager and database to become available"
+  kube -n kubeflow rollout status --timeout=300s deployment/katib-postgres deployment/katib-db-manager \
+    deployment/katib-controller
+}
+
 # install_engine ENGINE OPERATOR_SOURCE TRAINER_RUNTIMES [KUEUE]: the engine, and Kueue when KUEUE is not empty.
 install_engine() {
   case "$1" in

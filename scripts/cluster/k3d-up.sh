@@ -7,7 +7,8 @@
 #   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (k8s/engines/trainer: its manager overlay's pieces at the
 #             commit KUBEFLOW_TRAINER_COMMIT, with that JobSet; then its runtimes at that commit)
 # SERVE=1 adds cert-manager, KServe and Argo Workflows (install_serving below); KUEUE=1 adds Kueue KUEUE_VERSION
-# (k8s/engines/kueue, at the commit KUEUE_COMMIT) for gang admission of a JobSet or TrainJob (docs/cluster.md).
+# (k8s/engines/kueue, at the commit KUEUE_COMMIT) for gang admission of a JobSet or TrainJob (docs/cluster.md); KATIB=1
+# adds Katib KATIB_VERSION (k8s/engines/katib) for make tune-cluster (docs/tuning.md).
 # The versions, commits, checksums and the Kubernetes minors their CI tests are pinned in the settings file: nothing
 # is installed from a moving tag or an unchecked download (docs/security.md).
 # Idempotent: a second run finds the cluster and the engine in place, changes nothing and succeeds.
@@ -104,6 +105,17 @@ install_serving() {
   install_argo "$engines/argo-workflows"
 }
 
+# KATIB=1: Katib for make tune-cluster (k8s/engines/katib), from its Go module zip, applied only with the recorded sha256.
+install_tuning() {
+  local zip=$scratch/katib.zip
+  scripts/cluster/checked-download.sh "https://proxy.golang.org/github.com/kubeflow/katib/@v/$KATIB_VERSION.zip" \
+    "$KATIB_MODULE_ZIP_SHA256" "$zip"
+  python3 -m zipfile -e "$zip" "$scratch/katib-module"  # the Python that checked the settings
+  # kustomize takes the module's directory relative to the kustomization ($scratch/engines/katib).
+  sed -i.orig "s|KATIB_MODULE/|../../katib-module/github.com/kubeflow/katib@$KATIB_VERSION/|" "$engines/katib/kustomization.yaml"
+  install_katib "$engines/katib"
+}
+
 install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"
 if [[ -n ${KUEUE:-} ]]; then
   echo "ready: kubectl --context $context apply -f k8s/examples/kueue-queues.yaml (docs/cluster.md)"
@@ -111,5 +123,9 @@ fi
 if [[ -n ${SERVE:-} ]]; then
   install_serving
   echo "ready: make submit-pipeline ENGINE=$engine, then make serve-cluster"
+fi
+if [[ -n ${KATIB:-} ]]; then
+  install_tuning
+  echo "ready: make tune-cluster ENGINE=$engine"
 fi
 echo "ready: make submit ENGINE=$engine"

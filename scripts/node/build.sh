@@ -62,7 +62,7 @@ module_build() {
 # image NAME USER ENTRYPOINT FILE...: a single-layer image FROM scratch holding the files (SRC:DEST pairs) and, as
 # the distroless base of the upstream images has, a world-writable /tmp (Argo's executor writes a resource template's
 # manifest there); saved as an OCI archive that cluster-up imports into containerd under exactly NAME, the name the
-# manifests use.
+# manifests use. WORKDIR (optional): the image's working directory (Katib's manifests run ./NAME from it).
 image() {
   local name=$1 user=$2 entrypoint=$3 archive ctr base
   shift 3
@@ -74,7 +74,8 @@ image() {
   buildah copy --quiet "$ctr" "$base" / >/dev/null
   rm -rf "$base"
   for pair in "$@"; do buildah copy --quiet "$ctr" "${pair%%:*}" "${pair#*:}" >/dev/null; done
-  buildah config --entrypoint "[\"$entrypoint\"]" --cmd "" --user "$user" --env PATH=/usr/bin:/bin "$ctr"
+  buildah config --entrypoint "[\"$entrypoint\"]" --cmd "" --user "$user" --env PATH=/usr/bin:/bin \
+    ${WORKDIR:+--workingdir "$WORKDIR"} "$ctr"
   buildah commit --quiet --rm "$ctr" "$name" >/dev/null
   buildah push --quiet "$name" "oci-archive:$archive.tmp:$name"
   mv "$archive.tmp" "$archive"
@@ -130,6 +131,16 @@ if [[ -n ${SERVE:-} ]]; then
   module_build kube-rbac-proxy github.com/brancz/kube-rbac-proxy "$rbac_proxy_version" ./cmd/kube-rbac-proxy
 fi
 
+# KATIB=1 (make cluster-up KATIB=1): Katib's controller, DB manager, goptuna suggestion and file/StdOut metrics
+# collector from its module (every main is a v1beta1 package), as its Dockerfiles build them.
+if [[ -n ${KATIB:-} ]]; then
+  katib=github.com/kubeflow/katib
+  module_build katib-controller "$katib" "$KATIB_VERSION" ./cmd/katib-controller/v1beta1
+  module_build katib-db-manager "$katib" "$KATIB_VERSION" ./cmd/db-manager/v1beta1
+  module_build suggestion-goptuna "$katib" "$KATIB_VERSION" ./cmd/suggestion/goptuna/v1beta1
+  module_build file-metrics-collector "$katib" "$KATIB_VERSION" ./cmd/metricscollector/v1beta1/file-metricscollector
+fi
+
 # The pause binary is C: Kubernetes' own source at the pinned version, static, as build/pause/Makefile builds it.
 pause_src=$(cd "$modules/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 if ! built "pause-$NODE_PAUSE_VERSION"; then
@@ -151,6 +162,19 @@ image "$(deployment_image "$engines/engines/trainer" kubeflow-trainer-controller
 image "$(deployment_image "$engines/engines/kueue" kueue-controller-manager)" 65532:65532 /manager \
   "$bin/kueue-$KUEUE_VERSION:/manager"
 rm -rf "$engines"
+if [[ -n ${KATIB:-} ]]; then
+  # As their Dockerfiles lay them out, each binary in its working directory; the trial's collector runs as the
+  # trainer (injectSecurityContext) and the suggestion as katib-config.yaml says.
+  for part in katib-controller:/app katib-db-manager:/app file-metrics-collector:/app suggestion-goptuna:/opt/katib; do
+    name=${part%%:*} dir=${part#*:}
+    WORKDIR=$dir image "ghcr.io/kubeflow/katib/$name:$KATIB_VERSION" 65532:65532 "$dir/$name" "$bin/$name-$KATIB_VERSION:$dir/$name"
+  done
+  # Its database: PostgreSQL from the host's Debian package, started as upstream's postgres image starts.
+  rootfs=$(mktemp -d)
+  scripts/node/katib/postgres-rootfs.sh "$rootfs"
+  image "$NODE_KATIB_POSTGRES_IMAGE" 999:999 /entrypoint.sh "$rootfs:/"
+  rm -rf "$rootfs"
+fi
 if [[ -n ${SERVE:-} ]]; then
   # As their Dockerfiles lay them out, on distroless/static: Argo's binaries in /bin (its manifests run them by
   # name), the controller as 8737 and the executor as root (the pods it joins set their own user).

@@ -195,6 +195,20 @@ patches:
 EOF_PATCH
 }
 
+# render_katib DIR: a copy of k8s/engines/katib in DIR whose source is Katib's module in the Go module cache, its
+# database the image build.sh makes from Debian's PostgreSQL.
+render_katib() {
+  local out=$1 dir
+  dir=$(module_dir github.com/kubeflow/katib "$KATIB_VERSION")
+  cp -R k8s/engines/katib "$out"
+  sed -i "s|KATIB_MODULE/|$(realpath --relative-to "$out" "$dir")/|" "$out/kustomization.yaml"
+  cat >>"$out/kustomization.yaml" <<EOF_PATCH
+  - target: {group: apps, version: v1, kind: Deployment, name: katib-postgres}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/image, value: $NODE_KATIB_POSTGRES_IMAGE}
+EOF_PATCH
+}
+
 # deployment_image SOURCE NAME [N]: the image of container N (default 0, the first) of the Deployment NAME in SOURCE,
 # a kustomization's directory or a manifest file.
 deployment_image() {

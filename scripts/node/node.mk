@@ -3,9 +3,9 @@
 # the template's targets (run-local, submit against k3d or your cluster) never call these.
 .PHONY: cluster-up cluster-down test-cluster
 
-cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows; KATIB=1: Katib) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) ENGINE=$(ENGINE) PY=$(PY) scripts/node/up.sh
+	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) KATIB=$(KATIB) ENGINE=$(ENGINE) PY=$(PY) scripts/node/up.sh
 
 cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
 	@$(CHECK_SETTINGS)
@@ -13,9 +13,9 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
 # kubelet and the engines' controllers (CI runs it; scripts/node/tests/). The node stays up after it: make cluster-down ends it.
-test-cluster: install image ## run the cluster suite on the local node, with every engine and Kueue (as root; scripts/node/tests/)
+test-cluster: install image ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
 	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
-	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1
+	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1
 	@# Requests sized for a 2-core node that also runs the engines' controllers.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
 	  $(PY) -m pytest -m cluster scripts/node/tests

@@ -31,6 +31,10 @@ preflight() {
     echo "error: SERVE=1 reads KServe's manifest with the project's Python ($PY): run make install first, or make cluster-up SERVE=1, which does" >&2
     problems=1
   fi
+  if [[ -n ${KATIB:-} ]] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    echo "error: KATIB=1 makes Katib's database image from Debian's PostgreSQL: apt-get install postgresql" >&2
+    problems=1
+  fi
   if [ ! -x "$NODE_CNI_BIN/bridge" ]; then
     echo "error: the CNI plugins are not in $NODE_CNI_BIN: apt-get install containernetworking-plugins, or set NODE_CNI_BIN" >&2
     problems=1
@@ -245,6 +249,15 @@ install_engines() {
   rm -rf "$(dirname "$engines")"
 }
 
+# KATIB=1: Katib as k3d-up KATIB=1 installs it, from the same module, with the node's own PostgreSQL image.
+node_katib() {
+  local katib
+  katib=$(mktemp -d)/katib
+  render_katib "$katib"
+  install_katib "$katib"
+  rm -rf "$(dirname "$katib")"
+}
+
 # SERVE=1: KServe and Argo Workflows as k3d-up SERVE=1 installs them, from the pinned modules' own files. The
 # certificate of KServe's webhooks, which cert-manager makes on k3d, is made here, signed by a CA of the node's.
 install_serving() {
@@ -314,5 +327,6 @@ start_policy
 install_storage
 install_engines
 [[ -z ${SERVE:-} ]] || install_serving
+[[ -z ${KATIB:-} ]] || node_katib
 add_context
 echo "cluster ready: kubectl --context $NODE_CONTEXT; the cluster commands: make submit KUBE_CONTEXT=$NODE_CONTEXT"

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from project_copy import copy_project
 from stub_tools import path_with, run_script
@@ -64,6 +65,7 @@ def k3d_up_with(
     standalone_jobset: bool = False,
     kserve_download: str = FAKE_KSERVE_SCRIPT,
     root: pathlib.Path = ROOT,
+    katib_zip: pathlib.Path | None = None,
     **environ: str,
 ):
     """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
@@ -94,9 +96,16 @@ def k3d_up_with(
         "curl": (
             f"{tr} '\\0' ' ' < /proc/$PPID/cmdline >> {tmp_path / 'curl.log'}; echo >> {tmp_path / 'curl.log'}; "
             'while [ "$1" != "--output" ]; do shift; done; '
-            f'case "$3" in *kserve*) {cp} {kserve_script} "$2";; *) {cp} {manifest} "$2";; esac'
+            f'case "$3" in *kserve*) {cp} {kserve_script} "$2";; *katib*) {cp} {katib_zip} "$2";; '
+            f'*) {cp} {manifest} "$2";; esac'
         ),
     }
+    if katib_zip is not None:  # Katib's kustomization rendered by the real kubectl as applied, beside the copy
+        real = shutil.which("kubectl")
+        stubs["kubectl"] = (
+            f'case "$*" in *"-k "*/engines/katib) {real} kustomize "${{@: -1}}" > {tmp_path / "katib.yaml"};; esac; '
+            + stubs["kubectl"]
+        )
     path = path_with(tmp_path, stubs)
     for tool in INSTALL_TOOLS:
         (pathlib.Path(path) / tool).symlink_to(shutil.which(tool))
@@ -269,6 +278,49 @@ def test_everything_k3d_up_installs_comes_from_a_pinned_commit_or_a_checked_down
     downloads = (tmp_path / "curl.log").read_text().splitlines()
     assert len(downloads) == 2  # cert-manager's manifest and KServe's install script
     assert all("scripts/cluster/checked-download.sh" in parent for parent in downloads), downloads
+
+
+def fake_katib_zip(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A module zip laid out as the Go module proxy serves Katib's: each component Katib's kustomization names, a
+    ConfigMap each."""
+    import zipfile
+
+    zip_path = tmp_path / "katib.zip"
+    version = settings_file()["KATIB_VERSION"]
+    with zipfile.ZipFile(zip_path, "w") as archive:
+        for component in ("namespace", "controller", "crd", "db-manager", "postgres", "webhook"):
+            where = f"github.com/kubeflow/katib@{version}/manifests/v1beta1/components/{component}"
+            archive.writestr(f"{where}/kustomization.yaml", "resources: [objects.yaml]\n")
+            archive.writestr(
+                f"{where}/objects.yaml", f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {component}}}\n"
+            )
+    return zip_path
+
+
+def test_k3d_up_katib_applies_its_module_zip_only_with_the_recorded_sha256(tmp_path):
+    zip_path = fake_katib_zip(tmp_path)
+    recorded = hashlib.sha256(zip_path.read_bytes()).hexdigest()
+    result, applies, _ = k3d_up_with(
+        tmp_path / "a", "tfjob", katib_zip=zip_path, KATIB="1", KATIB_MODULE_ZIP_SHA256=recorded
+    )
+    assert result.returncode == 0, result.stderr
+    version = settings_file()["KATIB_VERSION"]
+    assert f"checked https://proxy.golang.org/github.com/kubeflow/katib/@v/{version}.zip: sha256 {recorded}" in (
+        result.stdout
+    )
+    assert [without_scratch(a) for a in applies][
+        -1
+    ] == "--context k3d-distml apply --server-side -k SCRATCH/engines/katib"
+    rendered = list(yaml.safe_load_all((tmp_path / "a" / "katib.yaml").read_text()))
+    names = {(obj["kind"], obj["metadata"]["name"]) for obj in rendered}
+    components = {"namespace", "controller", "crd", "db-manager", "postgres", "webhook"}
+    assert {("ConfigMap", name) for name in components} | {("ConfigMap", "katib-config")} <= names
+    assert "ready: make tune-cluster ENGINE=tfjob" in result.stdout
+
+    result, applies, _ = k3d_up_with(tmp_path / "b", "tfjob", katib_zip=zip_path, KATIB="1",
+                                     KATIB_MODULE_ZIP_SHA256="0" * 64)  # fmt: skip
+    assert result.returncode == 2 and f"has sha256 {recorded}, not the recorded" in result.stderr
+    assert not [a for a in applies if "katib" in a]
 
 
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):

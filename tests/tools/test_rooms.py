@@ -30,7 +30,7 @@ ROOM_TESTS = {
         "tests/tools/test_upload_images.py",
     ],
     "node": [],  # its tests are in scripts/node/tests/, deleted with it
-    "tune": ["tests/tools/test_tune.py", "tests/tools/test_tune_space.py"],
+    "tune": ["tests/tools/test_tune.py", "tests/tools/test_tune_space.py", "tests/tools/test_tune_cluster.py"],
     "versions": ["tests/tools/test_versions.py"],
 }
 # The folders a room deletes: its own, and a room built on it (the local node runs the cluster tools' installs).

@@ -33,6 +33,7 @@ ENGINE_PINS = (
     ("JOBSET_VERSION", "JOBSET_TESTED_KUBERNETES"),
     ("KUBEFLOW_TRAINER_VERSION", "KUBEFLOW_TRAINER_TESTED_KUBERNETES"),
     ("KUEUE_VERSION", "KUEUE_TESTED_KUBERNETES"),  # opt-in, for gang admission
+    ("KATIB_VERSION", "KATIB_TESTED_KUBERNETES"),  # opt-in, for make tune-cluster
 )
 # Every tested list (the engines' and the serving stack's, tests/serving/test_cluster_pipeline.py) and the setting
 # that records the release whose CI it was read at, with the pinned version that release must be.
@@ -78,10 +79,11 @@ def test_the_version_check_catches_the_old_pin():
     assert "1.31" in untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.31.5-k3s1"})[0]
 
 
-def test_the_version_check_names_the_one_engine_that_leaves_a_minor_out():
-    # 1.35: the operator and Trainer v2 test it, JobSet v0.12.0 does not (and nothing here ran 1.35).
-    (problem,) = untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.35.0-k3s1"})
-    assert f"JOBSET_VERSION {SETTINGS['JOBSET_VERSION']} is tested on" in problem
+def test_the_version_check_names_each_engine_that_leaves_a_minor_out():
+    # 1.35: the operator and Trainer v2 test it, JobSet v0.12.0 and Katib v0.19.0 do not (nothing here ran 1.35).
+    jobset, katib = untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.35.0-k3s1"})
+    assert f"JOBSET_VERSION {SETTINGS['JOBSET_VERSION']} is tested on" in jobset
+    assert f"KATIB_VERSION {SETTINGS['KATIB_VERSION']} is tested on" in katib
 
 
 def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that_vouches_for_it():
@@ -89,11 +91,12 @@ def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that
     vouched = {**past, "RUN_HERE_KUBERNETES": "v1.36.3", "RUN_HERE_SUITE": "scripts/node/tests"}
     assert untested_pairs(vouched) == []
     not_recorded = untested_pairs({**vouched, "RUN_HERE_SUITE": ""})
-    # JobSet v0.12.0 (1.32-1.34), the operator and Trainer (to 1.35) leave 1.36 out; Kueue tests it.
+    # JobSet v0.12.0 (1.32-1.34), the operator and Trainer (to 1.35), Katib (to 1.34) leave 1.36 out; Kueue tests it.
     assert {line.split(" is tested on")[0].split("; ")[1].split()[0] for line in not_recorded} == {
         "TRAINING_OPERATOR_VERSION",
         "JOBSET_VERSION",
         "KUBEFLOW_TRAINER_VERSION",
+        "KATIB_VERSION",
     }
     assert all("no run here is recorded" in line for line in not_recorded)
     other_minor = untested_pairs({**vouched, "K3S_IMAGE": "rancher/k3s:v1.37.2-k3s1"})

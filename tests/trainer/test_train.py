@@ -122,3 +122,20 @@ def test_mixed_precision_trains_and_the_saved_model_keeps_its_dtypes(precision, 
     assert serve.structured_input_signature[1]["images"].dtype == tf.uint8
     outputs = serve.structured_outputs
     assert (outputs["probabilities"].dtype, outputs["class_id"].dtype) == (tf.float32, tf.int64)
+
+
+# The StdOut metrics collector's default filter (Katib v0.19.0, pkg/metricscollector/v1beta1/common/const.go):
+# name=value anywhere in a line; a tuner on the cluster reads the objective from the chief's output so.
+KATIB_DEFAULT_FILTER = r"([\w|-]+)\s*=\s*([+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
+
+
+def test_the_results_end_the_output_as_name_value_pairs_a_tuner_reads(tmp_path, capsys):
+    import re
+
+    model_dir = tmp_path / "model"
+    train(model_dir, "--epochs", "1")
+    output = capsys.readouterr().out
+    read = {name: float(value) for name, value, *_ in re.findall(KATIB_DEFAULT_FILTER, output) if value}
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
+    for key in ("test_accuracy", "test_loss", "train_accuracy", "train_loss"):
+        assert read[key] == pytest.approx(metrics[key], rel=1e-6), (key, output[-2000:])

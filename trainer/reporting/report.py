@@ -149,6 +149,8 @@ class Reporter:
         print(
             f"{self.name} finished: test {figures(test.means())}, weights sha256 {record['weights_sha256']}", flush=True
         )
+        # The results as name=value, the form a tuner reads from the output (Katib's StdOut metrics collector).
+        print(" ".join(f"{name}={value!r}" for name, value in results.items()), flush=True)
         return record
 
     def failed(self, error: str, exit_code: int, state: str = "failed") -> None:

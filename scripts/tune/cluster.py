@@ -1,0 +1,629 @@
+"""`make tune-cluster`: the search space `make tune` reads, as a Katib Experiment whose trials are the project's job.
+
+    python -m scripts.tune.cluster --search-space scripts/tune/search_space.yaml --study multi-worker-tune \\
+        --kustomize k8s/overlays/tfjob-sync --image IMG --workers 2 --dataset synthetic --epochs 3 -- ARGS
+
+The search space is checked against the trainer's options as `make tune` checks it, then rendered into an Experiment
+(Katib KATIB_VERSION, kubeflow.org/v1beta1) named after the study: its trials are the overlay's TFJob or TrainJob,
+each under the trial's own name and model dir (MODEL_ROOT/<trial>), its parameters in the trainer's flags. Katib's
+goptuna service suggests them (tpe or random, seeded by the file's seed); the StdOut collector reads the chief's
+`<objective>=<value>` line. Its volume, settings, NetworkPolicy and data are applied once, under the study's name.
+The command follows the Experiment, a line as each trial starts and ends; at the end it prints the table of trials,
+publishes the best trial's model on the volume through model selection (SELECTION_ROOT/JOB_NAME/serving, what
+make serve-cluster serves) and fetches it to ./artifacts/ (make fetch-model). The same command again follows an
+Experiment already there instead of creating it; one made from another search space is refused.
+
+Where Katib cannot do what make tune does, the command says so and does the nearest thing: goptuna has no log
+scale, so a log-scale range is searched as LOG_POINTS values spread evenly on the log scale per decade; it has no
+grid (refused); Katib's early stopping service is not built, so trials are not pruned (said).
+
+Exit code: 0 the best model was published, 1 no trial succeeded or the Experiment failed, 2 the search space or
+the flags cannot run on the cluster, 3 a cluster step failed, 4 stopped following (Ctrl-C, --timeout) while the
+Experiment goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from scripts.common import manifest
+from scripts.common import settings as project_settings
+from scripts.common.cli import split_trainer_flags
+from trainer.base.errors import UserError
+
+from . import space as spaces
+
+EXIT_PUBLISHED, EXIT_NO_MODEL, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
+GROUP, VERSION = "kubeflow.org", "v1beta1"
+# The image's ENTRYPOINT (Dockerfile): Katib's collector wraps the chief's command in `sh -c`, and its webhook would
+# otherwise look the image up in a registry to learn it (tests/tools/test_tune_cluster.py holds the two equal).
+IMAGE_ENTRYPOINT = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer"]
+ALGORITHMS = {"tpe": "tpe", "random": "random"}  # the file's sampler -> the goptuna algorithm (katib-config.yaml)
+LOG_POINTS = 4  # values per decade for a log-scale range, which goptuna cannot sample
+MADE_FROM = "distml/made-from"  # the annotation holding the digest of the Experiment's spec
+TRIAL_NAME = "trial-name"  # the trial parameter that carries each trial's own name into its job
+# Which pod's output Katib reads, by kind: the TFJob's first worker (the chief; the operator labels it master when
+# no Chief replica exists), and the TrainJob's first node (our runtime's replicated job is `node`).
+PRIMARY = {
+    "TFJob": ("tensorflow", {"training.kubeflow.org/job-role": "master"}),
+    "TrainJob": (
+        "node",
+        {"jobset.sigs.k8s.io/replicatedjob-name": "node", "batch.kubernetes.io/job-completion-index": "0"},
+    ),
+}
+POLL_S = 5.0
+DATA_TIMEOUT_S = 1800
+SELECT_TIMEOUT_S = 600
+
+
+class TuneClusterError(UserError):
+    """The search space or the flags cannot run as a Katib Experiment; the message names the problem and the fix."""
+
+
+class ClusterStepError(RuntimeError):
+    """A call to the cluster failed; the message holds the command and what the cluster said."""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.tune.cluster",
+        description=__doc__.split("\n\n")[0],
+        epilog="Everything after -- goes to every trial's trainer (make tune-cluster's ARGS).",
+    )
+    parser.add_argument("--search-space", required=True, help="the search space file (SEARCH_SPACE=)")
+    parser.add_argument("--study", required=True, help="the Experiment's name (STUDY=); trials are <study>-<suffix>")
+    parser.add_argument("--kustomize", required=True, help="the overlay each trial runs (ENGINE=)")
+    parser.add_argument("--image", required=True, help="the image `make image` built")
+    parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
+    parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
+    parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")
+    parser.add_argument("--trials", type=int, help="trials in all (TRIALS=; default: the file's)")
+    parser.add_argument("--parallel", type=int, help="trials at once (PARALLEL=; default: the file's)")
+    parser.add_argument("--timeout", type=float, default=0, help="stop following after this many seconds (0: never)")
+    parser.add_argument("--no-fetch", action="store_true", help="publish on the volume, but fetch nothing")
+    parser.add_argument("--dry-run", action="store_true", help="print the Experiment (JSON) and exit")
+    ours, trainer_flags = split_trainer_flags(argv)
+    args = parser.parse_args(ours)
+    args.trainer_flags = trainer_flags
+    for name in ("workers", "epochs", "trials", "parallel"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be at least 1, got {value}")
+    if len(args.study) > 40:
+        parser.error(f"--study {args.study!r}: at most 40 characters (Katib names each trial <study>-<8 letters>)")
+    return args
+
+
+def katib_parameter(parameter: spaces.Parameter) -> dict[str, Any]:
+    """One parameter as Katib's Experiment declares it; a log-scale range becomes its log-spaced values."""
+    if parameter.kind == "categorical":
+        if any(isinstance(value, bool) for value in parameter.values):
+            raise TuneClusterError(
+                f"{parameter.name}: Katib passes a value as text, and a true/false switch is a flag of its own "
+                f"(--{parameter.name} / --no-{parameter.name}); search it with make tune, or set it in ARGS"
+            )
+        return {
+            "name": parameter.name,
+            "parameterType": "categorical",
+            "feasibleSpace": {"list": [text(value) for value in parameter.values]},
+        }
+    if parameter.log:
+        return {
+            "name": parameter.name,
+            "parameterType": "discrete",
+            "feasibleSpace": {"list": [text(value) for value in log_points(parameter)]},
+        }
+    assert parameter.low is not None and parameter.high is not None, "a range has both ends"
+    number = int if parameter.kind == "int" else float
+    space = {"min": text(number(parameter.low)), "max": text(number(parameter.high))}
+    if parameter.step is not None:
+        space["step"] = text(number(parameter.step))
+    return {
+        "name": parameter.name,
+        "parameterType": "int" if parameter.kind == "int" else "double",
+        "feasibleSpace": space,
+    }
+
+
+def log_points(parameter: spaces.Parameter) -> list[float] | list[int]:
+    """The range's values spread evenly on the log scale, LOG_POINTS per decade, both ends included."""
+    assert parameter.low is not None and parameter.high is not None, "a range has both ends"
+    low, high = float(parameter.low), float(parameter.high)
+    count = max(2, math.ceil(LOG_POINTS * math.log10(high / low)) + 1)
+    inner = [low * (high / low) ** (i / (count - 1)) for i in range(1, count - 1)]
+    if parameter.kind == "int":
+        return sorted({round(value) for value in [low, *inner, high]})
+    return [low, *(float(f"{value:.3g}") for value in inner), high]
+
+
+def text(value: int | float | str) -> str:
+    """A value as Katib carries it: text the trainer's parser reads back to the same number."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def algorithm(space: spaces.SearchSpace) -> dict[str, Any]:
+    if space.sampler not in ALGORITHMS:
+        raise TuneClusterError(
+            f"search space {space.path}: sampler {space.sampler}: Katib's goptuna service has no grid search; "
+            f"use sampler: tpe or random on the cluster, or make tune for a grid"
+        )
+    settings = [] if space.seed is None else [{"name": "random_state", "value": str(space.seed)}]
+    return {"algorithmName": ALGORITHMS[space.sampler], "algorithmSettings": settings}
+
+
+def placeholder(name: str) -> str:
+    return f"${{trialParameters.{name}}}"
+
+
+def trial_flags(space: spaces.SearchSpace) -> list[str]:
+    """The searched flags with Katib's placeholders for their values."""
+    return [part for parameter in space.parameters for part in (f"--{parameter.name}", placeholder(parameter.name))]
+
+
+def per_trial_env(settings: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each trial is a job of its own name, with its own model dir on the volume (k8s/base/trainer-pod.yaml's)."""
+    return [
+        {"name": "JOB_NAME", "value": placeholder(TRIAL_NAME)},
+        {"name": "TRAINER_MODEL_DIR", "value": f"{settings['MODEL_ROOT']}/{placeholder(TRIAL_NAME)}"},
+    ]
+
+
+def with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
+    names = {entry["name"] for entry in env}
+    container["env"] = env + [entry for entry in container.get("env") or [] if entry["name"] not in names]
+
+
+def trial_spec(
+    objects: list[dict[str, Any]], kind: str, space: spaces.SearchSpace, settings: Mapping[str, str]
+) -> dict[str, Any]:
+    """The job one trial runs: the rendered job, with the searched flags, the trial's name and model dir, and the
+    image's entrypoint as its command."""
+    job = json.loads(json.dumps(manifest.the_one(objects, kind)))
+    job["metadata"] = {"labels": job["metadata"].get("labels", {})}  # Katib names it after the trial
+    if kind == "TFJob":
+        for replica in job["spec"]["tfReplicaSpecs"].values():
+            for container in replica["template"]["spec"]["containers"]:
+                if container["name"] == manifest.TFJOB_CONTAINER:
+                    container["command"] = IMAGE_ENTRYPOINT
+                    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+                    container["args"] = [*(container.get("args") or []), *trial_flags(space)]
+                    with_env(container, per_trial_env(settings))
+        return job
+    # A TrainJob's trainer container lives in its runtime, shared by every trial (applied by prepare(), so the
+    # termination message is set there): the trial's own values go into the TrainJob's trainer overrides, which
+    # Trainer applies to that container.
+    runtime = manifest.runtime_of(objects)
+    replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    container = next(c for c in replicated["template"]["spec"]["template"]["spec"]["containers"] if c["name"] == "node")
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    trainer = job["spec"].setdefault("trainer", {})
+    trainer["command"] = IMAGE_ENTRYPOINT
+    trainer["args"] = [*(container.get("args") or []), *trial_flags(space)]
+    trainer["env"] = per_trial_env(settings)
+    return job
+
+
+def experiment(name: str, namespace: str, space: spaces.SearchSpace, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    container, primary_labels = PRIMARY[kind]
+    parameters = [katib_parameter(parameter) for parameter in space.parameters]
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Experiment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "objective": {
+                "type": space.direction,
+                "objectiveMetricName": space.objective.key,
+            },
+            "algorithm": algorithm(space),
+            "parallelTrialCount": space.parallel,
+            "maxTrialCount": space.trials,
+            # A failed trial (a diverging learning rate's exit 4) is recorded and never chosen; the search goes on.
+            "maxFailedTrialCount": space.trials,
+            "metricsCollectorSpec": {"collector": {"kind": "StdOut"}},
+            "parameters": parameters,
+            "trialTemplate": {
+                "primaryContainerName": container,
+                "primaryPodLabels": primary_labels,
+                # A trial's job stays after it ends, as make submit's does: its pods say why it failed.
+                "retain": True,
+                "trialParameters": [
+                    *({"name": p["name"], "reference": p["name"]} for p in parameters),
+                    {"name": TRIAL_NAME, "reference": "${trialSpec.Name}"},
+                ],
+                "trialSpec": spec,
+            },
+        },
+    }
+    # What the Experiment was made from: the same command again follows it only if it would make the same one.
+    made_from = hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:16]
+    body["metadata"]["annotations"] = {MADE_FROM: made_from}
+    return body
+
+
+def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """kubectl on the project's context (KUBE_CONTEXT, else the k3d cluster's), never the current one."""
+    command = ["kubectl", "--context", project_settings.kube_context(project_settings.load()), *args]
+    try:
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ClusterStepError("kubectl is not installed: https://kubernetes.io/docs/tasks/tools/") from None
+    if check and done.returncode != 0:
+        raise ClusterStepError(f"`{' '.join(command[:6])} ...` failed (exit {done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+def get(kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    done = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found")
+    return json.loads(done.stdout) if done.stdout.strip() else None
+
+
+# JSON, not YAML, to kubectl: a value such as 1e+30 is text to PyYAML but a number to kubectl's YAML reader.
+def apply(objects: list[dict[str, Any]], namespace: str) -> None:
+    listed = {"apiVersion": "v1", "kind": "List", "items": objects}
+    kubectl(
+        "apply", "--server-side", "--field-manager=tune-cluster", "-n", namespace, "-f", "-", stdin=json.dumps(listed)
+    )
+
+
+def say(line: str) -> None:
+    print(f"tune-cluster: {line}", flush=True)
+
+
+def prepare(objects: list[dict[str, Any]], namespace: str) -> None:
+    """What every trial shares, applied once: the volume, the settings, the NetworkPolicies, a TrainJob's runtime,
+    and the dataset on the volume (the data Job, run to its end). The namespace gets Katib's collector."""
+    kubectl("label", "namespace", namespace, "katib.kubeflow.org/metrics-collector-injection=enabled", "--overwrite")
+    shared = ("NetworkPolicy", "ConfigMap", "PersistentVolumeClaim", "TrainingRuntime")
+    apply([obj for obj in objects if obj["kind"] in shared], namespace)
+    data = manifest.the_one(objects, "Job")
+    name = data["metadata"]["name"]
+    # A Job's pod template cannot change: an earlier run's goes first (it exits at once when the data is there).
+    kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--cascade=foreground", "--wait=true")
+    apply([data], namespace)
+    say(f"preparing the data (Job {name})")
+    deadline = time.monotonic() + DATA_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = (get("job", name, namespace) or {}).get("status", {})
+        if status.get("succeeded"):
+            return
+        if status.get("failed", 0) > data["spec"].get("backoffLimit", 6):
+            logs = kubectl("logs", f"job/{name}", "-n", namespace, "--tail=20", check=False).stdout
+            raise ClusterStepError(f"the data Job {name} failed; its last lines:\n{logs}")
+        time.sleep(POLL_S)
+    raise ClusterStepError(f"the data Job {name} did not finish in {DATA_TIMEOUT_S} s: kubectl logs job/{name}")
+
+
+def create_or_find(body: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The Experiment: created, or the one already there when it searches the same space (then it is followed)."""
+    name = body["metadata"]["name"]
+    existing = get("experiment", name, namespace)
+    if existing is None:
+        kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(body))
+        say(
+            f"created Experiment {name}: {body['spec']['maxTrialCount']} trials, "
+            f"{body['spec']['parallelTrialCount']} at once, {body['spec']['algorithm']['algorithmName']}"
+        )
+        return body
+    if existing["metadata"].get("annotations", {}).get(MADE_FROM) != body["metadata"]["annotations"][MADE_FROM]:
+        raise TuneClusterError(
+            f"Experiment {name} already exists, made from another search space, trial budget or job (ENGINE, "
+            f"DATASET, EPOCHS, ARGS, the image); pick another STUDY=, or delete it first: "
+            f"kubectl delete experiment {name} -n {namespace}"
+        )
+    say(f"Experiment {name} exists: following it")
+    return existing
+
+
+def condition(obj: dict[str, Any]) -> str | None:
+    """The object's latest condition that holds (Katib appends them in order)."""
+    held = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("status") == "True"]
+    return held[-1]["type"] if held else None
+
+
+@dataclasses.dataclass
+class TrialView:
+    name: str
+    params: dict[str, str]
+    state: str
+    objective: float | None
+    seconds: float | None
+    reason: str
+
+    @classmethod
+    def of(cls, trial: dict[str, Any], objective: str) -> TrialView:
+        status = trial.get("status", {})
+        params = {a["name"]: a["value"] for a in trial["spec"].get("parameterAssignments") or []}
+        metrics = {m["name"]: m for m in (status.get("observation") or {}).get("metrics") or []}
+        value = metrics.get(objective, {}).get("latest")
+        held = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
+        return cls(
+            name=trial["metadata"]["name"],
+            params=params,
+            state=held[-1]["type"] if held else "Pending",
+            objective=float(value) if value not in (None, "unavailable") else None,
+            seconds=elapsed(status.get("startTime"), status.get("completionTime")),
+            reason=held[-1].get("message", "") if held else "",
+        )
+
+    def shown_params(self) -> str:
+        return " ".join(f"{name}={value}" for name, value in self.params.items())
+
+
+def elapsed(start: str | None, end: str | None) -> float | None:
+    if not (start and end):
+        return None
+    from datetime import datetime
+
+    return (
+        datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    ).total_seconds()
+
+
+def trials_of(name: str, namespace: str, objective: str) -> list[TrialView]:
+    listed = kubectl("get", "trials", "-n", namespace, "-l", f"katib.kubeflow.org/experiment={name}", "-o", "json")
+    items = sorted(json.loads(listed.stdout)["items"], key=lambda t: t["metadata"]["creationTimestamp"])
+    return [TrialView.of(trial, objective) for trial in items]
+
+
+# The label each engine puts on its job's pods, by kind.
+JOB_POD_LABEL = {"TFJob": "training.kubeflow.org/job-name", "TrainJob": "jobset.sigs.k8s.io/jobset-name"}
+
+
+def exit_reason(trial: str, kind: str, namespace: str) -> str:
+    """Why a trial's job failed, from its pods' trainer containers: the exit code, and the trainer's error line that
+    the kubelet kept as the termination message (FallbackToLogsOnError; the chief's own output goes to Katib's
+    collector, so a worker's message usually holds it)."""
+    listed = kubectl("get", "pods", "-n", namespace, "-o", "json", "-l", f"{JOB_POD_LABEL[kind]}={trial}", check=False)
+    reasons = []
+    for pod in json.loads(listed.stdout or '{"items": []}')["items"]:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            terminated = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
+            if status["name"] != PRIMARY[kind][0] or not terminated or not terminated.get("exitCode"):
+                continue
+            lines = [line for line in (terminated.get("message") or "").splitlines() if "error" in line.lower()]
+            reasons.append(f"exit {terminated['exitCode']}" + (f": {lines[-1].strip()}" if lines else ""))
+    return max(reasons, key=len, default="")
+
+
+def follow(
+    name: str, kind: str, namespace: str, objective: str, timeout_s: float
+) -> tuple[dict[str, Any], list[TrialView]]:
+    """Prints each trial as it starts and ends until the Experiment ends; returns it and its trials."""
+    seen: dict[str, str] = {}
+    started = time.monotonic()
+    while True:
+        experiment_now = get("experiment", name, namespace)
+        if experiment_now is None:
+            raise ClusterStepError(f"Experiment {name} is gone (deleted while it was followed)")
+        views = trials_of(name, namespace, objective)
+        for view in views:
+            if seen.get(view.name) == view.state:
+                continue
+            seen[view.name] = view.state
+            line = f"trial {view.name} ({view.shown_params()}): {view.state.lower()}"
+            if view.state == "Succeeded" and view.objective is not None:
+                line += f", {objective} {view.objective:.4g}" + (f" in {view.seconds:.0f} s" if view.seconds else "")
+            elif view.state in ("Failed", "MetricsUnavailable"):
+                view.reason = " ".join(filter(None, [view.reason, exit_reason(view.name, kind, namespace)]))
+                line += f": {view.reason}"
+            say(line)
+        if condition(experiment_now) in ("Succeeded", "Failed"):
+            return experiment_now, views
+        if timeout_s and time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"stopped following after {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+def table(views: list[TrialView], objective: str) -> str:
+    names = sorted({name for view in views for name in view.params})
+    header = ["trial", *names, objective, "state", "seconds"]
+    rows = [
+        [
+            view.name,
+            *(view.params.get(n, "") for n in names),
+            "" if view.objective is None else f"{view.objective:.4g}",
+            view.state,
+            "" if view.seconds is None else f"{view.seconds:.0f}",
+        ]
+        for view in views
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)) for row in [header, *rows]
+    )
+
+
+def select_job(best: str, image: str, settings: Mapping[str, str]) -> dict[str, Any]:
+    """model selection (make select's) over the best trial's model dir, publishing into SELECTION_ROOT/JOB_NAME/serving
+    on the volume, where make serve-cluster serves from; as restricted as the job's own pods."""
+    base_path = f"{settings['MOUNT_PATH']}/{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
+    command = [
+        "python",
+        "-m",
+        "trainer.serving.select",
+        "--base-path",
+        base_path,
+        "--candidates",
+        f"{settings['MODEL_ROOT']}/{best}",
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{best}-publish", "labels": {"app.kubernetes.io/part-of": "tf-multiworker-trainer"}},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "fsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "select",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": command,
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "resources": {
+                                "requests": {"cpu": settings["SERVE_CPU_REQUEST"], "memory": "1Gi"},
+                                "limits": {"cpu": "2", "memory": "4Gi"},
+                            },
+                            "volumeMounts": [
+                                {"name": "volume", "mountPath": settings["MOUNT_PATH"]},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "volume", "persistentVolumeClaim": {"claimName": settings["VOLUME_CLAIM"]}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                }
+            },
+        },
+    }
+
+
+def publish(best: str, image: str, settings: Mapping[str, str], namespace: str) -> None:
+    job = select_job(best, image, settings)
+    name = job["metadata"]["name"]
+    kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+    apply([job], namespace)
+    deadline = time.monotonic() + SELECT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = (get("job", name, namespace) or {}).get("status", {})
+        if status.get("succeeded") or status.get("failed"):
+            print(kubectl("logs", f"job/{name}", "-n", namespace, check=False).stdout, end="", flush=True)
+            if status.get("failed"):
+                raise ClusterStepError(f"model selection refused to publish trial {best}'s model (its lines above)")
+            return
+        time.sleep(POLL_S)
+    raise ClusterStepError(f"model selection (Job {name}) did not finish in {SELECT_TIMEOUT_S} s")
+
+
+def fetch(best: str, image: str) -> None:
+    """The best trial's model to ./artifacts/, as make fetch-model copies a job's (the cluster room's script)."""
+    script = project_settings.ROOT / "scripts" / "cluster" / "fetch-model.sh"
+    if not script.exists():
+        say("scripts/cluster/ is deleted from this project: the model stays on the volume")
+        return
+
+    subprocess.run([str(script)], env={**os.environ, "JOB_NAME": best, "IMAGE": image}, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+    try:
+        settings = project_settings.load()
+        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
+        space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
+        objects = manifest.customize(
+            render(args.kustomize, args.study),
+            image=args.image,
+            workers=args.workers,
+            dataset=args.dataset,
+            epochs=args.epochs,
+            trainer_args=args.trainer_flags,
+        )
+        kind = next(k for k in PRIMARY if any(obj["kind"] == k for obj in objects))
+        body = experiment(args.study, settings["NAMESPACE"], space, kind, trial_spec(objects, kind, space, settings))
+    except (UserError, manifest.ManifestError, project_settings.SettingsError) as error:
+        print(f"tune-cluster: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except StopIteration:
+        print(
+            f"tune-cluster: error: {args.kustomize} renders no TFJob or TrainJob: use ENGINE=tfjob or trainjob",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.dry_run:
+        print(json.dumps(body, indent=2))
+        return EXIT_PUBLISHED
+    for parameter in space.parameters:
+        if parameter.log:
+            values = body["spec"]["parameters"][space.parameters.index(parameter)]["feasibleSpace"]["list"]
+            say(
+                f"{parameter.name}: Katib's goptuna has no log scale, so it searches {len(values)} values spread "
+                f"evenly on it: {', '.join(values)}"
+            )
+    if space.prune:
+        say(
+            "trials are not pruned on the cluster (Katib's early stopping service is not installed): each runs "
+            f"its {args.epochs} epoch(s)"
+        )
+    namespace = settings["NAMESPACE"]
+    try:
+        prepare(objects, namespace)
+        create_or_find(body, namespace)
+        final, views = follow(args.study, kind, namespace, space.objective.key, args.timeout)
+    except KeyboardInterrupt:
+        say(f"stopped following; Experiment {args.study} goes on: the same command follows it again")
+        return EXIT_STILL_RUNNING
+    except TimeoutError as error:
+        say(f"{error}; Experiment {args.study} goes on: the same command follows it again")
+        return EXIT_STILL_RUNNING
+    except TuneClusterError as error:
+        print(f"tune-cluster: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ClusterStepError, subprocess.CalledProcessError) as error:
+        print(f"tune-cluster: error: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
+    print(table(views, space.objective.key), flush=True)
+    best = (final.get("status", {}).get("currentOptimalTrial") or {}).get("bestTrialName")
+    if condition(final) != "Succeeded" or not best:
+        reason = next((c.get("message", "") for c in reversed(final.get("status", {}).get("conditions") or [])), "")
+        say(f"no trial succeeded, so nothing is published ({condition(final)}: {reason})")
+        return EXIT_NO_MODEL
+    winner = next(view for view in views if view.name == best)
+    say(f"best: trial {best} ({winner.shown_params()}), {space.objective.key} {winner.objective:.4g}")
+    try:
+        publish(best, args.image, settings, namespace)
+        if not args.no_fetch:
+            fetch(best, args.image)
+    except (ClusterStepError, subprocess.CalledProcessError) as error:
+        print(f"tune-cluster: error: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
+    say(f"published trial {best}'s model on the volume: make serve-cluster serves it")
+    return EXIT_PUBLISHED
+
+
+def render(kustomization: str, study: str) -> list[dict[str, Any]]:
+    """The overlay rendered under the study's name: the objects every trial shares are named after it."""
+
+    previous = os.environ.get("JOB_NAME")
+    os.environ["JOB_NAME"] = study
+    try:
+        return manifest.render(pathlib.Path(kustomization))
+    finally:
+        if previous is None:
+            os.environ.pop("JOB_NAME", None)
+        else:
+            os.environ["JOB_NAME"] = previous
+
+
+if __name__ == "__main__":
+    sys.exit(main())

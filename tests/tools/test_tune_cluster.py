@@ -1,0 +1,154 @@
+"""make tune-cluster's Experiment (scripts/tune/cluster.py), rendered offline with --dry-run: the search space the
+local tuner reads becomes Katib's parameters, each trial is the project's TFJob or TrainJob under its own name and
+model dir with the searched flags, and what Katib cannot search is refused or said. The real Katib runs it in
+scripts/node/tests/test_tuning.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import re
+
+import pytest
+
+from scripts.common.settings import ROOT, load
+from scripts.tune import cluster
+from scripts.tune import space as spaces
+
+EXAMPLE = ROOT / "scripts" / "tune" / "search_space.yaml"
+PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")  # Katib's TrialTemplateParamReplaceFormatRegex
+OVERLAYS = {"TFJob": "k8s/overlays/tfjob-sync", "TrainJob": "k8s/overlays/trainjob-sync"}
+
+
+def dry_run(capsys, *extra: str, space: pathlib.Path = EXAMPLE, kind: str = "TFJob") -> tuple[int, str, str]:
+    argv = ["--search-space", str(space), "--study", "tune-x", "--kustomize", OVERLAYS[kind], "--image", "img:1"]
+    code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2", "--dry-run", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kind", sorted(OVERLAYS))
+def test_each_trial_is_the_project_s_job_with_the_searched_flags_its_own_name_and_model_dir(capsys, kind):
+    code, out, err = dry_run(capsys, "--", "--train-examples", "1024", kind=kind)
+    assert code == 0, err
+    experiment = json.loads(out)
+    spec = experiment["spec"]
+    template = spec["trialTemplate"]
+    assert spec["objective"] == {"type": "maximize", "objectiveMetricName": "test_accuracy"}
+    assert spec["algorithm"] == {"algorithmName": "tpe", "algorithmSettings": [{"name": "random_state", "value": "0"}]}
+    assert (spec["maxTrialCount"], spec["parallelTrialCount"]) == (8, 1)
+    assert spec["metricsCollectorSpec"] == {"collector": {"kind": "StdOut"}}
+    assert template["trialSpec"]["kind"] == kind and "name" not in template["trialSpec"]["metadata"]
+
+    # Katib refuses a trial parameter its template does not use, and a placeholder it does not declare.
+    declared = {parameter["name"] for parameter in template["trialParameters"]}
+    used = set(PLACEHOLDER.findall(json.dumps(template["trialSpec"])))
+    assert used == declared == {"learning-rate", "model", "warmup-steps", cluster.TRIAL_NAME}
+
+    settings = load()
+    if kind == "TFJob":
+        containers = [
+            container
+            for replica in template["trialSpec"]["spec"]["tfReplicaSpecs"].values()
+            for container in replica["template"]["spec"]["containers"]
+        ]
+        assert [c["name"] for c in containers] == [template["primaryContainerName"]]
+        (trainer,) = containers
+        command, args, env = trainer["command"], trainer["args"], trainer["env"]
+    else:
+        trainer = template["trialSpec"]["spec"]["trainer"]
+        command, args, env = trainer["command"], trainer["args"], trainer["env"]
+        # The primary pod is what our runtime names its replicated job and container.
+        objects = cluster.render(OVERLAYS[kind], "tune-x")
+        runtime = next(obj for obj in objects if obj["kind"] == "TrainingRuntime")
+        (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        labels = template["primaryPodLabels"]
+        assert labels["jobset.sigs.k8s.io/replicatedjob-name"] == replicated["name"]
+        containers = replicated["template"]["spec"]["template"]["spec"]["containers"]
+        assert template["primaryContainerName"] in [c["name"] for c in containers]
+    assert command == cluster.IMAGE_ENTRYPOINT
+    assert args[-6:] == [
+        "--learning-rate",
+        "${trialParameters.learning-rate}",
+        "--model",
+        "${trialParameters.model}",
+        "--warmup-steps",
+        "${trialParameters.warmup-steps}",
+    ]
+    assert "--train-examples" in args
+    # Katib's collector joins the chief's command into `sh -c "..."`: no word may need quoting.
+    assert all(re.fullmatch(r"[\w${}.:/=+-]+", word) for word in [*command, *args]), args
+    named = {entry["name"]: entry.get("value") for entry in env}
+    assert named["JOB_NAME"] == "${trialParameters.trial-name}"
+    assert named["TRAINER_MODEL_DIR"] == f"{settings['MODEL_ROOT']}/${{trialParameters.trial-name}}"
+
+
+def test_the_command_is_the_image_s_entrypoint():
+    (entrypoint,) = re.findall(r"^ENTRYPOINT (\[.*\])$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert json.loads(entrypoint) == cluster.IMAGE_ENTRYPOINT
+
+
+def test_a_log_scale_range_is_searched_as_values_spread_evenly_on_it(capsys):
+    code, out, _ = dry_run(capsys)
+    assert code == 0
+    (rate,) = [p for p in json.loads(out)["spec"]["parameters"] if p["name"] == "learning-rate"]
+    values = [float(value) for value in rate["feasibleSpace"]["list"]]
+    assert rate["parameterType"] == "discrete" and values[0] == 3e-4 and values[-1] == 1e-2
+    steps = [math.log10(b / a) for a, b in zip(values, values[1:], strict=False)]
+    assert len(values) >= cluster.LOG_POINTS * math.log10(1e-2 / 3e-4) and max(steps) - min(steps) < 0.01
+    assert cluster.log_points(spaces.Parameter("filters", "int", 1, 1000, log=True)) == [
+        1, 2, 3, 6, 10, 18, 32, 56, 100, 178, 316, 562, 1000
+    ]  # fmt: skip
+    (warmup,) = [p for p in json.loads(out)["spec"]["parameters"] if p["name"] == "warmup-steps"]
+    assert warmup == {"name": "warmup-steps", "parameterType": "int", "feasibleSpace": {"min": "0", "max": "64",
+                                                                                       "step": "16"}}  # fmt: skip
+
+
+def test_the_log_scale_note_names_the_values(capsys, tmp_path, monkeypatch):
+    """Said before anything is submitted: the Experiment is not created here (no cluster), so the command stops at
+    the first cluster call, after the notes."""
+    monkeypatch.setattr(cluster, "prepare", lambda *_: (_ for _ in ()).throw(cluster.ClusterStepError("no cluster")))
+    argv = ["--search-space", str(EXAMPLE), "--study", "tune-x", "--kustomize", OVERLAYS["TFJob"], "--image", "i:1"]
+    code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2"])
+    out, err = capsys.readouterr()
+    assert code == cluster.EXIT_CLUSTER and "no cluster" in err
+    assert "learning-rate: Katib's goptuna has no log scale, so it searches 8 values spread evenly on it" in out
+    assert "trials are not pruned on the cluster" in out
+
+
+@pytest.mark.parametrize(
+    ("head", "parameters", "complaint"),
+    [
+        ("sampler: grid\n", "model: {type: categorical, values: [cnn, dropout]}", "has no grid search; use sampler"),
+        ("", "scale-learning-rate: {type: categorical, values: [true, false]}", "a true/false switch is a flag of its own"),
+        ("", "learning-rat: {type: float, min: 0.001, max: 0.1}", "learning-rat is not an option of the trainer"),
+    ],
+)
+def test_what_katib_cannot_search_is_exit_2_naming_it_and_the_fix(capsys, tmp_path, head, parameters, complaint):
+    path = tmp_path / "space.yaml"
+    path.write_text(f"{head}parameters:\n  {parameters}\n")
+    code, _, err = dry_run(capsys, space=path)
+    assert code == cluster.EXIT_USAGE and complaint in err, err
+
+
+def test_a_study_katib_could_not_name_trials_after_is_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cluster.parse_args(["--search-space", "s", "--study", "x" * 41, "--kustomize", "k", "--image", "i:1",
+                            "--dataset", "synthetic", "--epochs", "1"])  # fmt: skip
+    assert exited.value.code == 2 and "at most 40 characters" in capsys.readouterr().err
+
+
+def test_the_same_command_follows_its_experiment_and_another_is_refused(capsys, monkeypatch):
+    code, out, _ = dry_run(capsys)
+    body = json.loads(out)
+    monkeypatch.setattr(cluster, "get", lambda *_: body)
+    assert cluster.create_or_find(body, "default") is body
+    assert "Experiment tune-x exists: following it" in capsys.readouterr().out
+    changed = json.loads(json.dumps(body))
+    changed["metadata"]["annotations"][cluster.MADE_FROM] = "another"
+    monkeypatch.setattr(cluster, "get", lambda *_: changed)
+    with pytest.raises(cluster.TuneClusterError, match="kubectl delete experiment tune-x -n default"):
+        cluster.create_or_find(body, "default")
+    code, other, _ = dry_run(capsys, "--", "--train-examples", "2048")
+    assert json.loads(other)["metadata"]["annotations"] != body["metadata"]["annotations"]
