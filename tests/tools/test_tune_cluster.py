@@ -121,7 +121,11 @@ def test_the_log_scale_note_names_the_values(capsys, tmp_path, monkeypatch):
     ("head", "parameters", "complaint"),
     [
         ("sampler: grid\n", "model: {type: categorical, values: [cnn, dropout]}", "has no grid search; use sampler"),
-        ("", "scale-learning-rate: {type: categorical, values: [true, false]}", "a true/false switch is a flag of its own"),
+        (
+            "",
+            "scale-learning-rate: {type: categorical, values: [true, false]}",
+            "a true/false switch is a flag of its own",
+        ),
         ("", "learning-rat: {type: float, min: 0.001, max: 0.1}", "learning-rat is not an option of the trainer"),
     ],
 )
