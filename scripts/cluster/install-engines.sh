@@ -75,8 +75,8 @@ install_kueue() {
   kube -n kueue-system wait --for condition=Available --timeout=300s deployment --all
 }
 
-# install_katib KUSTOMIZATION: Katib into kubeflow, after the engines: its controller reads which trial kinds exist when
-# it starts, so a controller already running is restarted to see an engine installed since.
+# install_katib KUSTOMIZATION: Katib into kubeflow, after the engines (its controller reads which trial kinds exist
+# when it starts); a controller already running is restarted to read its configuration again.
 install_katib() {
   local running=""
   kube -n kubeflow get deployment katib-controller >/dev/null 2>&1 && running=1
@@ -97,6 +97,10 @@ install_engine() {
     trainjob) install_trainer "$3" ;;
   esac
   [[ -z ${4:-} ]] || install_kueue
+  # Katib's controller watches the trial kinds it finds at its start: an engine added beside it needs a restart.
+  if kube -n kubeflow get deployment katib-controller >/dev/null 2>&1; then
+    kube -n kubeflow rollout restart deployment/katib-controller >/dev/null
+  fi
 }
 
 # kserve_manifest SCRIPT FUNCTION END: the body of the heredoc that FUNCTION of KServe's install SCRIPT prints: the

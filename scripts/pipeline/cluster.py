@@ -28,6 +28,8 @@ import yaml
 
 from scripts.common import manifest
 from scripts.common import settings as project_settings
+from scripts.common.pod_security import RESTRICTED_CONTAINER, RESTRICTED_POD
+from scripts.common.volume_layout import select_command, serving_base_path
 
 SERVING_RUNTIME = "tf-multiworker-trainer"
 # What Argo reads on the created object (gjson paths in a Kubernetes label selector: AND within success, OR within
@@ -53,20 +55,6 @@ TRAIN_DEADLINE_SECONDS = 6 * 3600
 # hour after a success, as the data Job's own TTL, and a day after a failure, to read it. Succeeded pods go at once.
 TTL_STRATEGY = {"secondsAfterSuccess": 3600, "secondsAfterFailure": 24 * 3600}
 POD_GC = {"strategy": "OnPodSuccess"}
-RESTRICTED_CONTAINER = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "capabilities": {"drop": ["ALL"]},
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-RESTRICTED_POD = {
-    "runAsNonRoot": True,
-    "runAsUser": 1000,
-    "runAsGroup": 1000,
-    "fsGroup": 1000,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 
 
 def resources(settings: dict[str, str]) -> dict[str, Any]:
@@ -77,20 +65,9 @@ def resources(settings: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def serving_base_path(settings: dict[str, str]) -> str:
-    """The pipeline's published base path on the volume, relative to it: one per job (SELECTION_ROOT/JOB_NAME/serving),
-    so two pipelines never publish into, or serve, each other's."""
-    return f"{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
-
-
 def variant_job(job_name: str, model: str) -> str:
     """The job name of one variant, as the Makefile's variant_job spells it."""
     return f"{job_name}-{model.replace('_', '-')}"
-
-
-def model_dir(settings: dict[str, str], job: str) -> str:
-    """A job's model dir on the volume, as its pods set TRAINER_MODEL_DIR: MODEL_ROOT/JOB_NAME."""
-    return f"{settings['MODEL_ROOT']}/{job}"
 
 
 def render_overlay(engine: str, strategy: str, job: str) -> list[dict[str, Any]]:
@@ -252,9 +229,7 @@ EXECUTOR_PATCH = {
 
 def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
-    base_path = f"{settings['MOUNT_PATH']}/{serving_base_path(settings)}"
-    command = ["python", "-m", "trainer.serving.select", "--base-path", base_path, "--candidates"]
-    command += [model_dir(settings, job) for job in jobs]
+    command = select_command(settings, jobs)
     return {
         "name": "select",
         "podSpecPatch": json.dumps(EXECUTOR_PATCH),

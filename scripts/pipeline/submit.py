@@ -13,17 +13,15 @@ the InferenceService, and waits until it is Ready (exit 1 after --timeout-s, wit
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from typing import Any
 
-import yaml
-
+from scripts.common import kubectl as kube
 from scripts.common import manifest
 from scripts.common import settings as project_settings
+from scripts.common.kubectl import KubectlError, kubectl
 
 from . import cluster
 
@@ -31,27 +29,13 @@ DONE = ("Succeeded", "Failed", "Error")
 POLL_S = 5.0
 
 
-class KubectlError(RuntimeError):
-    """A kubectl call failed; the message holds the command and what kubectl said."""
-
-
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """kubectl on the project's context (KUBE_CONTEXT, else the k3d cluster's), never the current one."""
-    command = ["kubectl", "--context", project_settings.kube_context(project_settings.load()), *args]
-    done = subprocess.run(command, input=stdin, capture_output=True, text=True)
-    if check and done.returncode != 0:
-        raise KubectlError(f"`{' '.join(command)}` failed (exit {done.returncode}): {done.stderr.strip()}")
-    return done
-
-
 def apply(objects: list[dict[str, Any]], namespace: str) -> None:
-    kubectl("apply", "--server-side", "--field-manager=submit-pipeline", "-n", namespace, "-f", "-",
-            stdin=yaml.safe_dump_all(objects, sort_keys=False))  # fmt: skip
+    kube.apply(objects, namespace, "submit-pipeline")
 
 
 def create(workflow: dict[str, Any], namespace: str) -> str:
     """Creates the Workflow (its name is generated); returns the name."""
-    result = kubectl("create", "-n", namespace, "-o", "name", "-f", "-", stdin=yaml.safe_dump(workflow))
+    result = kubectl("create", "-n", namespace, "-o", "name", "-f", "-", stdin=json.dumps(workflow))
     return result.stdout.strip().rsplit("/", 1)[-1]
 
 
@@ -60,12 +44,7 @@ def status(name: str, namespace: str) -> dict[str, Any]:
 
 
 def seconds(node: dict[str, Any]) -> float | None:
-    if not node.get("startedAt") or not node.get("finishedAt"):
-        return None
-    start, end = (
-        datetime.datetime.fromisoformat(node[key].replace("Z", "+00:00")) for key in ("startedAt", "finishedAt")
-    )
-    return (end - start).total_seconds()
+    return kube.seconds_between(node.get("startedAt"), node.get("finishedAt"))
 
 
 def steps_of(state: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,7 @@
 The search space is checked against the trainer's options as `make tune` checks it, then rendered into an Experiment
 (Katib KATIB_VERSION, kubeflow.org/v1beta1) named after the study: its trials are the overlay's TFJob or TrainJob,
 each under the trial's own name and model dir (MODEL_ROOT/<trial>), its parameters in the trainer's flags. Katib's
-goptuna service suggests them (tpe or random, seeded by the file's seed); the StdOut collector reads the chief's
+goptuna service suggests them (tpe or random); the StdOut collector reads the chief's
 `<objective>=<value>` line. Its volume, settings, NetworkPolicy and data are applied once, under the study's name.
 The command follows the Experiment, a line as each trial starts and ends; at the end it prints the table of trials,
 publishes the best trial's model on the volume through model selection (SELECTION_ROOT/JOB_NAME/serving, what
@@ -14,8 +14,10 @@ make serve-cluster serves) and fetches it to ./artifacts/ (make fetch-model). Th
 Experiment already there instead of creating it; one made from another search space is refused.
 
 Where Katib cannot do what make tune does, the command says so and does the nearest thing: goptuna has no log
-scale, so a log-scale range is searched as LOG_POINTS values spread evenly on the log scale per decade; it has no
-grid (refused); Katib's early stopping service is not built, so trials are not pruned (said).
+scale, so a log-scale range is searched as LOG_POINTS values per decade spread evenly on it; an int or stepped range
+as its list of values; it has no grid (refused); Katib's early stopping service is not built, so trials are not
+pruned (said). What Katib cannot run is refused: a JobSet, the async shape, a word `sh -c` would split
+(docs/tuning.md says why).
 
 Exit code: 0 the best model was published, 1 no trial succeeded or the Experiment failed, 2 the search space or
 the flags cannot run on the cluster, 3 a cluster step failed, 4 stopped following (Ctrl-C, --timeout) while the
@@ -31,6 +33,8 @@ import json
 import math
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -40,6 +44,10 @@ from typing import Any
 from scripts.common import manifest
 from scripts.common import settings as project_settings
 from scripts.common.cli import split_trainer_flags
+from scripts.common.kubectl import KubectlError, get, kubectl, seconds_between
+from scripts.common.kubectl import apply as kube_apply
+from scripts.common.pod_security import RESTRICTED_CONTAINER, RESTRICTED_POD
+from scripts.common.volume_layout import model_dir, select_command
 from trainer.base.errors import UserError
 
 from . import space as spaces
@@ -51,18 +59,24 @@ GROUP, VERSION = "kubeflow.org", "v1beta1"
 IMAGE_ENTRYPOINT = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer"]
 ALGORITHMS = {"tpe": "tpe", "random": "random"}  # the file's sampler -> the goptuna algorithm (katib-config.yaml)
 LOG_POINTS = 4  # values per decade for a log-scale range, which goptuna cannot sample
+MAX_LISTED = 1000  # values a stepped range may list
 MADE_FROM = "distml/made-from"  # the annotation holding the digest of the Experiment's spec
 TRIAL_NAME = "trial-name"  # the trial parameter that carries each trial's own name into its job
+TRAINER_REPLICATED_JOB = "node"  # the sync runtime's one replicated job, and its container (Trainer v2's names)
 # Which pod's output Katib reads, by kind: the TFJob's first worker (the chief; the operator labels it master when
-# no Chief replica exists), and the TrainJob's first node (our runtime's replicated job is `node`).
+# no Chief replica exists), and the TrainJob's first node.
 PRIMARY = {
-    "TFJob": ("tensorflow", {"training.kubeflow.org/job-role": "master"}),
+    "TFJob": (manifest.TFJOB_CONTAINER, {"training.kubeflow.org/job-role": "master"}),
     "TrainJob": (
-        "node",
-        {"jobset.sigs.k8s.io/replicatedjob-name": "node", "batch.kubernetes.io/job-completion-index": "0"},
+        TRAINER_REPLICATED_JOB,
+        {
+            "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_REPLICATED_JOB,
+            "batch.kubernetes.io/job-completion-index": "0",
+        },
     ),
 }
 POLL_S = 5.0
+FIELD_MANAGER = "tune-cluster"
 DATA_TIMEOUT_S = 1800
 SELECT_TIMEOUT_S = 600
 
@@ -72,7 +86,7 @@ class TuneClusterError(UserError):
 
 
 class ClusterStepError(RuntimeError):
-    """A call to the cluster failed; the message holds the command and what the cluster said."""
+    """A step on the cluster failed (a Job, the Experiment); the message says which and where to look."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -100,8 +114,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be at least 1, got {value}")
-    if len(args.study) > 40:
-        parser.error(f"--study {args.study!r}: at most 40 characters (Katib names each trial <study>-<8 letters>)")
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", args.study):
+        parser.error(
+            f"STUDY={args.study}: Katib names the Experiment and each trial's job after it (<study>-<8 letters>), so "
+            f"it must be at most 40 lower-case letters, digits and '-', starting with a letter"
+        )
     return args
 
 
@@ -125,15 +142,30 @@ def katib_parameter(parameter: spaces.Parameter) -> dict[str, Any]:
             "feasibleSpace": {"list": [text(value) for value in log_points(parameter)]},
         }
     assert parameter.low is not None and parameter.high is not None, "a range has both ends"
-    number = int if parameter.kind == "int" else float
-    space = {"min": text(number(parameter.low)), "max": text(number(parameter.high))}
-    if parameter.step is not None:
-        space["step"] = text(number(parameter.step))
-    return {
-        "name": parameter.name,
-        "parameterType": "int" if parameter.kind == "int" else "double",
-        "feasibleSpace": space,
-    }
+    if parameter.kind == "float" and parameter.step is None:
+        return {
+            "name": parameter.name,
+            "parameterType": "double",
+            "feasibleSpace": {"min": text(float(parameter.low)), "max": text(float(parameter.high))},
+        }
+    # goptuna's random search never draws an int range's top and its TPE can step past it: every value, listed.
+    values = step_points(parameter)
+    if len(values) > MAX_LISTED:
+        raise TuneClusterError(
+            f"{parameter.name}: {len(values)} values from {text(parameter.low)} to {text(parameter.high)}; Katib "
+            f"searches a stepped range as its list of values, at most {MAX_LISTED}: give it a larger step"
+        )
+    return {"name": parameter.name, "parameterType": "discrete", "feasibleSpace": {"list": [text(v) for v in values]}}
+
+
+def step_points(parameter: spaces.Parameter) -> list[float] | list[int]:
+    """Every value of a stepped or int range, both ends included where the step reaches the top (as Optuna does)."""
+    assert parameter.low is not None and parameter.high is not None, "a range has both ends"
+    step = parameter.step or 1
+    count = math.floor((parameter.high - parameter.low) / step + 1e-9) + 1
+    if parameter.kind == "int":
+        return [int(parameter.low) + i * int(step) for i in range(count)]
+    return [round(parameter.low + i * step, 12) for i in range(count)]
 
 
 def log_points(parameter: spaces.Parameter) -> list[float] | list[int]:
@@ -175,13 +207,57 @@ def per_trial_env(settings: Mapping[str, str]) -> list[dict[str, str]]:
     """Each trial is a job of its own name, with its own model dir on the volume (k8s/base/trainer-pod.yaml's)."""
     return [
         {"name": "JOB_NAME", "value": placeholder(TRIAL_NAME)},
-        {"name": "TRAINER_MODEL_DIR", "value": f"{settings['MODEL_ROOT']}/{placeholder(TRIAL_NAME)}"},
+        {"name": "TRAINER_MODEL_DIR", "value": model_dir(settings, placeholder(TRIAL_NAME))},
     ]
 
 
 def with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
     names = {entry["name"] for entry in env}
     container["env"] = env + [entry for entry in container.get("env") or [] if entry["name"] not in names]
+
+
+def trial_kind(objects: list[dict[str, Any]]) -> str:
+    """TFJob or TrainJob: the overlay's job, when Katib can run it as a trial and read its chief."""
+    engine = manifest.engine_of(objects)
+    if engine == "jobset":
+        raise TuneClusterError(
+            "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials (katib-config's trialResources); use "
+            "ENGINE=tfjob or ENGINE=trainjob"
+        )
+    if engine == "tfjob":
+        replicas = set(manifest.the_one(objects, "TFJob")["spec"]["tfReplicaSpecs"])
+        asynchronous = replicas != {"Worker"}
+    else:
+        replicated = manifest.runtime_of(objects)["spec"]["template"]["spec"]["replicatedJobs"]
+        asynchronous = [job["name"] for job in replicated] != [TRAINER_REPLICATED_JOB]
+    if asynchronous:
+        raise TuneClusterError(
+            "STRATEGY=async: a trial's chief and parameter servers are other replicas than the workers Katib's "
+            "collector and the searched flags reach; tune with STRATEGY=sync (the default)"
+        )
+    return "TFJob" if engine == "tfjob" else "TrainJob"
+
+
+# Katib's collector runs the chief's command as `sh -c "<command and args joined by spaces> 1>...": a word the shell
+# would split or read must not reach it (the other replicas are not wrapped, so quoting would reach them literally).
+def check_words(body: dict[str, Any], kind: str) -> None:
+    template = body["spec"]["trialTemplate"]
+    spec = template["trialSpec"]
+    if kind == "TFJob":
+        containers = [c for t in manifest.pod_templates(spec) for c in t["spec"]["containers"]]
+        words = [
+            w for c in containers if c["name"] == template["primaryContainerName"] for w in c["command"] + c["args"]
+        ]
+    else:
+        words = spec["spec"]["trainer"]["command"] + spec["spec"]["trainer"]["args"]
+    values = [value for p in body["spec"]["parameters"] for value in p["feasibleSpace"].get("list", [])]
+    for word in [*words, *values]:
+        if shlex.quote(word) != word and not re.fullmatch(r"\$\{trialParameters\.[\w-]+\}", word):
+            raise TuneClusterError(
+                f"{word!r} in the trainer's flags or the searched values: Katib runs the chief's command through "
+                f"`sh -c` with its words joined by spaces, so a space or a shell character (;&|$<>'\"*? and the like) "
+                f"would split it or run; rename the path or value, or tune with make tune"
+            )
 
 
 def trial_spec(
@@ -203,9 +279,8 @@ def trial_spec(
     # A TrainJob's trainer container lives in its runtime, shared by every trial (applied by prepare(), so the
     # termination message is set there): the trial's own values go into the TrainJob's trainer overrides, which
     # Trainer applies to that container.
-    runtime = manifest.runtime_of(objects)
-    replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
-    container = next(c for c in replicated["template"]["spec"]["template"]["spec"]["containers"] if c["name"] == "node")
+    (template,) = manifest.pod_templates(manifest.runtime_of(objects))
+    container = manifest.trainer_of(template)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     trainer = job["spec"].setdefault("trainer", {})
     trainer["command"] = IMAGE_ENTRYPOINT
@@ -252,31 +327,6 @@ def experiment(name: str, namespace: str, space: spaces.SearchSpace, kind: str, 
     return body
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """kubectl on the project's context (KUBE_CONTEXT, else the k3d cluster's), never the current one."""
-    command = ["kubectl", "--context", project_settings.kube_context(project_settings.load()), *args]
-    try:
-        done = subprocess.run(command, input=stdin, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise ClusterStepError("kubectl is not installed: https://kubernetes.io/docs/tasks/tools/") from None
-    if check and done.returncode != 0:
-        raise ClusterStepError(f"`{' '.join(command[:6])} ...` failed (exit {done.returncode}): {done.stderr.strip()}")
-    return done
-
-
-def get(kind: str, name: str, namespace: str) -> dict[str, Any] | None:
-    done = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found")
-    return json.loads(done.stdout) if done.stdout.strip() else None
-
-
-# JSON, not YAML, to kubectl: a value such as 1e+30 is text to PyYAML but a number to kubectl's YAML reader.
-def apply(objects: list[dict[str, Any]], namespace: str) -> None:
-    listed = {"apiVersion": "v1", "kind": "List", "items": objects}
-    kubectl(
-        "apply", "--server-side", "--field-manager=tune-cluster", "-n", namespace, "-f", "-", stdin=json.dumps(listed)
-    )
-
-
 def say(line: str) -> None:
     print(f"tune-cluster: {line}", flush=True)
 
@@ -286,12 +336,12 @@ def prepare(objects: list[dict[str, Any]], namespace: str) -> None:
     and the dataset on the volume (the data Job, run to its end). The namespace gets Katib's collector."""
     kubectl("label", "namespace", namespace, "katib.kubeflow.org/metrics-collector-injection=enabled", "--overwrite")
     shared = ("NetworkPolicy", "ConfigMap", "PersistentVolumeClaim", "TrainingRuntime")
-    apply([obj for obj in objects if obj["kind"] in shared], namespace)
+    kube_apply([obj for obj in objects if obj["kind"] in shared], namespace, FIELD_MANAGER)
     data = manifest.the_one(objects, "Job")
     name = data["metadata"]["name"]
     # A Job's pod template cannot change: an earlier run's goes first (it exits at once when the data is there).
     kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--cascade=foreground", "--wait=true")
-    apply([data], namespace)
+    kube_apply([data], namespace, FIELD_MANAGER)
     say(f"preparing the data (Job {name})")
     deadline = time.monotonic() + DATA_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -305,17 +355,21 @@ def prepare(objects: list[dict[str, Any]], namespace: str) -> None:
     raise ClusterStepError(f"the data Job {name} did not finish in {DATA_TIMEOUT_S} s: kubectl logs job/{name}")
 
 
-def create_or_find(body: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """The Experiment: created, or the one already there when it searches the same space (then it is followed)."""
+def start(body: dict[str, Any], objects: list[dict[str, Any]], namespace: str) -> bool:
+    """Prepares what the trials share and creates the Experiment; or, when the same command made it before, leaves
+    it to be followed. One made from anything else is refused: its trials would not be this search's. True once the
+    Experiment is there."""
     name = body["metadata"]["name"]
     existing = get("experiment", name, namespace)
     if existing is None:
+        prepare(objects, namespace)
         kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(body))
+        spec = body["spec"]
         say(
-            f"created Experiment {name}: {body['spec']['maxTrialCount']} trials, "
-            f"{body['spec']['parallelTrialCount']} at once, {body['spec']['algorithm']['algorithmName']}"
+            f"created Experiment {name}: {spec['maxTrialCount']} trials, {spec['parallelTrialCount']} at once, "
+            f"{spec['algorithm']['algorithmName']}"
         )
-        return body
+        return True
     if existing["metadata"].get("annotations", {}).get(MADE_FROM) != body["metadata"]["annotations"][MADE_FROM]:
         raise TuneClusterError(
             f"Experiment {name} already exists, made from another search space, trial budget or job (ENGINE, "
@@ -323,7 +377,7 @@ def create_or_find(body: dict[str, Any], namespace: str) -> dict[str, Any]:
             f"kubectl delete experiment {name} -n {namespace}"
         )
     say(f"Experiment {name} exists: following it")
-    return existing
+    return True
 
 
 def condition(obj: dict[str, Any]) -> str | None:
@@ -353,22 +407,12 @@ class TrialView:
             params=params,
             state=held[-1]["type"] if held else "Pending",
             objective=float(value) if value not in (None, "unavailable") else None,
-            seconds=elapsed(status.get("startTime"), status.get("completionTime")),
+            seconds=seconds_between(status.get("startTime"), status.get("completionTime")),
             reason=held[-1].get("message", "") if held else "",
         )
 
     def shown_params(self) -> str:
         return " ".join(f"{name}={value}" for name, value in self.params.items())
-
-
-def elapsed(start: str | None, end: str | None) -> float | None:
-    if not (start and end):
-        return None
-    from datetime import datetime
-
-    return (
-        datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
-    ).total_seconds()
 
 
 def trials_of(name: str, namespace: str, objective: str) -> list[TrialView]:
@@ -446,64 +490,28 @@ def table(views: list[TrialView], objective: str) -> str:
 
 
 def select_job(best: str, image: str, settings: Mapping[str, str]) -> dict[str, Any]:
-    """model selection (make select's) over the best trial's model dir, publishing into SELECTION_ROOT/JOB_NAME/serving
-    on the volume, where make serve-cluster serves from; as restricted as the job's own pods."""
-    base_path = f"{settings['MOUNT_PATH']}/{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
-    command = [
-        "python",
-        "-m",
-        "trainer.serving.select",
-        "--base-path",
-        base_path,
-        "--candidates",
-        f"{settings['MODEL_ROOT']}/{best}",
+    """Model selection over the best trial's model dir, publishing where make serve-cluster serves from; as
+    restricted as the job's own pods."""
+    container = {
+        "name": "select",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": select_command(settings, [best]),
+        "securityContext": RESTRICTED_CONTAINER,
+        "resources": {"requests": {"cpu": settings["SERVE_CPU_REQUEST"], "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "volumeMounts": [{"name": "volume", "mountPath": settings["MOUNT_PATH"]}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    volumes = [
+        {"name": "volume", "persistentVolumeClaim": {"claimName": settings["VOLUME_CLAIM"]}},
+        {"name": "tmp", "emptyDir": {}},
     ]
+    pod = {"restartPolicy": "Never", "automountServiceAccountToken": False, "securityContext": RESTRICTED_POD,
+           "containers": [container], "volumes": volumes}  # fmt: skip
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": f"{best}-publish", "labels": {"app.kubernetes.io/part-of": "tf-multiworker-trainer"}},
-        "spec": {
-            "backoffLimit": 0,
-            "ttlSecondsAfterFinished": 3600,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "fsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "select",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": command,
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "resources": {
-                                "requests": {"cpu": settings["SERVE_CPU_REQUEST"], "memory": "1Gi"},
-                                "limits": {"cpu": "2", "memory": "4Gi"},
-                            },
-                            "volumeMounts": [
-                                {"name": "volume", "mountPath": settings["MOUNT_PATH"]},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "volume", "persistentVolumeClaim": {"claimName": settings["VOLUME_CLAIM"]}},
-                        {"name": "tmp", "emptyDir": {}},
-                    ],
-                }
-            },
-        },
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 3600, "template": {"spec": pod}},
     }
 
 
@@ -511,7 +519,7 @@ def publish(best: str, image: str, settings: Mapping[str, str], namespace: str) 
     job = select_job(best, image, settings)
     name = job["metadata"]["name"]
     kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true")
-    apply([job], namespace)
+    kube_apply([job], namespace, FIELD_MANAGER)
     deadline = time.monotonic() + SELECT_TIMEOUT_S
     while time.monotonic() < deadline:
         status = (get("job", name, namespace) or {}).get("status", {})
@@ -525,47 +533,48 @@ def publish(best: str, image: str, settings: Mapping[str, str], namespace: str) 
 
 
 def fetch(best: str, image: str) -> None:
-    """The best trial's model to ./artifacts/, as make fetch-model copies a job's (the cluster room's script)."""
+    """The best trial's model to ./artifacts/, as make fetch-model copies a job's."""
     script = project_settings.ROOT / "scripts" / "cluster" / "fetch-model.sh"
-    if not script.exists():
-        say("scripts/cluster/ is deleted from this project: the model stays on the volume")
-        return
-
     subprocess.run([str(script)], env={**os.environ, "JOB_NAME": best, "IMAGE": image}, check=True)
+
+
+def build(args: argparse.Namespace, settings: Mapping[str, str]) -> tuple[spaces.SearchSpace, list, str, dict]:
+    """The search space, the rendered objects, the trial's kind and the Experiment, each checked before any
+    cluster call (TuneClusterError and the space's SpaceError name the problem and the fix)."""
+    every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+    space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
+    trials = args.trials or space.trials
+    parallel = min(args.parallel or space.parallel, trials)  # Katib refuses more at once than in all
+    space = dataclasses.replace(space, trials=trials, parallel=parallel)
+    objects = manifest.customize(
+        render(args.kustomize, args.study),
+        image=args.image,
+        workers=args.workers,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        trainer_args=args.trainer_flags,
+    )
+    kind = trial_kind(objects)
+    spec = trial_spec(objects, kind, space, settings)
+    body = experiment(args.study, settings["NAMESPACE"], space, kind, spec)
+    check_words(body, kind)
+    return space, objects, kind, body
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
     try:
         settings = project_settings.load()
-        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
-        space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
-        objects = manifest.customize(
-            render(args.kustomize, args.study),
-            image=args.image,
-            workers=args.workers,
-            dataset=args.dataset,
-            epochs=args.epochs,
-            trainer_args=args.trainer_flags,
-        )
-        kind = next(k for k in PRIMARY if any(obj["kind"] == k for obj in objects))
-        body = experiment(args.study, settings["NAMESPACE"], space, kind, trial_spec(objects, kind, space, settings))
+        space, objects, kind, body = build(args, settings)
     except (UserError, manifest.ManifestError, project_settings.SettingsError) as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except StopIteration:
-        print(
-            f"tune-cluster: error: {args.kustomize} renders no TFJob or TrainJob: use ENGINE=tfjob or trainjob",
-            file=sys.stderr,
-        )
         return EXIT_USAGE
     if args.dry_run:
         print(json.dumps(body, indent=2))
         return EXIT_PUBLISHED
-    for parameter in space.parameters:
+    for parameter, declared in zip(space.parameters, body["spec"]["parameters"], strict=True):
         if parameter.log:
-            values = body["spec"]["parameters"][space.parameters.index(parameter)]["feasibleSpace"]["list"]
+            values = declared["feasibleSpace"]["list"]
             say(
                 f"{parameter.name}: Katib's goptuna has no log scale, so it searches {len(values)} values spread "
                 f"evenly on it: {', '.join(values)}"
@@ -575,36 +584,34 @@ def main(argv: list[str] | None = None) -> int:
             "trials are not pruned on the cluster (Katib's early stopping service is not installed): each runs "
             f"its {args.epochs} epoch(s)"
         )
-    namespace = settings["NAMESPACE"]
+    namespace, started = settings["NAMESPACE"], False
     try:
-        prepare(objects, namespace)
-        create_or_find(body, namespace)
+        started = start(body, objects, namespace)
         final, views = follow(args.study, kind, namespace, space.objective.key, args.timeout)
-    except KeyboardInterrupt:
-        say(f"stopped following; Experiment {args.study} goes on: the same command follows it again")
-        return EXIT_STILL_RUNNING
-    except TimeoutError as error:
-        say(f"{error}; Experiment {args.study} goes on: the same command follows it again")
+        print(table(views, space.objective.key), flush=True)
+        best = (final.get("status", {}).get("currentOptimalTrial") or {}).get("bestTrialName")
+        if condition(final) != "Succeeded" or not best:
+            reason = next((c.get("message", "") for c in reversed(final.get("status", {}).get("conditions") or [])), "")
+            say(f"no trial succeeded, so nothing is published ({condition(final)}: {reason})")
+            return EXIT_NO_MODEL
+        winner = next(view for view in views if view.name == best)
+        say(f"best: trial {best} ({winner.shown_params()}), {space.objective.key} {winner.objective:.4g}")
+        publish(best, args.image, settings, namespace)
+        if not args.no_fetch:
+            fetch(best, args.image)
+    except (KeyboardInterrupt, TimeoutError) as stopped:
+        why = str(stopped) or "stopped"
+        if not started:
+            say(f"{why} before Experiment {args.study} was created: nothing of the search runs in the cluster")
+            return EXIT_STILL_RUNNING
+        say(
+            f"{why}; Experiment {args.study} goes on in the cluster: the same command follows it and publishes its best"
+        )
         return EXIT_STILL_RUNNING
     except TuneClusterError as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClusterStepError, subprocess.CalledProcessError) as error:
-        print(f"tune-cluster: error: {error}", file=sys.stderr)
-        return EXIT_CLUSTER
-    print(table(views, space.objective.key), flush=True)
-    best = (final.get("status", {}).get("currentOptimalTrial") or {}).get("bestTrialName")
-    if condition(final) != "Succeeded" or not best:
-        reason = next((c.get("message", "") for c in reversed(final.get("status", {}).get("conditions") or [])), "")
-        say(f"no trial succeeded, so nothing is published ({condition(final)}: {reason})")
-        return EXIT_NO_MODEL
-    winner = next(view for view in views if view.name == best)
-    say(f"best: trial {best} ({winner.shown_params()}), {space.objective.key} {winner.objective:.4g}")
-    try:
-        publish(best, args.image, settings, namespace)
-        if not args.no_fetch:
-            fetch(best, args.image)
-    except (ClusterStepError, subprocess.CalledProcessError) as error:
+    except (ClusterStepError, KubectlError, subprocess.CalledProcessError) as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
         return EXIT_CLUSTER
     say(f"published trial {best}'s model on the volume: make serve-cluster serves it")

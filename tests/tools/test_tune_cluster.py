@@ -100,15 +100,21 @@ def test_a_log_scale_range_is_searched_as_values_spread_evenly_on_it(capsys):
     assert cluster.log_points(spaces.Parameter("filters", "int", 1, 1000, log=True)) == [
         1, 2, 3, 6, 10, 18, 32, 56, 100, 178, 316, 562, 1000
     ]  # fmt: skip
+    # goptuna's random search never draws an int range's top, and its TPE steps past it: every value is listed.
     (warmup,) = [p for p in json.loads(out)["spec"]["parameters"] if p["name"] == "warmup-steps"]
-    assert warmup == {"name": "warmup-steps", "parameterType": "int", "feasibleSpace": {"min": "0", "max": "64",
-                                                                                       "step": "16"}}  # fmt: skip
+    assert warmup == {
+        "name": "warmup-steps",
+        "parameterType": "discrete",
+        "feasibleSpace": {"list": ["0", "16", "32", "48", "64"]},
+    }
+    assert cluster.step_points(spaces.Parameter("clip-norm", "float", 0.5, 2.0, step=0.5)) == [0.5, 1.0, 1.5, 2.0]
+    assert cluster.step_points(spaces.Parameter("warmup-steps", "int", 0, 10, step=4)) == [0, 4, 8]
 
 
 def test_the_log_scale_note_names_the_values(capsys, tmp_path, monkeypatch):
     """Said before anything is submitted: the Experiment is not created here (no cluster), so the command stops at
     the first cluster call, after the notes."""
-    monkeypatch.setattr(cluster, "prepare", lambda *_: (_ for _ in ()).throw(cluster.ClusterStepError("no cluster")))
+    monkeypatch.setattr(cluster, "start", lambda *_: (_ for _ in ()).throw(cluster.ClusterStepError("no cluster")))
     argv = ["--search-space", str(EXAMPLE), "--study", "tune-x", "--kustomize", OVERLAYS["TFJob"], "--image", "i:1"]
     code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2"])
     out, err = capsys.readouterr()
@@ -127,6 +133,8 @@ def test_the_log_scale_note_names_the_values(capsys, tmp_path, monkeypatch):
             "a true/false switch is a flag of its own",
         ),
         ("", "learning-rat: {type: float, min: 0.001, max: 0.1}", "learning-rat is not an option of the trainer"),
+        ("", "data-dir: {type: categorical, values: ['/data/a', '/data/my data']}", "'/data/my data' in the trainer's"),
+        ("", "warmup-steps: {type: int, min: 0, max: 100000}", "at most 1000: give it a larger step"),
     ],
 )
 def test_what_katib_cannot_search_is_exit_2_naming_it_and_the_fix(capsys, tmp_path, head, parameters, complaint):
@@ -136,23 +144,52 @@ def test_what_katib_cannot_search_is_exit_2_naming_it_and_the_fix(capsys, tmp_pa
     assert code == cluster.EXIT_USAGE and complaint in err, err
 
 
-def test_a_study_katib_could_not_name_trials_after_is_refused(capsys):
-    with pytest.raises(SystemExit) as exited:
-        cluster.parse_args(["--search-space", "s", "--study", "x" * 41, "--kustomize", "k", "--image", "i:1",
-                            "--dataset", "synthetic", "--epochs", "1"])  # fmt: skip
-    assert exited.value.code == 2 and "at most 40 characters" in capsys.readouterr().err
-
-
 def test_the_same_command_follows_its_experiment_and_another_is_refused(capsys, monkeypatch):
     code, out, _ = dry_run(capsys)
     body = json.loads(out)
+    prepared = []
+    monkeypatch.setattr(cluster, "prepare", lambda *args: prepared.append(args))
     monkeypatch.setattr(cluster, "get", lambda *_: body)
-    assert cluster.create_or_find(body, "default") is body
-    assert "Experiment tune-x exists: following it" in capsys.readouterr().out
+    cluster.start(body, [], "default")
+    assert "Experiment tune-x exists: following it" in capsys.readouterr().out and not prepared
     changed = json.loads(json.dumps(body))
     changed["metadata"]["annotations"][cluster.MADE_FROM] = "another"
     monkeypatch.setattr(cluster, "get", lambda *_: changed)
     with pytest.raises(cluster.TuneClusterError, match="kubectl delete experiment tune-x -n default"):
-        cluster.create_or_find(body, "default")
+        cluster.start(body, [], "default")
     code, other, _ = dry_run(capsys, "--", "--train-examples", "2048")
     assert json.loads(other)["metadata"]["annotations"] != body["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("overlay", "complaint"),
+    [
+        ("k8s/overlays/jobset-sync", "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials"),
+        ("k8s/overlays/tfjob-async", "STRATEGY=async"),
+        ("k8s/overlays/trainjob-async", "STRATEGY=async"),
+    ],
+)
+def test_an_engine_or_strategy_katib_cannot_run_as_trials_is_refused(capsys, monkeypatch, overlay, complaint):
+    monkeypatch.setitem(OVERLAYS, "other", overlay)
+    code, _, err = dry_run(capsys, kind="other")
+    assert code == cluster.EXIT_USAGE and complaint in err, err
+
+
+@pytest.mark.parametrize("words", [["--data-dir", "/mnt/training/my data"], ["--class-names", "cat;dog"]])
+def test_flags_the_shell_would_split_or_run_are_refused_before_anything_is_made(capsys, words):
+    code, _, err = dry_run(capsys, "--", *words)
+    assert code == cluster.EXIT_USAGE and f"{words[1]!r} in the trainer's flags" in err and "sh -c" in err, err
+
+
+def test_more_trials_at_once_than_in_all_is_the_budget(capsys):
+    code, out, _ = dry_run(capsys, "--trials", "2", "--parallel", "4")
+    spec = json.loads(out)["spec"]
+    assert code == 0 and (spec["maxTrialCount"], spec["parallelTrialCount"]) == (2, 2)
+
+
+@pytest.mark.parametrize("study", ["1tune", "Tune_X", "tune-", "x" * 41])
+def test_a_study_katib_could_not_name_an_experiment_after_is_refused(capsys, study):
+    with pytest.raises(SystemExit) as exited:
+        cluster.parse_args(["--search-space", "s", "--study", study, "--kustomize", "k", "--image", "i:1",
+                            "--dataset", "synthetic", "--epochs", "1"])  # fmt: skip
+    assert exited.value.code == 2 and f"STUDY={study}: Katib names the Experiment" in capsys.readouterr().err

@@ -247,6 +247,16 @@ def test_the_best_trials_model_is_published_fetched_and_served(tfjob_search):
     assert [row["class_id"] for row in answer.json()["predictions"]] == expected
 
 
+def test_the_same_command_again_follows_the_experiment_instead_of_starting_another(tfjob_search):
+    """What Ctrl-C or a lost terminal leaves: the Experiment in the cluster, which the same command follows to its
+    end and publishes; its trials are not run again."""
+    space, first = tfjob_search
+    again = tune("tfjob", "tune-tf", space)
+    assert "Experiment tune-tf exists: following it" in again and "created Experiment" not in again, again[-3000:]
+    assert best_trial(again) == best_trial(first)
+    assert len(experiment("tune-tf")["status"].get("succeededTrialList", [])) == 2
+
+
 def test_a_diverging_trial_fails_with_the_trainers_exit_4_reason_and_nothing_is_published(namespace, tmp_path_factory):
     output = tune("tfjob", "tune-diverges", search_space(tmp_path_factory, DIVERGES), check=False)
     assert re.search(r"\(learning-rate=1e\+30\): failed: .*exit 4: error: training diverged", output), output[-3000:]
