@@ -33,6 +33,8 @@ STRATEGIES = ("sync", "async")
 # The object that runs the training group, per engine; a TrainJob comes with the TrainingRuntime it names.
 ENGINE_KINDS = {"TFJob": "tfjob", "JobSet": "jobset", "TrainJob": "trainjob"}
 TFJOB_CONTAINER = "tensorflow"
+# The image's ENTRYPOINT (the Dockerfile's; tests/tools/test_run_local_manifest.py holds the two equal).
+IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")
 # The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_MAX = 63

@@ -25,6 +25,7 @@ from typing import Any
 
 from scripts.common import tfconfig
 from scripts.common.manifest import (
+    IMAGE_ENTRYPOINT,
     REPLICA_TYPES,
     TFJOB_CONTAINER,
     pod_templates,
@@ -45,7 +46,6 @@ from .operator_rules import Replica
 from .volumes import EMPTY_DIRS, PathMapper, claim_dirs, container_mounts, pod_claims
 
 TRAINER_MODULE = ("-m", "trainer")
-IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")  # the Dockerfile's ENTRYPOINT
 INITS = ("tini", "tini-static", "dumb-init")
 TFJOB_PORT_NAME = "tfjob-port"
 # Listeners of a pod are reached through Services only; local ones stay on loopback unless the manifest says.

@@ -54,9 +54,6 @@ from . import space as spaces
 
 EXIT_PUBLISHED, EXIT_NO_MODEL, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
 GROUP, VERSION = "kubeflow.org", "v1beta1"
-# The image's ENTRYPOINT (Dockerfile): Katib's collector wraps the chief's command in `sh -c`, and its webhook would
-# otherwise look the image up in a registry to learn it (tests/tools/test_tune_cluster.py holds the two equal).
-IMAGE_ENTRYPOINT = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer"]
 ALGORITHMS = {"tpe": "tpe", "random": "random"}  # the file's sampler -> the goptuna algorithm (katib-config.yaml)
 LOG_POINTS = 4  # values per decade for a log-scale range, which goptuna cannot sample
 MAX_LISTED = 1000  # values a stepped range may list
@@ -271,7 +268,7 @@ def trial_spec(
         for replica in job["spec"]["tfReplicaSpecs"].values():
             for container in replica["template"]["spec"]["containers"]:
                 if container["name"] == manifest.TFJOB_CONTAINER:
-                    container["command"] = IMAGE_ENTRYPOINT
+                    container["command"] = list(manifest.IMAGE_ENTRYPOINT)
                     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
                     container["args"] = [*(container.get("args") or []), *trial_flags(space)]
                     with_env(container, per_trial_env(settings))
@@ -283,7 +280,7 @@ def trial_spec(
     container = manifest.trainer_of(template)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     trainer = job["spec"].setdefault("trainer", {})
-    trainer["command"] = IMAGE_ENTRYPOINT
+    trainer["command"] = list(manifest.IMAGE_ENTRYPOINT)
     trainer["args"] = [*(container.get("args") or []), *trial_flags(space)]
     trainer["env"] = per_trial_env(settings)
     return job

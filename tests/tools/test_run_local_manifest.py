@@ -9,10 +9,10 @@ import sys
 import pytest
 import yaml
 
-from scripts.common.manifest import customize, render
+from scripts.common.manifest import IMAGE_ENTRYPOINT, customize, render
 from scripts.localrun import manifests, run_local
 from scripts.localrun.envvars import EnvResolver, Problems, expand
-from scripts.localrun.podplan import IMAGE_ENTRYPOINT, Planner, without_init
+from scripts.localrun.podplan import Planner, without_init
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
