@@ -388,19 +388,27 @@ def test_a_code_change_reuses_the_dependency_layer_and_ships_the_new_code(built,
         dependency_step = re.search(r"STEP \d+/\d+: RUN /opt/venv/bin/pip install .*--require-hashes.*\n(.*)", output)
         assert dependency_step, f"no dependency step in the build output:\n{output[-3000:]}"
         assert "Using cache" in dependency_step.group(1), "the code change reinstalled the dependencies"
+        # The answer goes through a mounted folder, not buildah's stdout: under load `buildah run` can exit 0 having
+        # lost a short-lived process's output.
+        answer = tmp_path / "answer"
+        answer.mkdir(mode=0o777)
+        answer.chmod(0o777)  # the image's user writes it; mkdir's mode is cut by the umask
         with working_container(f"{repository}:test") as container:
-            shipped = buildah(
+            ran = buildah(
                 "run",
                 "--isolation",
                 "chroot",
+                "--volume",
+                f"{answer}:/answer",
                 container,
                 "--",
                 "python",
                 "-c",
                 "import inspect, os, trainer; os.chdir('/'); import modules.forked; "
-                "print(inspect.getsource(trainer), modules.forked.MARKER)",
-            ).stdout
-        assert marker in shipped, "the image runs the old trainer code"
+                "open('/answer/shipped', 'w').write(inspect.getsource(trainer) + modules.forked.MARKER)",
+            )
+        shipped = (answer / "shipped").read_text()
+        assert marker in shipped, f"the image runs the old trainer code:\n{shipped[-2000:]}\n{ran.stderr[-2000:]}"
         assert shipped.count(marker) == 2, "a module in modules/ did not reach the image"
     finally:
         buildah("rmi", f"{repository}:test", f"{repository}:latest", check=False)
