@@ -59,6 +59,24 @@ def test_every_relative_link_reaches_its_file_and_heading(document):
     assert broken == [], f"{document.relative_to(ROOT)} has broken links: {broken}"
 
 
+# The harness's rooms (docs/design.md): a fork may delete them, and the docs it keeps must not then link to nothing.
+HARNESS_FOLDERS = [ROOT / "scripts" / "node", ROOT / "scripts" / "bench"]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_page_links_into_a_harness_room_a_fork_deletes(document):
+    """The slow room test deletes the harness and checks every link; this says it at once, naming the page."""
+    into_harness = [
+        target
+        for target in relative_links(document)
+        if any((document.parent / target.partition("#")[0]).resolve().is_relative_to(room) for room in HARNESS_FOLDERS)
+    ]
+    assert into_harness == [], (
+        f"{document.relative_to(ROOT)} links into the harness ({into_harness}), which a fork deletes: "
+        "name the file as code (`scripts/node/...`) instead of linking it"
+    )
+
+
 def test_the_readme_is_a_front_door():
     readme = (ROOT / "README.md").read_text()
     assert len(readme) <= README_LIMIT, (
