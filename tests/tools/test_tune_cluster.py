@@ -189,3 +189,28 @@ def test_a_study_katib_could_not_name_an_experiment_after_is_refused(capsys, stu
         cluster.parse_args(["--search-space", "s", "--study", study, "--kustomize", "k", "--image", "i:1",
                             "--dataset", "synthetic", "--epochs", "1"])  # fmt: skip
     assert exited.value.code == 2 and f"STUDY={study}: Katib names the Experiment" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("created", "said"),
+    [
+        (False, "stopped before Experiment tune-x was created: nothing of the search runs in the cluster"),
+        (True, "stopped; Experiment tune-x goes on in the cluster: the same command follows it and publishes its best"),
+    ],
+)
+def test_ctrl_c_says_whether_the_experiment_goes_on_in_the_cluster(capsys, monkeypatch, created, said):
+    """Ctrl-C before the Experiment exists must not say it goes on in the cluster (it once did)."""
+
+    def start(*_):
+        if not created:
+            raise KeyboardInterrupt
+        return True
+
+    def follow(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster, "start", start)
+    monkeypatch.setattr(cluster, "follow", follow)
+    argv = ["--search-space", str(EXAMPLE), "--study", "tune-x", "--kustomize", OVERLAYS["TFJob"], "--image", "img:1"]
+    code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2"])
+    assert code == cluster.EXIT_STILL_RUNNING and said in capsys.readouterr().out
