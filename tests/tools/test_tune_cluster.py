@@ -22,9 +22,14 @@ PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")  # Katib's TrialTempla
 OVERLAYS = {"TFJob": "k8s/overlays/tfjob-sync", "TrainJob": "k8s/overlays/trainjob-sync"}
 
 
+def tool_argv(space: pathlib.Path = EXAMPLE, kind: str = "TFJob") -> list[str]:
+    """make tune-cluster's arguments for the study tune-x."""
+    return ["--search-space", str(space), "--study", "tune-x", "--kustomize", OVERLAYS[kind], "--image", "img:1",
+            "--dataset", "synthetic", "--epochs", "2"]  # fmt: skip
+
+
 def dry_run(capsys, *extra: str, space: pathlib.Path = EXAMPLE, kind: str = "TFJob") -> tuple[int, str, str]:
-    argv = ["--search-space", str(space), "--study", "tune-x", "--kustomize", OVERLAYS[kind], "--image", "img:1"]
-    code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2", "--dry-run", *extra])
+    code = cluster.main([*tool_argv(space, kind), "--dry-run", *extra])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -211,6 +216,5 @@ def test_ctrl_c_says_whether_the_experiment_goes_on_in_the_cluster(capsys, monke
 
     monkeypatch.setattr(cluster, "start", start)
     monkeypatch.setattr(cluster, "follow", follow)
-    argv = ["--search-space", str(EXAMPLE), "--study", "tune-x", "--kustomize", OVERLAYS["TFJob"], "--image", "img:1"]
-    code = cluster.main([*argv, "--dataset", "synthetic", "--epochs", "2"])
+    code = cluster.main(tool_argv())
     assert code == cluster.EXIT_STILL_RUNNING and said in capsys.readouterr().out
