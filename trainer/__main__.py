@@ -3,7 +3,8 @@
 Bad core flags and a bad TF_CONFIG stop the program here, before TensorFlow starts (the task's own options are
 read next, with its module). Every way out is decided in one table, ending(): a UserError exits 2 (a module missing
 from the image too), a full volume 3, a divergence 4, a SIGTERM 143, a lost group 144, a group that cannot form 137,
-success 0; anything else is a bug, with its traceback and exit 1.
+success 0; anything else is a bug, with its traceback and exit 1. In a pod, the line each prints is also its
+termination message.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from trainer.base.errors import (  # noqa: E402
 from trainer.data import catalog, tfds, tfrecord  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
 from trainer.distribution.preemption import Preempted  # noqa: E402
+from trainer.reporting import termination_message  # noqa: E402
 from trainer.settings import flags  # noqa: E402
 from trainer.settings.config import Config  # noqa: E402
 
@@ -113,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as error:
         end = ending(error, model_dir, cluster)
         if end is None:
+            if isinstance(error, Exception):  # not Ctrl-C or sys.exit
+                termination_message.write(f"error: {type(error).__name__}: {error}")
             if reporter is not None:
                 reporter.failed(f"{type(error).__name__}: {error}", 1)  # the traceback's exit code: permanent
             raise
+        termination_message.write(end.line)
         if reporter is not None and end.status is not None:
             reporter.failed(end.status, end.code, state=end.state)
         if end.warning:

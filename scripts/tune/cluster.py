@@ -423,9 +423,9 @@ JOB_POD_LABEL = {"TFJob": "training.kubeflow.org/job-name", "TrainJob": "jobset.
 
 
 def exit_reason(trial: str, kind: str, namespace: str) -> str:
-    """Why a trial's job failed, from its pods' trainer containers: the exit code, and the trainer's error line that
-    the kubelet kept as the termination message (FallbackToLogsOnError; the chief's own output goes to Katib's
-    collector, so a worker's message usually holds it)."""
+    """Why a trial's job failed, from its pods' trainer containers: the exit code and the error line of the
+    termination message (the trainer's own line, which it writes there; else the kubelet's fallback, the last log
+    lines). A replica the trainer ended outranks one the engine stopped after it."""
     listed = kubectl("get", "pods", "-n", namespace, "-o", "json", "-l", f"{JOB_POD_LABEL[kind]}={trial}", check=False)
     reasons = []
     for pod in json.loads(listed.stdout or '{"items": []}')["items"]:
@@ -433,9 +433,11 @@ def exit_reason(trial: str, kind: str, namespace: str) -> str:
             terminated = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
             if status["name"] != PRIMARY[kind][0] or not terminated or not terminated.get("exitCode"):
                 continue
-            lines = [line for line in (terminated.get("message") or "").splitlines() if "error" in line.lower()]
-            reasons.append(f"exit {terminated['exitCode']}" + (f": {lines[-1].strip()}" if lines else ""))
-    return max(reasons, key=len, default="")
+            lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if "error" in line.lower()]
+            trainers = [line for line in lines if line.startswith("error:")]
+            line = (trainers or lines or [""])[-1]
+            reasons.append((bool(trainers), f"exit {terminated['exitCode']}" + (f": {line}" if line else "")))
+    return max(reasons, key=lambda reason: (reason[0], len(reason[1])), default=(False, ""))[1]
 
 
 def follow(

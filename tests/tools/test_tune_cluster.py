@@ -9,6 +9,7 @@ import json
 import math
 import pathlib
 import re
+import subprocess
 
 import pytest
 
@@ -218,3 +219,17 @@ def test_ctrl_c_says_whether_the_experiment_goes_on_in_the_cluster(capsys, monke
     monkeypatch.setattr(cluster, "follow", follow)
     code = cluster.main(tool_argv())
     assert code == cluster.EXIT_STILL_RUNNING and said in capsys.readouterr().out
+
+
+def test_a_failed_trials_reason_is_the_trainers_line_not_a_peer_the_engine_stopped(monkeypatch):
+    def pod(exit_code: int, message: str) -> dict:
+        terminated = {"state": {"terminated": {"exitCode": exit_code, "message": message}}}
+        return {"status": {"containerStatuses": [{"name": manifest.TFJOB_CONTAINER, **terminated}]}}
+
+    diverged = "error: training diverged at step 4 (epoch 1): the loss went non-finite"
+    stopped = "E1205 12:00:01 collective_ops.cc:123] Collective ops aborted: peer worker-0 gone, an error long after"
+    pods = {"items": [pod(4, diverged), pod(137, f"step 3\n{stopped}\n"), pod(0, "")]}
+    monkeypatch.setattr(cluster, "kubectl", lambda *_, **__: subprocess.CompletedProcess([], 0, json.dumps(pods), ""))
+    assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 4: {diverged}"
+    pods["items"] = [pod(137, f"step 3\n{stopped}\n")]  # the trainer's own replica already deleted
+    assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 137: {stopped}"
