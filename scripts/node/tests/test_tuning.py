@@ -261,6 +261,15 @@ def test_a_diverging_trial_fails_with_the_trainers_exit_4_reason_and_nothing_is_
     output = tune("tfjob", "tune-diverges", search_space(tmp_path_factory, DIVERGES), check=False)
     assert re.search(r"\(learning-rate=1e\+30\): failed: .*exit 4: error: training diverged", output), output[-3000:]
     assert "no trial succeeded, so nothing is published" in output, output[-3000:]
+    # Each replica that diverged says why in its termination message (the chief's output went to Katib's
+    # collector), whichever of them the engine deleted while it still ran (cleanPodPolicy Running).
+    (trial,) = re.findall(r"trial (tune-diverges-\w+) \(learning-rate=1e\+30\): failed", output)
+    ended = [
+        container_status(pod, pod["spec"]["containers"][0]["name"])["state"].get("terminated") or {}
+        for pod in pods_of("training.kubeflow.org/job-name", trial)
+    ]
+    diverged = [end["message"] for end in ended if end.get("exitCode") == 4]
+    assert diverged and all(message.startswith("error: training diverged") for message in diverged), ended
 
 
 def test_the_trainjob_experiment_succeeds_and_its_collector_exits(namespace, tmp_path_factory, tfjob_search):
