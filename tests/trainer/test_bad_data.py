@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 import textwrap
 
@@ -23,6 +24,7 @@ from trainer.data import image_folder
 
 CUT = pathlib.PurePath("train", "square", "0003.png")  # the PNG cut in half
 SKIP_HINT = "--on-corrupt-record skip"
+TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\] ")  # TensorFlow's C++ log lines (absl's form)
 FOLDER_RUN = ["--epochs", "1", "--per-worker-batch-size", "4", "--steps-per-loop", "4"]
 RECORD_RUN = ["--epochs", "1", "--per-worker-batch-size", "16", "--steps-per-loop", "4"]
 
@@ -75,6 +77,16 @@ def test_the_data_check_names_a_png_cut_in_half(cut_folder, tmp_path):
     line = error_line(run(folder_args(cut_folder, tmp_path / "model"), module="trainer.data"))
     assert line.startswith(f"error: the data check: {cut_folder / CUT}: not a readable PNG, JPEG, GIF or BMP"), line
     assert "replace or delete that file" in line and SKIP_HINT in line, line
+
+
+@pytest.mark.parametrize("flags", [[], [SKIP_HINT.split()[0], "skip"]], ids=["fail", "skip"])
+def test_the_data_check_shows_no_tensorflow_line_for_the_png_it_names(cut_folder, tmp_path, flags):
+    # At the log level a user runs with (the suite quiets TensorFlow); before, TensorFlow's own warning for the same
+    # decode failure, which names no file, came before the trainer's line.
+    args = folder_args(cut_folder, tmp_path / "model", *flags)
+    checked = run(args, module="trainer.data", env={"TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert f"{cut_folder / CUT}: not a readable PNG" in checked.output, checked.output[-3000:]
+    assert not [line for line in checked.output.splitlines() if TF_LOG_LINE.match(line)], checked.output[-3000:]
 
 
 @pytest.mark.slow  # the quick suite's margin: its sibling test stays quick

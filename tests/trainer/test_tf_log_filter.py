@@ -56,6 +56,10 @@ NOISE_AND_A_REAL_ERROR = (
     "Failed call to cuInit: UNKNOWN ERROR (303)\n"
     "W0000 00:00:1796054796.802611    7248 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not be "
     "optimized because the dataset does not implement the AsGraphDefInternal() method\n"
+    "W0000 00:00:1796506557.024544    4519 local_rendezvous.cc:412] Local rendezvous is aborting with status: "
+    "INVALID_ARGUMENT: Invalid PNG data, size 954\n"
+    "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
+    "OUT_OF_RANGE: End of sequence\n"
     "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error\n"
     "error: the trainer's own message\n"
 )
@@ -88,6 +92,8 @@ def test_the_filter_drops_the_start_up_noise_and_passes_everything_else():
     result = write_through_the_filter({})
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
+        "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
+        "OUT_OF_RANGE: End of sequence",
         "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error",
         "error: the trainer's own message",
     ]

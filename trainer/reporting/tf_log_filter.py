@@ -9,7 +9,10 @@ The lines, and where they come from (TensorFlow 2.21):
   error level, "failed call to cuInit: ... (303)" on a machine without a GPU driver;
 - absl's banner "All log messages before absl::InitializeLog() ..." and oneDNN's notice, at every import;
 - "Input of GeneratorDatasetOp::Dataset will not be optimized": tf.distribute's per-worker iterator
-  (OwnedMultiDeviceIterator, a generator dataset) wraps the input pipeline under a multi-worker strategy.
+  (OwnedMultiDeviceIterator, a generator dataset) wraps the input pipeline under a multi-worker strategy;
+- "Local rendezvous is aborting with status: INVALID_ARGUMENT: ...": an op's invalid input (an image that does
+  not decode), whose status Python receives as an exception that the trainer names with its file, or a
+  traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ NOISE = re.compile(
     r"port\.cc:\d+\] oneDNN custom operations are on"
     r"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
-    r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized)"
+    r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized"
+    r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: )"
 )
 WAIT_AT_EXIT_S = 5.0
 
