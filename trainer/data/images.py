@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")  # what tf.io.decode_image reads
 FORMATS = "PNG, JPEG, GIF or BMP"
+# How each of FORMATS starts: the one list the data check and the served model's check both accept.
+SIGNATURES = ((b"\x89PNG", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF", "GIF"), (b"BM", "BMP"))
 
 
 def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
@@ -30,8 +32,7 @@ def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
     GIF or BMP file does, so a served request hears which of its files is no picture."""
     import tensorflow as tf
 
-    starts = [(0, 4, b"\x89PNG"), (0, 2, b"\xff\xd8"), (0, 3, b"GIF"), (0, 2, b"BM")]
-    known = tf.reduce_any(tf.stack([tf.strings.substr(encoded, at, size) == magic for at, size, magic in starts]), 0)
+    known = tf.reduce_any(tf.stack([tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in SIGNATURES]), 0)
     # One unknown element past the end, so an empty or all-known batch has a "first" to name too.
     first = tf.argmin(tf.cast(tf.concat([known, [False]], 0), tf.int32))
     start = tf.strings.substr(tf.gather(tf.concat([encoded, [b""]], 0), first), 0, 8)
