@@ -178,7 +178,7 @@ delete: install ## delete the job in the foreground (ENGINE=, STRATEGY=; the vol
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --delete --kustomize $(KUSTOMIZATION)
 
-fetch-model: ## copy the model and metrics from the volume to ./artifacts/
+fetch-model: ## copy the job's model dir to ./artifacts/model and the model published for JOB_NAME (a pipeline's, tune-cluster's) to ./artifacts/published
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/cluster/fetch-model.sh
 
@@ -196,10 +196,13 @@ PIPELINE_MODELS   ?= cnn dropout batch_norm
 variant_job        = $(JOB_NAME)-$(subst _,-,$(1))
 SELECT_CANDIDATES ?= $(foreach model,$(PIPELINE_MODELS),$(call local_model_dir,$(call variant_job,$(model))))
 PUBLISH_TO        ?= runs/$(JOB_NAME)-selected/serving
+# REPLACE=1: make select, pipeline, tune and their cluster steps publish their winner even where the model already
+# published scores as well or was tested on other data (by default it stays, and they say why).
+REPLACE           ?=
 
-select: install ## publish the best of SELECT_CANDIDATES, by the task's objective, into PUBLISH_TO as a new version
+select: install ## publish the best of SELECT_CANDIDATES into PUBLISH_TO as a new version, if it beats the one published there (REPLACE=1: in any case)
 	@$(CHECK_SETTINGS)
-	$(PY) -m trainer.serving.select --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
+	$(PY) -m trainer.serving.select $(if $(REPLACE),--replace) --candidates $(SELECT_CANDIDATES) --base-path $(PUBLISH_TO)
 
 # The pipeline on this machine; on a cluster, scripts/pipeline/cluster.py renders the same steps as an Argo Workflow.
 pipeline: install ## train each PIPELINE_MODELS variant with run-local (JOB_NAME-<model>), select the best, serve it and send one request
@@ -240,7 +243,7 @@ KUBECTL = kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME))
 submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve; followed to its end
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
-	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(ARGS),-- $(ARGS))
 
 serve-cluster: install $(if $(filter project,$(SERVE_RUNTIME)),image) ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
 	@$(CHECK_SETTINGS)

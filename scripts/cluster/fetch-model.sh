@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Copies the model directory (model.keras, serving/<version>/, metrics.json, checkpoints, logs) from the
-# training volume to ./artifacts/model (make fetch-model). Usage: fetch-model.sh [DESTINATION_DIR]
+# Copies the job's model directory (model.keras, serving/<version>/, metrics.json, checkpoints, logs) from the
+# training volume to ./artifacts/model, and the model published for JOB_NAME (make submit-pipeline's and make
+# tune-cluster's selection: serving/<version>/ and selection.json, what make serve-cluster serves) to
+# ./artifacts/published, each where the volume holds it (make fetch-model). Usage: fetch-model.sh [DESTINATION_DIR]
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -13,6 +15,8 @@ destination=${1:-artifacts}
 helper="${JOB_NAME}-fetch-model"
 context=$(kube_context)
 model_dir="${MODEL_ROOT}/${JOB_NAME}"  # the trainer's TRAINER_MODEL_DIR (k8s/base/trainer-pod.yaml)
+# The published base path's folder, as scripts/common/volume_layout.py serving_base_path lays it out.
+published_dir="${MOUNT_PATH}/${SELECTION_ROOT}/${JOB_NAME}"
 kube() { kubectl --context "$context" "$@"; }
 
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -74,15 +78,28 @@ spec:
 EOF
 kube wait -n "$NAMESPACE" --for=condition=Ready "pod/$helper" --timeout=180s
 
-if ! kube exec -n "$NAMESPACE" "$helper" -- test -f "$model_dir/metrics.json"; then
-  echo "error: no $model_dir/metrics.json on volume $VOLUME_CLAIM yet: has the job succeeded? (make status)" >&2
+on_volume() { kube exec -n "$NAMESPACE" "$helper" -- test -f "$1"; }
+# A fresh copy: kubectl cp into an existing directory would nest it.
+fetch() {
+  mkdir -p "$destination"
+  rm -rf "${destination:?}/$2"
+  kube cp -n "$NAMESPACE" "$helper:$1" "$destination/$2"
+  echo "copied $1 from volume $VOLUME_CLAIM to $destination/$2:"
+  ls -l "$destination/$2"
+}
+fetched=
+if on_volume "$model_dir/metrics.json"; then
+  fetch "$model_dir" model
+  cat "$destination/model/metrics.json"
+  echo
+  fetched=1
+fi
+if on_volume "$published_dir/selection.json"; then
+  fetch "$published_dir" published
+  fetched=1
+fi
+if [ -z "$fetched" ]; then
+  echo "error: volume $VOLUME_CLAIM holds neither $model_dir/metrics.json (a finished job) nor" \
+    "$published_dir/selection.json (a published model) yet: has the job or the pipeline succeeded? (make status)" >&2
   exit 1
 fi
-mkdir -p "$destination"
-# A fresh copy: kubectl cp into an existing directory would nest it.
-rm -rf "$destination/model"
-kube cp -n "$NAMESPACE" "$helper:$model_dir" "$destination/model"
-echo "copied $model_dir from volume $VOLUME_CLAIM to $destination/model:"
-ls -l "$destination/model"
-cat "$destination/model/metrics.json"
-echo

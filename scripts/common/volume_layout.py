@@ -17,9 +17,10 @@ def serving_base_path(settings: Mapping[str, str]) -> str:
     return f"{settings['SELECTION_ROOT']}/{settings['JOB_NAME']}/serving"
 
 
-def select_command(settings: Mapping[str, str], jobs: list[str]) -> list[str]:
+def select_command(settings: Mapping[str, str], jobs: list[str], replace: bool = False) -> list[str]:
     """Model selection (make select's) over the jobs' model dirs, publishing into the base path, in a pod that
-    mounts the volume at MOUNT_PATH."""
+    mounts the volume at MOUNT_PATH; replace: publish the winner even where the served model is as good."""
     base_path = f"{settings['MOUNT_PATH']}/{serving_base_path(settings)}"
-    command = ["python", "-m", "trainer.serving.select", "--base-path", base_path, "--candidates"]
+    command = ["python", "-m", "trainer.serving.select", *(["--replace"] if replace else [])]
+    command += ["--base-path", base_path, "--candidates"]
     return command + [model_dir(settings, job) for job in jobs]

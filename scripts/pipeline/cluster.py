@@ -121,8 +121,10 @@ def workflow(
     epochs: int,
     trainer_args: list[str],
     settings: dict[str, str],
+    replace: bool = False,
 ) -> dict[str, Any]:
-    """The Argo Workflow of the pipeline's steps."""
+    """The Argo Workflow of the pipeline's steps (replace: the selection publishes its winner over a served model
+    that is as good)."""
     base = settings["JOB_NAME"]
     first = render_overlay(engine, "sync", base)
     data_job = copy.deepcopy(manifest.the_one(manifest.customize(first, image=image, dataset=dataset), "Job"))
@@ -172,7 +174,7 @@ def workflow(
         train["activeDeadlineSeconds"] = TRAIN_DEADLINE_SECONDS
         templates.append(train)
         created.append(manifest.the_one(rendered, kind))
-    templates.append(select_template(image, jobs, settings))
+    templates.append(select_template(image, jobs, settings, replace))
     service, runtime = inference_service(image, settings, "project")
     templates.append(resource_template("serving-policy", serving_policy(settings), None, None, action="apply"))
     templates.append(resource_template("serving-runtime", runtime, None, None, action="apply"))
@@ -227,9 +229,9 @@ EXECUTOR_PATCH = {
 }
 
 
-def select_template(image: str, jobs: list[str], settings: dict[str, str]) -> dict[str, Any]:
+def select_template(image: str, jobs: list[str], settings: dict[str, str], replace: bool) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
-    command = select_command(settings, jobs)
+    command = select_command(settings, jobs, replace)
     return {
         "name": "select",
         "podSpecPatch": json.dumps(EXECUTOR_PATCH),
@@ -403,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="fashion_mnist")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
+    parser.add_argument("--replace", action="store_true", help="the selection publishes its winner in any case")
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
     args = parser.parse_args(argv)
     try:
@@ -422,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.epochs,
                     args.trainer_args,
                     settings,
+                    args.replace,
                 )
             ]
         elif args.what == "rbac":

@@ -131,6 +131,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
     parser.add_argument(
+        "--replace", action="store_true", help="publish the selection's winner even where the served model is as good"
+    )
+    parser.add_argument(
         "--timeout-s",
         type=float,
         help="stop following or waiting after (default: the training "
@@ -153,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             return serve(args.image, args.runtime, settings, args.timeout_s or 600)
         namespace = settings["NAMESPACE"]
         workflow = cluster.workflow(
-            args.engine, args.image, args.models, args.workers, args.dataset, args.epochs, args.trainer_args, settings
+            args.engine,
+            args.image,
+            args.models,
+            args.workers,
+            args.dataset,
+            args.epochs,
+            args.trainer_args,
+            settings,
+            args.replace,
         )
         apply(cluster.rbac(settings), namespace)
         name = create(workflow, namespace)

@@ -282,6 +282,18 @@ def test_the_workflow_runs_the_steps_make_pipeline_runs(workflow):
     assert base_path == f"{SETTINGS['MOUNT_PATH']}/{SETTINGS['SELECTION_ROOT']}/{SETTINGS['JOB_NAME']}/serving"
 
 
+def test_replace_reaches_the_selection_step_as_it_reaches_make_select():
+    # REPLACE=1: the winner is published even over a served model that scores as well (trainer/serving/select.py).
+    (document,) = generated("workflow", "--image", "img:1", "--models", "cnn", "--replace")
+    assert "--replace" in templates(document)["select"]["container"]["command"]
+    (document,) = generated("workflow", "--image", "img:1", "--models", "cnn")
+    assert "--replace" not in templates(document)["select"]["container"]["command"]
+    assert "--replace" in make_dry_run("-o", ".venv/.installed", "select", "REPLACE=1").split()
+    assert "--replace" not in make_dry_run("-o", ".venv/.installed", "select").split()
+    submitted = make_dry_run("-o", ".venv/.installed", "-o", "image", "submit-pipeline", "REPLACE=1")
+    assert "scripts.pipeline.submit workflow" in submitted and "--replace" in submitted.split(), submitted
+
+
 def run_steps(document: dict, existing: set[tuple[str, str]]) -> set[tuple[str, str]]:
     """The objects after the Workflow's resource steps ran in order over `existing`, as the API server answers
     them: create fails on a name that exists (AlreadyExists), apply creates or updates, delete removes if there."""

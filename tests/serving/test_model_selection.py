@@ -135,7 +135,8 @@ def test_two_selections_at_once_publish_two_versions_and_the_record_names_the_la
     decisions = {}
 
     def run_selection(model_dir: pathlib.Path) -> None:
-        decisions[model_dir.parent.name] = selection_module.select([str(model_dir)], str(base_path))
+        # replace: each publishes whatever the other did first (without it, the worse one second is kept instead)
+        decisions[model_dir.parent.name] = selection_module.select([str(model_dir)], str(base_path), replace=True)
 
     threads = [threading.Thread(target=run_selection, args=(model_dir,)) for model_dir in (first, second)]
     for thread in threads:
@@ -149,6 +150,113 @@ def test_two_selections_at_once_publish_two_versions_and_the_record_names_the_la
     last = max(published, key=lambda name: published[name])
     assert selection(base_path)["winner"] == str(tmp_path / last / "model")
     assert sorted(path.name for path in base_path.iterdir()) == ["1", "2"]  # no copy left behind
+
+
+def published_names(base_path: pathlib.Path) -> dict[str, str]:
+    """Each version in the base path: the candidate its stand-in SavedModel came from."""
+    return {path.name: (path / "saved_model.pb").read_text() for path in sorted(base_path.iterdir())}
+
+
+def test_published_models_only_get_better_whatever_publishes_next(tmp_path):
+    # The new user's order: run-local's 0.833 selected, then tune's 0.65 winner, then the pipeline's 0.717 and an
+    # equal 0.833. Before: each was published over the better one, and make serve served the last.
+    base_path = tmp_path / "selected" / "serving"
+    for name, accuracy in (("run-local", 0.833), ("tune", 0.65), ("pipeline", 0.717), ("rerun", 0.833)):
+        done = select(base_path, candidate(tmp_path, name, accuracy))
+        assert done.returncode == 0, done.stderr
+    assert published_names(base_path) == {"1": "run-local"}
+    record = selection(base_path)
+    assert record["winner"] == str(tmp_path / "rerun" / "model") and record["published"] == str(base_path / "1")
+    assert "scores at least as well as the winner (test_accuracy 0.833)" in record["kept"], record["kept"]
+    assert "not published: the served" in done.stdout and "REPLACE=1" in done.stdout, done.stdout
+    assert record["served"]["model_dir"] == str(tmp_path / "run-local" / "model")
+
+    better = select(base_path, candidate(tmp_path, "better", 0.9))
+    assert better.returncode == 0, better.stderr
+    assert published_names(base_path) == {"1": "run-local", "2": "better"}
+    assert selection(base_path)["kept"] is None
+
+
+def test_replace_publishes_a_worse_winner_all_the_same(tmp_path):
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, candidate(tmp_path, "good", 0.9)).returncode == 0
+    done = select(base_path, candidate(tmp_path, "worse", 0.5), flags=("--replace",))
+    assert done.returncode == 0, done.stderr
+    assert published_names(base_path) == {"1": "good", "2": "worse"}
+    assert selection(base_path)["served"]["value"] == 0.5
+    # ...and the next selection is held against what is served now
+    assert select(base_path, candidate(tmp_path, "middle", 0.7)).returncode == 0
+    assert published_names(base_path)["3"] == "middle"
+
+
+def test_a_lower_loss_wins_over_the_served_model_where_lower_is_better(tmp_path):
+    base_path = tmp_path / "selected" / "serving"
+    regression = {"task": "regression", "module": "examples.regression"}
+    first = candidate(tmp_path, "first", None, test_loss=0.4, config=regression)
+    assert select(base_path, first).returncode == 0
+    assert select(base_path, candidate(tmp_path, "worse", None, test_loss=0.5, config=regression)).returncode == 0
+    assert select(base_path, candidate(tmp_path, "lower", None, test_loss=0.3, config=regression)).returncode == 0
+    assert published_names(base_path) == {"1": "first", "2": "lower"}
+
+
+def test_a_winner_tested_on_other_data_does_not_replace_the_served_model(tmp_path):
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, candidate(tmp_path, "served", 0.6)).returncode == 0
+    done = select(base_path, candidate(tmp_path, "elsewhere", 0.99, config={"test_examples": 128}))
+    assert done.returncode == 0, done.stderr
+    assert published_names(base_path) == {"1": "served"}
+    kept = selection(base_path)["kept"]
+    assert "was tested on other data" in kept and "test_examples 128 (the served model's: 64)" in kept, kept
+
+
+def test_a_served_version_removed_or_superseded_by_hand_has_no_record_to_hold_against(tmp_path):
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, candidate(tmp_path, "good", 0.9)).returncode == 0
+    shutil.copytree(base_path / "1", base_path / "5")  # a version copied in by hand is what the server serves now
+    assert select(base_path, candidate(tmp_path, "worse", 0.5)).returncode == 0
+    assert published_names(base_path) == {"1": "good", "5": "good", "6": "worse"}
+
+
+def image_folder_candidate(root: pathlib.Path, name: str, accuracy: float, image_dir: pathlib.Path, **config):
+    config = {"dataset": "image_folder", "image_dir": str(image_dir), "validation_split": 0.2, **config}
+    return candidate(root, name, accuracy, config=config, class_names=["cat", "dog"])
+
+
+def test_image_folder_runs_tested_on_other_images_are_not_ranked_together(tmp_path):
+    # Before: two folders' runs were ranked together, and the one with the easier test set won.
+    folders = {name: tmp_path / name for name in ("photos", "other", "held-out")}
+    for folder in ("photos", "other"):
+        (folders[folder] / "test").mkdir(parents=True)
+    folders["held-out"].mkdir()  # no test/: the test split is a seeded share of train/
+    photos = image_folder_candidate(tmp_path, "photos-run", 0.7, folders["photos"])
+    cases = {
+        "another folder": (image_folder_candidate(tmp_path, "other-run", 0.9, folders["other"]), "image_dir"),
+        "other classes": (
+            candidate(
+                tmp_path, "classes", 0.9, config={"dataset": "image_folder", "image_dir": str(folders["photos"])}
+            ),
+            "class_names",
+        ),
+    }
+    for case, (other, key) in cases.items():
+        base_path = tmp_path / case / "serving"
+        done = select(base_path, photos, other)
+        assert done.returncode == 0, done.stderr
+        assert selection(base_path)["winner"] == str(photos), case
+        refused = selection(base_path)["candidates"][1]["refused"]
+        assert refused.startswith("its setup differs") and key in refused, refused
+    # With a test/ folder the seed does not choose the test split, so runs with other seeds compare.
+    reseeded = image_folder_candidate(tmp_path, "reseeded", 0.8, folders["photos"], seed=7)
+    assert select(tmp_path / "seeds" / "serving", photos, reseeded).returncode == 0
+    assert selection(tmp_path / "seeds" / "serving")["winner"] == str(reseeded)
+    # Without one, it does, and so does the share held out.
+    held = image_folder_candidate(tmp_path, "held", 0.6, folders["held-out"])
+    for name, changes in (("seed", {"seed": 7}), ("validation_split", {"validation_split": 0.3})):
+        other = image_folder_candidate(tmp_path, f"held-{name}", 0.9, folders["held-out"], **changes)
+        base_path = tmp_path / f"held-{name}" / "serving"
+        assert select(base_path, held, other).returncode == 0
+        refused = selection(base_path)["candidates"][1]["refused"]
+        assert refused and name in refused, refused
 
 
 BAD = {

@@ -5,6 +5,10 @@ Each candidate is judged from its own metrics.json (trainer/artifacts/layout.py,
 refused when its run did not finish, when the objective's metric is missing or not finite, when its setup differs
 from the reference's, the first candidate that passes every other check (another task, or another test split: the
 numbers would not compare), or when its export was not checked (metrics.json "export_check": {"passed": true, ...}).
+The winner is then held against the model the base path already serves, as selection.json records it (`served`):
+it is published only when it scores better on the same objective and the same test data; an equal score, a worse
+one, or one tested on other data keeps the served model, and the decision says why (`kept`). `--replace` publishes
+the winner all the same. A base path whose newest version no selection recorded (copied in by hand) is published over.
 The winner's newest SavedModel is copied beside the base path's versions and renamed into place, so a server watching
 the base path sees the whole version or none of it. selection.json, beside the base path, records the decision;
 running again with no new result changes nothing, and ties go to the candidate listed first.
@@ -36,6 +40,8 @@ SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole s
 SETUP_KEYS = ("task", "module", "dataset", "dataset_module", "test_files", "test_examples")
 # Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
 GENERATED_SETUP_KEYS = ("seed",)
+# An image folder's test split is its test/ folder, else a seeded share of train/.
+HELD_OUT_SETUP_KEYS = ("validation_split", "seed")
 
 
 @dataclasses.dataclass
@@ -87,6 +93,12 @@ def setup_of(record: dict[str, Any]) -> dict[str, Any]:
     setup["module"] = setup["module"] or ""  # a run from before --module existed had none
     if config.get("dataset") == "synthetic" or config.get("dataset_module") or config.get("module"):
         setup.update({key: config.get(key) for key in GENERATED_SETUP_KEYS})
+    if config.get("dataset") == "image_folder":
+        image_dir = os.path.abspath(os.path.expanduser(str(config.get("image_dir") or "")))
+        setup["image_dir"] = image_dir
+        if not os.path.isdir(os.path.join(image_dir, "test")):
+            setup.update({key: config.get(key) for key in HELD_OUT_SETUP_KEYS})
+    setup["class_names"] = record.get("class_names")
     setup["evaluated_test_examples"] = record.get("test_examples")
     return setup
 
@@ -218,9 +230,52 @@ def publish(winner: Candidate, base_path: str) -> str:
         ) from None
 
 
-def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
-    """Judges the candidates, publishes the winner unless it is already the one published, writes selection.json;
-    under the base path's selection lock."""
+def served_record(winner: Candidate, objective: Objective, published: str) -> dict[str, Any]:
+    """What selection.json keeps of the model it publishes, so the next selection can be held against it."""
+    return {
+        "model_dir": winner.model_dir,
+        "metric": objective.key,
+        "higher_is_better": objective.higher_is_better,
+        "value": winner.value,
+        "setup": setup_of(winner.record),
+        "weights_sha256": winner.record.get("weights_sha256"),
+        "published": published,
+    }
+
+
+def recorded_served(previous: dict[str, Any] | None, base_path: str) -> dict[str, Any] | None:
+    """The record of the model the base path serves (its newest version), or None where no selection published it:
+    no selection.json, one from before records were kept, or a newer version copied in by hand."""
+    served = previous.get("served") if previous else None
+    if not isinstance(served, dict) or not isinstance(served.get("published"), str):
+        return None
+    newest = max(numbered_versions(base_path), default=None)
+    if newest is None or os.path.abspath(served["published"]) != os.path.join(os.path.abspath(base_path), str(newest)):
+        return None
+    return served
+
+
+def reason_to_keep(winner: Candidate, objective: Objective, served: dict[str, Any]) -> str | None:
+    """Why the served model stays rather than the winner (not better, or not comparable), or None to publish."""
+    shown = f"{served['published']} ({served['metric']} {served['value']}, from {served['model_dir']})"
+    if (served["metric"], served["higher_is_better"]) != (objective.key, objective.higher_is_better):
+        return f"the served {shown} was judged by another objective, so the winner's {objective.key} does not compare"
+    differences = [
+        f"{key} {value!r} (the served model's: {served['setup'].get(key)!r})"
+        for key, value in setup_of(winner.record).items()
+        if isinstance(served.get("setup"), dict) and value != served["setup"].get(key)
+    ]
+    if differences or not isinstance(served.get("setup"), dict):
+        return f"the served {shown} was tested on other data, so the figures do not compare: {'; '.join(differences)}"
+    sign = 1.0 if objective.higher_is_better else -1.0
+    if sign * (winner.value or 0.0) > sign * float(served["value"]):
+        return None
+    return f"the served {shown} scores at least as well as the winner ({objective.key} {winner.value})"
+
+
+def select(model_dirs: list[str], base_path: str, replace: bool = False) -> dict[str, Any]:
+    """Judges the candidates, publishes the winner unless the base path already serves it, or serves a model that is
+    as good or not comparable (unless replace), and writes selection.json; under the base path's selection lock."""
     candidates, winner, objective = choose(model_dirs)
     summary = [candidate.summary() for candidate in candidates]
     if winner is None:
@@ -230,22 +285,23 @@ def select(model_dirs: list[str], base_path: str) -> dict[str, Any]:
     digest = winner.record.get("weights_sha256")
     with selection_lock(base_path):
         previous = previous_selection(base_path)
-        published = previous.get("published") if previous else None
-        unchanged = (
-            previous is not None
-            and previous.get("winner") == winner.model_dir
-            and previous.get("winner_weights_sha256") == digest
-            and isinstance(published, str)
-            and os.path.isdir(published)
-        )
-        if not unchanged:
-            published = publish(winner, base_path)
+        served = recorded_served(previous, base_path)
+        kept = None
+        unchanged = served is not None and (served["model_dir"], served["weights_sha256"]) == (winner.model_dir, digest)
+        if served is not None and not unchanged and not replace:
+            kept = reason_to_keep(winner, objective, served)
+            if kept is not None:
+                kept += ": it stays published (--replace, REPLACE=1 for make, publishes the winner all the same)"
+        if served is None or (not unchanged and kept is None):
+            served = served_record(winner, objective, publish(winner, base_path))
         decision = {
             "candidates": summary,
             "winner": winner.model_dir,
-            "published": published,
+            "published": served["published"],
+            "kept": kept,
             "objective": {"metric": objective.key, "higher_is_better": objective.higher_is_better},
             "winner_weights_sha256": digest,
+            "served": served,
         }
         if decision != previous:
             write_json(selection_path(base_path), decision, sort_keys=False)
@@ -258,10 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--candidates", nargs="+", required=True, help="the trained model dirs to choose from")
     parser.add_argument("--base-path", required=True, help="the served base path to publish the winner into")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish the winner even where the served model scores as well or was tested on other data",
+    )
     parser.add_argument("--json", action="store_true", help="print the decision (selection.json's record) as JSON")
     args = parser.parse_args(argv)
     try:
-        decision = select(args.candidates, args.base_path)
+        decision = select(args.candidates, args.base_path, args.replace)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
@@ -275,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             else f"{candidate['metric']} {candidate['value']}"
         )
         print(f"{candidate['model_dir']}: {verdict}")
-    print(f"winner {decision['winner']}, served from {decision['published']} ({selection_path(args.base_path)})")
+    if decision["kept"]:
+        print(f"winner {decision['winner']}, not published: {decision['kept']} ({selection_path(args.base_path)})")
+    else:
+        print(f"winner {decision['winner']}, served from {decision['published']} ({selection_path(args.base_path)})")
     return ExitCode.OK
 
 

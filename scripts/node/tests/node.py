@@ -153,11 +153,14 @@ def clear_model_dir(job_name: str) -> None:
         shutil.rmtree(model_dir, ignore_errors=True)
 
 
-def fetch_model(destination: pathlib.Path, job_name: str | None = None) -> pathlib.Path:
-    """make fetch-model's script, into DESTINATION (make fetch-model writes ./artifacts); the model directory."""
+def fetch_model(destination: pathlib.Path, job_name: str | None = None, namespace: str | None = None) -> pathlib.Path:
+    """make fetch-model's script, into DESTINATION (make fetch-model writes ./artifacts); the model directory (the
+    published model, where there is one, lands beside it in DESTINATION/published)."""
     environment = {**make_environment(), "IMAGE": project_image()}
     if job_name:
         environment["JOB_NAME"] = job_name
+    if namespace:
+        environment["NAMESPACE"] = namespace
     fetched = subprocess.run(
         ["scripts/cluster/fetch-model.sh", str(destination)], cwd=ROOT, env=environment, capture_output=True, text=True
     )

@@ -30,6 +30,7 @@ from scripts.node.tests.node import (
     ROOT,
     SETTINGS,
     connects,
+    fetch_model,
     kubectl,
     make,
     make_environment,
@@ -96,6 +97,19 @@ def test_the_workflow_runs_every_step_to_succeeded_and_publishes_the_selected_va
     variants = {f"{SETTINGS['MODEL_ROOT']}/{JOB}-{model.replace('_', '-')}" for model in MODELS}
     assert selection["winner"] in variants and len(selection["candidates"]) == len(MODELS), selection
     assert sorted(path.name for path in published().iterdir() if path.name.isdigit()) == ["1"]
+
+
+def test_make_fetch_model_brings_back_the_published_model(pipeline, tmp_path):
+    # Before: it copied only MODEL_ROOT/JOB_NAME, which a pipeline never trains (its variants are JOB_NAME-<model>).
+    model_dir = fetch_model(tmp_path, JOB, NAMESPACE)
+    assert not model_dir.exists()
+    fetched = tmp_path / "published"
+    assert json.loads((fetched / "selection.json").read_text()) == json.loads(
+        (published().parent / "selection.json").read_text()
+    )
+    assert (fetched / "serving" / "1" / "saved_model.pb").read_bytes() == (
+        published() / "1" / "saved_model.pb"
+    ).read_bytes()
 
 
 @pytest.fixture(scope="module")
