@@ -1,6 +1,7 @@
 """The command line: every flag documented, settable from the environment, and bad values refused."""
 
 import dataclasses
+import pathlib
 import subprocess
 import sys
 
@@ -166,6 +167,19 @@ def test_cli_unwritable_model_dir_fails_before_training(tmp_path):
     assert "--model-dir" in result.stderr and "not writable" in result.stderr
 
 
+@pytest.mark.parametrize("model_dir", ["gs://bucket/run", "s3://bucket/run", "hdfs://namenode/run", "file:///tmp/run"])
+def test_a_model_dir_on_object_storage_exits_2_before_training_naming_what_works(model_dir, tmp_path):
+    # Before: gs:// warned "Checkpoint ignored", trained, then died with a traceback (exit 1); s3:// was Unimplemented.
+    result = run_trainer("--dataset", "synthetic", "--model-dir", model_dir, env={"HOME": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert f"--model-dir {model_dir}:" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    expected = "without file://" if model_dir.startswith("file") else "mounted volume: a ReadWriteMany claim"
+    assert expected in result.stderr, result.stderr
+    assert (
+        not any(tmp_path.iterdir()) and not pathlib.Path(ROOT, model_dir.split("/")[0]).exists()
+    )  # nothing written, not even a local "gs:" dir
+
+
 def test_an_empty_variable_means_the_default_as_settings_env_leaves_the_data_settings():
     # Before, TRAINER_NUM_CLASSES= stopped every pod with "expected a int", and TRAINER_IMAGE_FEATURE= read no image.
     empty = {"TRAINER_NUM_CLASSES": "", "TRAINER_IMAGE_FEATURE": "", "TRAINER_TRAIN_FILES": ""}
@@ -196,6 +210,7 @@ def test_a_negative_class_count_exits_2():
 
 FORK_MODULE = """
 import dataclasses
+import pathlib
 from trainer.api import NoOptions, Task, datasets, option, register
 
 @dataclasses.dataclass(frozen=True)

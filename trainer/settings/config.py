@@ -7,6 +7,7 @@ parser (flags.py) reads them beside these.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, TypeVar
 
 from trainer.base.errors import ConfigError
@@ -19,6 +20,7 @@ STRATEGIES = ("auto", "sync", "async")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 SCHEDULES = ("constant", "cosine")
 NONFINITE_ACTIONS = ("stop", "skip", "ignore")
+URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 OptionGroup = TypeVar("OptionGroup")
 
@@ -191,8 +193,26 @@ class Config:
             raise ConfigError(f"--clip-norm must be 0 (off) or a positive norm, got {self.clip_norm}")
         if not self.startup_timeout > 0:
             raise ConfigError(f"--startup-timeout must be positive seconds, got {self.startup_timeout}")
+        check_model_dir(self.model_dir)
         for group in self.groups:
             check = getattr(group, "check", None)  # a group's own rule across its fields, if it has one
             if check is not None:
                 check()
         return self
+
+
+def check_model_dir(model_dir: str) -> None:
+    """A model dir is a path on a filesystem: the chief writes it with renames, a lock and an owner record, which
+    object storage (gs://, s3://) cannot do, and TensorFlow 2.21 has no s3:// filesystem at all."""
+    scheme = URL_SCHEME.match(model_dir)
+    if scheme is None:
+        return
+    name = scheme.group(1).lower()
+    if name == "file":
+        raise ConfigError(f"--model-dir {model_dir}: give the path without file://")
+    raise ConfigError(
+        f"--model-dir {model_dir}: a model directory on {name}:// is not supported; the chief writes checkpoints "
+        f"and exports with atomic renames and a lock, which object storage cannot do. Give a path on a mounted "
+        f"volume: a ReadWriteMany claim, or the bucket mounted as a filesystem (the GCS FUSE CSI driver, Mountpoint "
+        f"for Amazon S3); docs/cluster.md says what each cluster needs"
+    )
