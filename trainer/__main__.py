@@ -148,13 +148,24 @@ def parse_config(
     core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
     if not with_task:
         return core
+    name, chosen = chosen_task(core)
+    config = flags.parse(argv, environ, option_groups(name, chosen))
+    chosen.check_options(config.group(chosen.Options))
+    return dataclasses.replace(config, task=name)
+
+
+def chosen_task(core: Config) -> tuple[str, type[task.Task]]:
+    """--task's name and class, once --module and --dataset-module (which may register it, and datasets) are
+    imported."""
     catalog.import_dataset_module(core.module, "--module")
     catalog.import_dataset_module(core.dataset_module)
     name = task.chosen_name(core.task, core.module)
-    chosen = task.find(name, core.task_module)
-    config = flags.parse(argv, environ, [*catalog.option_groups(), (f"task {name}", chosen.Options)])
-    chosen.check_options(config.group(chosen.Options))
-    return dataclasses.replace(config, task=name)
+    return name, task.find(name, core.task_module)
+
+
+def option_groups(name: str, chosen: type[task.Task]) -> list[tuple[str, type]]:
+    """The option groups the full parse (and --help) reads beside the core's: every dataset kind's, then the task's."""
+    return [*catalog.option_groups(), (f"task {name}", chosen.Options)]
 
 
 def reporter_for(core: Config, cluster: Cluster) -> Reporter:

@@ -1,13 +1,20 @@
 """The docs a reader follows: every relative link in the README and docs/ reaches a file, and its #anchor a heading
 there (as GitHub renders the slug); the README stays a front door that fits its promise and still names the paths a
-new user takes."""
+new user takes; docs/trainer.md's flag tables are the parser's flags, each with its variable and default."""
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import re
+from typing import Any
 
 import pytest
+
+from trainer import __main__ as entry
+from trainer.data.datasets import DATASETS
+from trainer.settings import flags
+from trainer.settings.options import env_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "modules" / "README.md"]
@@ -100,3 +107,96 @@ def pages_reached_from(start: pathlib.Path) -> set[str]:
                 reached.add(linked.name)
                 pending.append(linked)
     return reached
+
+
+TRAINER_PAGE = ROOT / "docs" / "trainer.md"
+FLAG_ROW = re.compile(r"^\| `(--[a-z0-9-]+)` \|(.*)\|$")  # | `--flag` | variable | default | meaning |
+
+
+def flag_rows(page: pathlib.Path) -> list[tuple[str, str, str, str, str]]:
+    """Each flag row of the page's tables: (flag, the heading above it, variable, default, meaning)."""
+    rows, heading = [], ""
+    for line in page.read_text().splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip().replace("`", "")
+        elif match := FLAG_ROW.match(line):
+            cells = [cell.strip() for cell in match.group(2).split("|", 2)]
+            variable, default, meaning = (cells + ["", ""])[:3]  # a row short of columns reads as empty cells
+            rows.append((match.group(1), heading, variable.strip("`"), default, meaning))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def parser() -> argparse.ArgumentParser:
+    """The parser `python -m trainer --help` prints, without a module or variables: the core's, the built-in dataset
+    kinds' and the default task's flags."""
+    core = entry.parse_config([], {}, with_task=False)
+    # Other tests register forks' datasets in this process; the page documents the trainer's own.
+    groups = [
+        group for group in entry.option_groups(*entry.chosen_task(core)) if group[1].__module__.startswith("trainer.")
+    ]
+    return flags.build_parser({}, groups)
+
+
+def parser_flags(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argparse.Action]]:
+    """Each flag the parser accepts (a switch by its positive form) -> (its heading in --help, its action)."""
+    return {
+        action.option_strings[0]: (group.title, action)
+        for group in parser._action_groups
+        for action in group._group_actions
+        if action.dest != "help"  # argparse's own, with no variable
+    }
+
+
+def stated_default(cell: str, default: Any) -> Any:
+    """The value a default cell states: its leading `value` (`on`/`off` for a switch), else unset ("")."""
+    match = re.match(r"`([^`]*)`", cell)
+    if match is None:
+        return ""
+    text = match.group(1)
+    if isinstance(default, bool):
+        return {"on": True, "off": False}.get(text, text)
+    try:
+        return type(default)(text)
+    except ValueError:
+        return text
+
+
+def test_the_flag_tables_list_every_flag_the_parser_accepts_and_no_other(parser):
+    documented = [row[0] for row in flag_rows(TRAINER_PAGE)]
+    accepted = parser_flags(parser)
+    wrong = [
+        f"no row for {flag} (under '{title}' in --help)"
+        for flag, (title, _) in accepted.items()
+        if flag not in documented
+    ]
+    wrong += [
+        f"a row for {flag}, which python -m trainer does not accept" for flag in documented if flag not in accepted
+    ]
+    wrong += [
+        f"{documented.count(flag)} rows for {flag}" for flag in sorted(set(documented)) if documented.count(flag) > 1
+    ]
+    assert wrong == [], f"docs/trainer.md's flag tables are not the parser's flags: {wrong}"
+
+
+def test_each_flag_row_has_the_parsers_heading_variable_and_default(parser):
+    accepted = parser_flags(parser)
+    wrong = []
+    for flag, heading, variable, default, _ in flag_rows(TRAINER_PAGE):
+        if flag not in accepted:
+            continue  # the test above names it
+        title, action = accepted[flag]
+        if not heading.startswith(title):
+            wrong.append(f"{flag} is under the heading '{heading}', but --help lists it under '{title}'")
+        if variable != env_name(action.dest):
+            wrong.append(f"{flag}: the page says its variable is {variable}, the parser reads {env_name(action.dest)}")
+        if stated_default(default, action.default) != action.default:
+            wrong.append(f"{flag}: the page says its default is {default!r}, the parser's is {action.default!r}")
+    assert wrong == [], f"docs/trainer.md differs from the parser: {wrong}"
+
+
+def test_the_dataset_row_names_every_built_in_dataset_kind():
+    meaning = {row[0]: row[4] for row in flag_rows(TRAINER_PAGE)}["--dataset"]
+    built_in = sorted(name for name, build in DATASETS.items() if build.__module__.startswith("trainer.data."))
+    unnamed = [name for name in built_in if f"`{name}`" not in meaning]
+    assert built_in and unnamed == [], f"docs/trainer.md's --dataset row does not name the dataset kinds {unnamed}"
