@@ -30,8 +30,8 @@ class Config:
     # Data
     dataset: str = option(
         "fashion_mnist",
-        "dataset: synthetic (no download), tfrecord (your files), any TFDS "
-        "image-classification name, or one registered in --dataset-module",
+        "dataset: synthetic (no download), tfrecord (your files), image_folder (your class folders), any TFDS "
+        "image-classification name, or one your --module registers",
     )
     module: str = option(
         "",
@@ -136,7 +136,9 @@ class Config:
     verbose_workers: bool = option(False, "let non-chief workers log their progress too")
     # Artifacts, checkpoints and status
     model_dir: str = option(
-        "runs/model", "where the chief writes the model, checkpoints, logs, metrics.json and status.json"
+        "runs/model",
+        "where the chief writes the model, checkpoints, logs, metrics.json and status.json: a path on a filesystem "
+        "(gs:// and s3:// are refused)",
     )
     checkpoint_every: int = option(100, "steps between checkpoints (also saved at each epoch end); 0 = epoch ends only")
     keep_checkpoints: int = option(3, "how many recent checkpoints to keep", at_least=1)
@@ -213,6 +215,6 @@ def check_model_dir(model_dir: str) -> None:
     raise ConfigError(
         f"--model-dir {model_dir}: a model directory on {name}:// is not supported; the chief writes checkpoints "
         f"and exports with atomic renames and a lock, which object storage cannot do. Give a path on a mounted "
-        f"volume: a ReadWriteMany claim, or the bucket mounted as a filesystem (the GCS FUSE CSI driver, Mountpoint "
-        f"for Amazon S3); docs/cluster.md says what each cluster needs"
+        f"volume: a ReadWriteMany claim, or a bucket mounted as a filesystem that can rename; docs/cluster.md says "
+        f"what each cluster needs"
     )
