@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from trainer.base.errors import ConfigError, UserError
+from trainer.base.errors import ConfigError, DataError, UserError
+from trainer.data import catalog
 from trainer.settings.config import Config
 from trainer.settings.options import flag, option_fields, option_type
 from trainer.task import Objective, find
@@ -153,7 +154,9 @@ def load(
         )
     try:
         base = parse_config(list(trainer_argv), dict(environ) if environ is not None else None)
-    except ConfigError as error:
+        # The dataset's own flags (image_folder's --image-dir): without them every trial's data check fails alike.
+        catalog.check_dataset(base)
+    except (ConfigError, DataError) as error:
         raise SpaceError(f"the trainer refuses the flags every trial gets: {error}") from None
     options = _options_of(base)
     given = _given_options(trainer_argv, options)
