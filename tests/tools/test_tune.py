@@ -246,3 +246,21 @@ def test_dataset_image_folder_without_its_folder_is_refused_before_any_trial(tmp
     refused = tune(project, SPACE, "STUDY=nofolder", "DATASET=image_folder", f"ARGS={IMAGE_JOB}")
     assert refused.returncode != 0, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert "--dataset image_folder needs --image-dir" in refused.stderr and "trial 0" not in refused.stdout
+
+
+def broken_image_folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A small image folder with one file that is no image: the data check fails on it, before any training."""
+    folder = image_folders.write(tmp_path / "images", per_class=8, test_per_class=2)
+    (folder / "train" / "circle" / "broken.png").write_text("not an image")
+    return folder
+
+
+def test_a_failed_trial_says_its_own_error_line(tmp_path):
+    project = copy(tmp_path)
+    folder = broken_image_folder(tmp_path)
+    done = tune(project, SPACE, "STUDY=broken", "TRIALS=1", "EPOCHS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    assert done.returncode != 0
+    failed = next(line for line in done.stdout.splitlines() if line.startswith("tune: trial 0 failed"))
+    assert f"prepare-data exit 2: error: the data check: {folder}/train/circle/broken.png" in failed, done.stdout
+    [trial] = [trial for trial in trials_of(project, "broken") if trial.state == TrialState.FAIL]
+    assert "broken.png" in trial.user_attrs["reason"]
