@@ -66,7 +66,9 @@ def run(
             epoch, value = status.get("tested_epoch"), status.get(objective_key)
             if isinstance(epoch, int) and epoch > reported and isinstance(value, int | float):
                 reported = epoch
-                if epoch_done(epoch, float(value)):
+                # The last epoch's figure is the trial's result: stopping it then would only lose its model.
+                last = isinstance(status.get("epochs"), int) and epoch >= status["epochs"]
+                if epoch_done(epoch, float(value)) and not last:
                     _stop(process)
                     return Ending(pruned=True, reason=f"pruned after epoch {epoch} ({objective_key} {value:.4g})")
             if stop.is_set():

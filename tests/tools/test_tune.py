@@ -264,3 +264,16 @@ def test_a_failed_trial_says_its_own_error_line(tmp_path):
     assert f"prepare-data exit 2: error: the data check: {folder}/train/circle/broken.png" in failed, done.stdout
     [trial] = [trial for trial in trials_of(project, "broken") if trial.state == TrialState.FAIL]
     assert "broken.png" in trial.user_attrs["reason"]
+
+
+@pytest.mark.slow
+def test_a_trial_that_ran_all_its_epochs_is_complete_never_pruned(tmp_path):
+    project = copy(tmp_path)
+    # Two rates that learn, then one too low to: below the median of the first two at the last (only) epoch.
+    space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [3.0e-3, 2.0e-3, 1.0e-7]}\n"
+    done = tune(project, space, "STUDY=last", "EPOCHS=1", "WORKERS=1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = trials_of(project, "last")
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE] * 3, done.stdout
+    assert trials[2].value < (trials[0].value + trials[1].value) / 2, [trial.value for trial in trials]
+    assert "pruned" not in done.stdout
