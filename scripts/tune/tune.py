@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         run_local_args += ["--dataset", args.dataset, "--epochs", str(args.epochs)]
         run_local_args += ["--images", args.image_dir] if args.image_dir else []
         with studies.locked(study_dir):
-            study, storage = studies.open_study(study_dir, args.study, space, [*run_local_args, *args.trainer_flags])
+            shared = [*run_local_args, *args.trainer_flags]
+            study, storage = studies.open_study(study_dir, args.study, space, shared, say)
             search = Search(study, storage, space, settings, study_dir, run_local_args, args.trainer_flags)
             budget = space.trials
             if space.sampler == "grid" and len(space.grid_points()) < budget:

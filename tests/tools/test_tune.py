@@ -255,15 +255,21 @@ def broken_image_folder(tmp_path: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-def test_a_failed_trial_says_its_own_error_line(tmp_path):
+def test_a_failed_trial_says_its_own_error_line_and_its_study_takes_other_settings(tmp_path):
     project = copy(tmp_path)
     folder = broken_image_folder(tmp_path)
-    done = tune(project, SPACE, "STUDY=broken", "TRIALS=1", "EPOCHS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    variables = ("STUDY=broken", "TRIALS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    done = tune(project, SPACE, "EPOCHS=1", *variables)
     assert done.returncode != 0
     failed = next(line for line in done.stdout.splitlines() if line.startswith("tune: trial 0 failed"))
     assert f"prepare-data exit 2: error: the data check: {folder}/train/circle/broken.png" in failed, done.stdout
-    [trial] = [trial for trial in trials_of(project, "broken") if trial.state == TrialState.FAIL]
-    assert "broken.png" in trial.user_attrs["reason"]
+    [trial] = trials_of(project, "broken")
+    assert trial.state == TrialState.FAIL and "broken.png" in trial.user_attrs["reason"]
+    # Its only trial failed, so it has nothing to compare with: other settings start it again instead of a refusal.
+    again = tune(project, SPACE, "EPOCHS=2", *variables)
+    assert "nothing to compare with: it starts again with these settings" in again.stdout, again.stdout + again.stderr
+    assert "tune: trial 0 failed" in again.stdout
+    assert len(trials_of(project, "broken")) == 1  # the new trial only: the old one went with the old settings
 
 
 @pytest.mark.slow
