@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     every_trial += ["--image-dir", args.image_dir] if args.image_dir else []
     try:
         settings = load()
-        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
+        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial], data_here=True)
         space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
         study_dir = studies.study_dir(args.study)
         run_local_args = ["--kustomize", args.kustomize, "--workers", str(args.workers)]
