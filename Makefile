@@ -218,9 +218,9 @@ TRIALS       ?=
 PARALLEL     ?=
 STUDY        ?= $(JOB_NAME)-tune
 
-tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs (WORKERS each), pruned, resumable; the best published for make serve (DATASET=, EPOCHS=, ARGS=)
+tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs, pruned, resumable; the best published for make serve (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) --publish-to $(PUBLISH_TO) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") --publish-to $(PUBLISH_TO) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 # make tune-cluster: the same search as a Katib Experiment named STUDY on the cluster (make k3d-up KATIB=1), its trials
 # the ENGINE's job (tfjob or trainjob); the best published on the volume for make serve-cluster (docs/tuning.md).

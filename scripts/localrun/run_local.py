@@ -66,14 +66,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
     args.image_dir = None
-    if args.images is not None:  # make run-local IMAGES=DIR: the folder by its absolute path, any character in it
-        args.image_dir = os.path.abspath(os.path.expanduser(args.images))
-        if not os.path.isdir(os.path.join(args.image_dir, "train")):
-            parser.error(
-                f"IMAGES={args.images}: no folder with a train/ folder there; give the folder that holds "
-                f"train/<class>/ (and test/<class>/) images"
-            )
+    if args.images is not None:
+        try:
+            args.image_dir = image_dir(args.images)
+        except ValueError as error:
+            parser.error(str(error))
     return args
+
+
+def image_dir(images: str) -> str:
+    """IMAGES=DIR (make run-local's, make tune's): the folder by its absolute path, any character in it; ValueError
+    naming the fix when it holds no train/ folder."""
+    folder = os.path.abspath(os.path.expanduser(images))
+    if not os.path.isdir(os.path.join(folder, "train")):
+        raise ValueError(
+            f"IMAGES={images}: no folder with a train/ folder there; give the folder that holds "
+            f"train/<class>/ (and test/<class>/) images"
+        )
+    return folder
 
 
 def load(args: argparse.Namespace) -> manifest_io.Manifests:

@@ -51,6 +51,7 @@ from scripts.common.volume_layout import model_dir, select_command
 from trainer.base.errors import UserError
 
 from . import space as spaces
+from .trial import error_line
 
 EXIT_PUBLISHED, EXIT_NO_MODEL, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
 GROUP, VERSION = "kubeflow.org", "v1beta1"
@@ -433,10 +434,10 @@ def exit_reason(trial: str, kind: str, namespace: str) -> str:
             terminated = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
             if status["name"] != PRIMARY[kind][0] or not terminated or not terminated.get("exitCode"):
                 continue
-            lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if "error" in line.lower()]
-            trainers = [line for line in lines if line.startswith("error:")]
-            line = (trainers or lines or [""])[-1]
-            reasons.append((bool(trainers), f"exit {terminated['exitCode']}" + (f": {line}" if line else "")))
+            line = error_line(terminated.get("message") or "")
+            reasons.append(
+                (line.startswith("error:"), f"exit {terminated['exitCode']}" + (f": {line}" if line else ""))
+            )
     return max(reasons, key=lambda reason: (reason[0], len(reason[1])), default=(False, ""))[1]
 
 

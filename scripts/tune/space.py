@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from trainer.base.errors import ConfigError, UserError
+from trainer.base.errors import ConfigError, DataError, UserError
+from trainer.data import catalog
 from trainer.settings.config import Config
 from trainer.settings.options import flag, option_fields, option_type
 from trainer.task import Objective, find
@@ -125,10 +126,15 @@ def trainer_flags(values: Mapping[str, Any]) -> list[str]:
 
 
 def load(
-    path: str | pathlib.Path, trainer_argv: Sequence[str], environ: Mapping[str, str] | None = None
+    path: str | pathlib.Path,
+    trainer_argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    *,
+    data_here: bool = False,
 ) -> SearchSpace:
     """The file's search space, checked against the options the trainer has with trainer_argv (the flags every trial
-    gets: ARGS, --dataset, --epochs)."""
+    gets: ARGS, --dataset, --epochs, --image-dir). data_here: the trials read their data on this machine (make tune,
+    not tune-cluster), so the dataset's own flags are checked against it too."""
     from trainer.__main__ import parse_config  # the trainer's own reading of its flags, the task's options included
 
     where = str(path)
@@ -153,7 +159,9 @@ def load(
         )
     try:
         base = parse_config(list(trainer_argv), dict(environ) if environ is not None else None)
-    except ConfigError as error:
+        if data_here:  # without the dataset's own flags (image_folder's --image-dir) every trial would fail alike
+            catalog.check_dataset(base)
+    except (ConfigError, DataError) as error:
         raise SpaceError(f"the trainer refuses the flags every trial gets: {error}") from None
     options = _options_of(base)
     given = _given_options(trainer_argv, options)

@@ -10,7 +10,7 @@ import fcntl
 import pathlib
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -24,6 +24,7 @@ from .space import SEED_RANGE, SearchSpace, SpaceError
 
 INTERRUPTED = "interrupted"  # the user attribute of a trial the tuner stopped or died during; it is run again
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+COMPARED = (TrialState.COMPLETE, TrialState.PRUNED)  # the trials with figures a later trial is compared with
 NOTE_WIDTH = 100
 
 
@@ -51,32 +52,34 @@ def locked(study_dir: pathlib.Path) -> Iterator[None]:
 
 
 def open_study(
-    study_dir: pathlib.Path, name: str, space: SearchSpace, shared: list[str]
+    study_dir: pathlib.Path, name: str, space: SearchSpace, shared: list[str], say: Callable[[str], None]
 ) -> tuple[optuna.Study, JournalStorage]:
     """The study, new or resumed, and its storage. A resumed study must search the same space toward the same
-    objective with the same flags for every trial (SHARED: the workers, dataset, epochs and ARGS), or its trials
-    would not compare."""
+    objective with the same flags for every trial (SHARED: the workers, dataset, epochs, image folder and ARGS), or
+    its trials would not compare; one with no trial to compare with starts again with the new ones (said by SAY)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tuner prints its own line per trial
     study_dir.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(study_dir / "study.journal")))
-    study = optuna.create_study(
-        storage=storage,
-        study_name=name,
-        direction=space.direction,
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.prune else optuna.pruners.NopPruner(),
-        load_if_exists=True,
-    )
+    study = _create(storage, name, space)
     made_from, made_with = study.user_attrs.get("search_space"), study.user_attrs.get("shared_flags")
+    changed = None
     if made_from is not None and made_from != space.digest:
-        raise SpaceError(
-            f"the study in {study_dir} was made from another search space or objective than {space.path}; "
-            f"give this search its own STUDY=, or delete {study_dir} to start over"
+        changed = f"was made from another search space or objective than {space.path}"
+    elif made_with is not None and made_with != shared:
+        changed = f"ran its trials with {' '.join(made_with)}, not {' '.join(shared)}"
+    if changed and not study.get_trials(deepcopy=False, states=COMPARED):
+        failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+        say(
+            f"the study in {study_dir} {changed}, but none of its trials completed or was pruned ({failed} failed), "
+            f"so it has nothing to compare with: it starts again with these settings"
         )
-    if made_with is not None and made_with != shared:
+        optuna.delete_study(study_name=name, storage=storage)
+        study, changed = _create(storage, name, space), None
+    if changed:
         raise SpaceError(
-            f"the study in {study_dir} ran its trials with {' '.join(made_with)}, not {' '.join(shared)}: its trials "
-            f"would not compare; give this search its own STUDY=, or run it with the same WORKERS, DATASET, EPOCHS "
-            f"and ARGS"
+            f"the study in {study_dir} {changed}: its trials would not compare; give this search its own STUDY=, "
+            f"run it with the same search space, ENGINE, STRATEGY, WORKERS, DATASET, EPOCHS, IMAGES and ARGS, or "
+            f"delete {study_dir} to start over"
         )
     study.set_user_attr("search_space", space.digest)
     study.set_user_attr("shared_flags", shared)
@@ -84,6 +87,16 @@ def open_study(
     for point in space.grid_points() if space.sampler == "grid" else ():
         study.enqueue_trial(point, skip_if_exists=True)  # a resumed grid queues only what it has not run
     return study, storage
+
+
+def _create(storage: JournalStorage, name: str, space: SearchSpace) -> optuna.Study:
+    return optuna.create_study(
+        storage=storage,
+        study_name=name,
+        direction=space.direction,
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.prune else optuna.pruners.NopPruner(),
+        load_if_exists=True,
+    )
 
 
 def sampler(space: SearchSpace, trials_so_far: int = 0) -> optuna.samplers.BaseSampler:

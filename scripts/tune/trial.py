@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from scripts.common.processes import spawn
-from scripts.common.settings import ROOT, local_model_dir
+from scripts.common.settings import LOCAL_RUNS, ROOT, local_model_dir
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 60  # run-local stops its replicas within their own grace period
@@ -25,12 +25,14 @@ STOP_GRACE_SECONDS = 60  # run-local stops its replicas within their own grace p
 @dataclasses.dataclass(frozen=True)
 class TrialJob:
     job_name: str
+    job_dir: pathlib.Path  # run-local's volume for the job
     model_dir: pathlib.Path
     log: pathlib.Path
 
     @classmethod
     def named(cls, job_name: str, settings: dict[str, str], log_dir: pathlib.Path) -> TrialJob:
-        return cls(job_name, local_model_dir(job_name, settings), log_dir / f"{job_name}.log")
+        model_dir = local_model_dir(job_name, settings)
+        return cls(job_name, LOCAL_RUNS / job_name, model_dir, log_dir / f"{job_name}.log")
 
 
 @dataclasses.dataclass
@@ -64,7 +66,9 @@ def run(
             epoch, value = status.get("tested_epoch"), status.get(objective_key)
             if isinstance(epoch, int) and epoch > reported and isinstance(value, int | float):
                 reported = epoch
-                if epoch_done(epoch, float(value)):
+                # The last epoch's figure is the trial's result: stopping it then would only lose its model.
+                last = isinstance(status.get("epochs"), int) and epoch >= status["epochs"]
+                if epoch_done(epoch, float(value)) and not last:
                     _stop(process)
                     return Ending(pruned=True, reason=f"pruned after epoch {epoch} ({objective_key} {value:.4g})")
             if stop.is_set():
@@ -79,13 +83,32 @@ def run(
 
 
 def failure_reason(job: TrialJob, code: int) -> str:
-    """What the chief recorded (its state, error and exit code), else run-local's last line."""
+    """What the chief recorded (its state, error and exit code), else the failed replica's error line (the data
+    check's or the trainer's, from the log run-local's status names), else run-local's last line."""
     status = _read(job.model_dir / "status.json")
     if status.get("error"):
         return f"{status.get('state', 'failed')}, exit {status.get('exit_code')}: {status['error']}"
+    for ended in sorted((job.job_dir / "run-local").glob("*.status.json")):  # the data Job's and the group's
+        record = _read(ended)
+        replica = (record.get("replicas") or {}).get(record.get("failed_replica"))
+        try:
+            line = error_line(pathlib.Path(replica["log"]).read_text(errors="replace"))
+        except (OSError, KeyError, TypeError):
+            continue  # no failed replica in this job, or its log is gone
+        if line:
+            return f"{record['failed_replica']} exit {replica.get('last_exit')}: {line} (log: {shown(job.log)})"
     lines = [line for line in job.log.read_text(errors="replace").splitlines() if line.strip()]
     last = lines[-1] if lines else "(no output)"
     return f"run-local exit {code}: {last} (log: {shown(job.log)})"
+
+
+def error_line(text: str) -> str:
+    """Why a replica failed, from its output or termination message: its own last `error: ...` line (the trainer
+    and the data check print one, and the trainer writes it as its termination message), else the last line that
+    names an error; empty when none does."""
+    lines = [line.strip() for line in text.splitlines() if "error" in line.lower()]
+    own = [line for line in lines if line.startswith("error:")]
+    return (own or lines or [""])[-1]
 
 
 def shown(path: pathlib.Path) -> str:

@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import SettingsError, load
+from scripts.localrun import run_local
 from trainer.base.errors import UserError
 
 from . import space as spaces
@@ -58,6 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
     parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
     parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")
+    parser.add_argument("--images", help="a local image folder every trial trains on where it is (IMAGES=)")
     parser.add_argument("--trials", type=int, help="the trial budget, over the file's trials: (TRIALS=)")
     parser.add_argument("--parallel", type=int, help="trials at once, over the file's parallel: (PARALLEL=)")
     parser.add_argument("--publish-to", required=True, help="the base path the best model is published into")
@@ -68,6 +70,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be at least 1, got {value}")
+    args.image_dir = None
+    if args.images is not None:
+        try:
+            args.image_dir = run_local.image_dir(args.images)
+        except ValueError as error:
+            parser.error(str(error))
     return args
 
 
@@ -207,15 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a closed terminal, a CI timeout) stops the search as Ctrl-C does: trials stopped and queued again.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+    every_trial += ["--image-dir", args.image_dir] if args.image_dir else []
     try:
         settings = load()
-        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
+        space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial], data_here=True)
         space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
         study_dir = studies.study_dir(args.study)
         run_local_args = ["--kustomize", args.kustomize, "--workers", str(args.workers)]
         run_local_args += ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+        run_local_args += ["--images", args.image_dir] if args.image_dir else []
         with studies.locked(study_dir):
-            study, storage = studies.open_study(study_dir, args.study, space, [*run_local_args, *args.trainer_flags])
+            shared = [*run_local_args, *args.trainer_flags]
+            study, storage = studies.open_study(study_dir, args.study, space, shared, say)
             search = Search(study, storage, space, settings, study_dir, run_local_args, args.trainer_flags)
             budget = space.trials
             if space.sampler == "grid" and len(space.grid_points()) < budget:

@@ -2,7 +2,8 @@
 `make run-local` runs. A search over the learning rate publishes a model at least as good as the default
 configuration's, and a learning rate that diverges is recorded failed with the trainer's exit-4 reason and never
 chosen; a study stopped by Ctrl-C, or killed mid-trial, resumes without rerunning a finished trial and runs the
-interrupted one again; two trials at once share neither a model directory nor a port."""
+interrupted one again; two trials at once share neither a model directory nor a port; IMAGES= trains every trial on
+that folder as run-local does, and DATASET=image_folder without it is refused before any trial."""
 
 from __future__ import annotations
 
@@ -23,9 +24,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+import image_folders
 from project_copy import VENV, copy_project
-
-pytestmark = pytest.mark.slow
 
 SMALL_JOB = "--train-examples 512 --test-examples 256 --per-worker-batch-size 32"
 
@@ -35,7 +35,12 @@ def copy(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def make_command(project: pathlib.Path, goal: str, space: str, *variables: str) -> list[str]:
+    """make GOAL with the small synthetic job unless the variables say otherwise (IMAGES= picks its own DATASET)."""
     (project / "space.yaml").write_text(space)
+    given = {variable.split("=")[0] for variable in variables}
+    defaults = {"DATASET": "synthetic", "ARGS": SMALL_JOB}
+    if "IMAGES" in given:
+        del defaults["DATASET"]
     # -o: the venv running this test is the one installed; make must not reinstall into it from the copy.
     return [
         "make",
@@ -44,9 +49,7 @@ def make_command(project: pathlib.Path, goal: str, space: str, *variables: str) 
         goal,
         f"VENV={VENV}",
         "SEARCH_SPACE=space.yaml",
-        "DATASET=synthetic",
-    ] + [
-        f"ARGS={SMALL_JOB}",
+        *(f"{name}={value}" for name, value in defaults.items() if name not in given),
         *variables,
     ]
 
@@ -66,6 +69,7 @@ def metrics(model_dir: str | pathlib.Path) -> dict:
     return json.loads((pathlib.Path(model_dir) / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_diverging_trial_fails(tmp_path):
     project = copy(tmp_path)
     default = subprocess.run(
@@ -157,6 +161,7 @@ def wait_gone(folder: pathlib.Path, timeout: float = 60) -> None:
 SPACE = "sampler: random\nseed: 3\nparameters:\n  learning-rate: {type: float, min: 1.0e-3, max: 1.0e-2, log: true}\n"
 
 
+@pytest.mark.slow
 def test_a_study_killed_mid_trial_resumes_without_rerunning_a_finished_trial(tmp_path):
     project = copy(tmp_path)
     variables = ("STUDY=crash", "TRIALS=2", "EPOCHS=3")
@@ -180,6 +185,7 @@ def test_a_study_killed_mid_trial_resumes_without_rerunning_a_finished_trial(tmp
     assert metrics(trials[0].user_attrs["model_dir"])["weights_sha256"] == weights  # its model was left alone
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_trial_and_the_same_command_runs_it_again(tmp_path):
     project = copy(tmp_path)
     variables = ("STUDY=stopped", "TRIALS=1", "EPOCHS=3")
@@ -199,6 +205,7 @@ def test_ctrl_c_stops_the_trial_and_the_same_command_runs_it_again(tmp_path):
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two 1-worker trials at once need 2 cores")
 def test_two_trials_at_once_share_neither_a_model_directory_nor_a_port(tmp_path):
     project = copy(tmp_path)
@@ -215,3 +222,64 @@ def test_two_trials_at_once_share_neither_a_model_directory_nor_a_port(tmp_path)
         ports.append(set(re.findall(r"is 127\.0\.0\.1:(\d+) here", log)))
         assert metrics(trial.user_attrs["model_dir"])["config"]["learning_rate"] == trial.params["learning-rate"]
     assert ports[0] and ports[1] and not ports[0] & ports[1], ports
+
+
+IMAGE_JOB = "--per-worker-batch-size 4"
+
+
+@pytest.mark.slow
+def test_a_search_on_an_image_folder_trains_every_trial_on_it_as_run_local_does(tmp_path):
+    project = copy(tmp_path)
+    folder = image_folders.write(tmp_path / "my images", per_class=8, test_per_class=2)
+    done = tune(project, SPACE, "STUDY=images", "TRIALS=1", "EPOCHS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [trial] = trials_of(project, "images")
+    assert trial.state == TrialState.COMPLETE
+    config = metrics(trial.user_attrs["model_dir"])["config"]
+    assert config["dataset"] == "image_folder" and config["image_dir"] == str(folder), config
+    selection = json.loads((project / "runs/multi-worker-selected/selection.json").read_text())
+    assert selection["winner"] == trial.user_attrs["model_dir"]
+
+
+def test_dataset_image_folder_without_its_folder_is_refused_before_any_trial(tmp_path):
+    project = copy(tmp_path)
+    refused = tune(project, SPACE, "STUDY=nofolder", "DATASET=image_folder", f"ARGS={IMAGE_JOB}")
+    assert refused.returncode != 0, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert "--dataset image_folder needs --image-dir" in refused.stderr and "trial 0" not in refused.stdout
+
+
+def broken_image_folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A small image folder with one file that is no image: the data check fails on it, before any training."""
+    folder = image_folders.write(tmp_path / "images", per_class=8, test_per_class=2)
+    (folder / "train" / "circle" / "broken.png").write_text("not an image")
+    return folder
+
+
+def test_a_failed_trial_says_its_own_error_line_and_its_study_takes_other_settings(tmp_path):
+    project = copy(tmp_path)
+    folder = broken_image_folder(tmp_path)
+    variables = ("STUDY=broken", "TRIALS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    done = tune(project, SPACE, "EPOCHS=1", *variables)
+    assert done.returncode != 0
+    failed = next(line for line in done.stdout.splitlines() if line.startswith("tune: trial 0 failed"))
+    assert f"prepare-data exit 2: error: the data check: {folder}/train/circle/broken.png" in failed, done.stdout
+    [trial] = trials_of(project, "broken")
+    assert trial.state == TrialState.FAIL and "broken.png" in trial.user_attrs["reason"]
+    # Its only trial failed, so it has nothing to compare with: other settings start it again instead of a refusal.
+    again = tune(project, SPACE, "EPOCHS=2", *variables)
+    assert "nothing to compare with: it starts again with these settings" in again.stdout, again.stdout + again.stderr
+    assert "tune: trial 0 failed" in again.stdout
+    assert len(trials_of(project, "broken")) == 1  # the new trial only: the old one went with the old settings
+
+
+@pytest.mark.slow
+def test_a_trial_that_ran_all_its_epochs_is_complete_never_pruned(tmp_path):
+    project = copy(tmp_path)
+    # Two rates that learn, then one too low to: below the median of the first two at the last (only) epoch.
+    space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [3.0e-3, 2.0e-3, 1.0e-7]}\n"
+    done = tune(project, space, "STUDY=last", "EPOCHS=1", "WORKERS=1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = trials_of(project, "last")
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE] * 3, done.stdout
+    assert trials[2].value < (trials[0].value + trials[1].value) / 2, [trial.value for trial in trials]
+    assert "pruned" not in done.stdout

@@ -233,3 +233,10 @@ def test_a_failed_trials_reason_is_the_trainers_line_not_a_peer_the_engine_stopp
     assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 4: {diverged}"
     pods["items"] = [pod(137, f"step 3\n{stopped}\n")]  # the trainer's own replica already deleted
     assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 137: {stopped}"
+
+
+def test_an_image_folder_on_the_volume_is_not_looked_for_on_this_machine(capsys):
+    # The folder is the trials' on the cluster: only make tune, whose trials read it here, checks it before any trial.
+    code, out, err = dry_run(capsys, "--dataset", "image_folder", "--", "--image-dir", "/mnt/volume/images/pets")
+    assert code == 0, err
+    assert "/mnt/volume/images/pets" in out

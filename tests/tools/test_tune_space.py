@@ -134,23 +134,53 @@ def test_a_task_option_is_searched_and_the_grid_is_every_combination(tmp_path):
     ]
 
 
-def test_a_resumed_study_must_search_the_same_space_with_the_same_flags(tmp_path):
+def run_a_trial(study: optuna.Study, state: optuna.trial.TrialState) -> None:
+    trial = study.ask()
+    trial.suggest_float("learning-rate", 0.001, 0.1)
+    if state == optuna.trial.TrialState.COMPLETE:
+        study.tell(trial, 0.5)
+    else:
+        study.tell(trial, state=state)
+
+
+def test_a_resumed_study_with_a_finished_trial_must_search_the_same_space_with_the_same_flags(tmp_path):
     first = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}"), EVERY_TRIAL, environ={})
-    studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL)
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, print)
+    run_a_trial(study, optuna.trial.TrialState.PRUNED)
     other = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.2}"), EVERY_TRIAL, environ={})
     with pytest.raises(spaces.SpaceError, match="made from another search space or objective"):
-        studies.open_study(tmp_path / "study", "s", other, EVERY_TRIAL)
+        studies.open_study(tmp_path / "study", "s", other, EVERY_TRIAL, print)
     # Other epochs or another test split: the trials would not compare.
     with pytest.raises(spaces.SpaceError, match="ran its trials with --dataset synthetic --epochs 1, not"):
-        studies.open_study(tmp_path / "study", "s", first, [*EVERY_TRIAL, "--test-examples", "32"])
-    studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL)  # the same space and flags resume
+        studies.open_study(tmp_path / "study", "s", first, [*EVERY_TRIAL, "--test-examples", "32"], print)
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, print)  # the same ones resume
+    assert len(study.trials) == 1
+
+
+def test_a_study_with_no_finished_trial_starts_again_with_new_settings(tmp_path):
+    first = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}"), EVERY_TRIAL, environ={})
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, print)
+    run_a_trial(study, optuna.trial.TrialState.FAIL)
+    run_a_trial(study, optuna.trial.TrialState.FAIL)
+    lines: list[str] = []
+    changed = [*EVERY_TRIAL, "--test-examples", "32"]
+    study, _ = studies.open_study(tmp_path / "study", "s", first, changed, lines.append)
+    assert study.trials == [] and study.user_attrs["shared_flags"] == changed
+    assert lines == [
+        f"the study in {tmp_path / 'study'} ran its trials with --dataset synthetic --epochs 1, not "
+        "--dataset synthetic --epochs 1 --test-examples 32, but none of its trials completed or was pruned "
+        "(2 failed), so it has nothing to compare with: it starts again with these settings"
+    ]
+    run_a_trial(study, optuna.trial.TrialState.COMPLETE)
+    with pytest.raises(spaces.SpaceError, match="would not compare"):  # now it has a trial to compare with
+        studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, lines.append)
 
 
 def test_a_resumed_seeded_study_does_not_draw_its_first_trials_again(tmp_path):
     space = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}", "seed: 0\n"), EVERY_TRIAL)
     drawn = []
     for _ in range(2):  # two tuner runs of one trial each on one study
-        study, _ = studies.open_study(tmp_path / "study", "s", space, EVERY_TRIAL)
+        study, _ = studies.open_study(tmp_path / "study", "s", space, EVERY_TRIAL, print)
         trial = study.ask()
         drawn.append(space.suggest(trial)["learning-rate"])
         study.tell(trial, 0.5)
