@@ -220,14 +220,14 @@ STUDY        ?= $(JOB_NAME)-tune
 
 tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs, pruned, resumable; the best published for make serve (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") --publish-to $(PUBLISH_TO) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") --publish-to $(PUBLISH_TO) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 # make tune-cluster: the same search as a Katib Experiment named STUDY on the cluster (make k3d-up KATIB=1), its trials
 # the ENGINE's job (tfjob or trainjob); the best published on the volume for make serve-cluster (docs/tuning.md).
 tune-cluster: install image ## search SEARCH_SPACE as a Katib Experiment: TRIALS TFJobs or TrainJobs (ENGINE=), followed; the best published for make serve-cluster and fetched to ./artifacts/
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
-	@$(SETTINGS_ENV) $(PY) -m scripts.tune.cluster --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.cluster --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
 	@$(CHECK_SETTINGS)

@@ -104,6 +104,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, help="trials at once (PARALLEL=; default: the file's)")
     parser.add_argument("--timeout", type=float, default=0, help="stop following after this many seconds (0: never)")
     parser.add_argument("--no-fetch", action="store_true", help="publish on the volume, but fetch nothing")
+    parser.add_argument(
+        "--replace", action="store_true", help="publish the best even where the published model is as good (REPLACE=)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the Experiment (JSON) and exit")
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
@@ -489,14 +492,14 @@ def table(views: list[TrialView], objective: str) -> str:
     )
 
 
-def select_job(best: str, image: str, settings: Mapping[str, str]) -> dict[str, Any]:
-    """Model selection over the best trial's model dir, publishing where make serve-cluster serves from; as
-    restricted as the job's own pods."""
+def select_job(best: str, image: str, settings: Mapping[str, str], replace: bool = False) -> dict[str, Any]:
+    """Model selection over the best trial's model dir, publishing where make serve-cluster serves from (unless the
+    model published there is as good, or replace); as restricted as the job's own pods."""
     container = {
         "name": "select",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": select_command(settings, [best]),
+        "command": select_command(settings, [best], replace),
         "securityContext": RESTRICTED_CONTAINER,
         "resources": {"requests": {"cpu": settings["SERVE_CPU_REQUEST"], "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "volumeMounts": [{"name": "volume", "mountPath": settings["MOUNT_PATH"]}, {"name": "tmp", "mountPath": "/tmp"}],
@@ -515,8 +518,8 @@ def select_job(best: str, image: str, settings: Mapping[str, str]) -> dict[str, 
     }
 
 
-def publish(best: str, image: str, settings: Mapping[str, str], namespace: str) -> None:
-    job = select_job(best, image, settings)
+def publish(best: str, image: str, settings: Mapping[str, str], namespace: str, replace: bool) -> None:
+    job = select_job(best, image, settings, replace)
     name = job["metadata"]["name"]
     kubectl("delete", "job", name, "-n", namespace, "--ignore-not-found", "--wait=true")
     kube_apply([job], namespace, FIELD_MANAGER)
@@ -596,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_NO_MODEL
         winner = next(view for view in views if view.name == best)
         say(f"best: trial {best} ({winner.shown_params()}), {space.objective.key} {winner.objective:.4g}")
-        publish(best, args.image, settings, namespace)
+        publish(best, args.image, settings, namespace, args.replace)
         if not args.no_fetch:
             fetch(best, args.image)
     except (KeyboardInterrupt, TimeoutError) as stopped:

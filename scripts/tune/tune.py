@@ -63,6 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, help="the trial budget, over the file's trials: (TRIALS=)")
     parser.add_argument("--parallel", type=int, help="trials at once, over the file's parallel: (PARALLEL=)")
     parser.add_argument("--publish-to", required=True, help="the base path the best model is published into")
+    parser.add_argument(
+        "--replace", action="store_true", help="publish the best even where the published model is as good (REPLACE=)"
+    )
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
@@ -174,13 +177,15 @@ class Search:
         return True
 
 
-def publish(model_dirs: list[str], publish_to: str) -> dict | None:
-    """Model selection's decision over the model dirs, the winner published into publish_to; None when it refused
-    (its reason already printed). A command, not an import: the serving room stays deletable."""
+def publish(model_dirs: list[str], publish_to: str, replace: bool) -> dict | None:
+    """Model selection's decision over the model dirs, the winner published into publish_to unless the model
+    published there is as good (or replace); None when it refused (its reason already printed). A command, not an
+    import: the serving room stays deletable."""
     if importlib.util.find_spec("trainer.serving") is None:
         say("trainer/serving/ (model selection) is deleted from this project: nothing is published")
         return None
-    command = [sys.executable, "-m", "trainer.serving.select", "--json", "--base-path", publish_to, "--candidates"]
+    command = [sys.executable, "-m", "trainer.serving.select", "--json", *(["--replace"] if replace else [])]
+    command += ["--base-path", publish_to, "--candidates"]
     selected = subprocess.run([*command, *model_dirs], stdout=subprocess.PIPE, text=True)
     if selected.returncode != 0:
         say(f"model selection refused to publish (exit {selected.returncode}); the trials' models stay where they are")
@@ -188,7 +193,7 @@ def publish(model_dirs: list[str], publish_to: str) -> dict | None:
     return json.loads(selected.stdout)
 
 
-def finish(search: Search, publish_to: str) -> int:
+def finish(search: Search, publish_to: str, replace: bool = False) -> int:
     """The table, the picture, and the best complete trial published by model selection."""
     study = search.study
     print(studies.table(study, search.space), flush=True)
@@ -199,14 +204,18 @@ def finish(search: Search, publish_to: str) -> int:
     if not complete:
         say("no trial succeeded, so nothing is published; the reasons are in the table above")
         return 1
-    decision = publish([trial.user_attrs["model_dir"] for trial in complete], publish_to)
+    decision = publish([trial.user_attrs["model_dir"] for trial in complete], publish_to, replace)
     if decision is None:
         return 1
     winner = next(trial for trial in complete if trial.user_attrs["model_dir"] == decision["winner"])
-    say(
+    best = (
         f"best: trial {winner.number} ({' '.join(f'{k}={studies.shown(v)}' for k, v in winner.params.items())}), "
-        f"{search.space.objective.key} {winner.value:.4g}; published as {decision['published']}: make serve serves it"
+        f"{search.space.objective.key} {winner.value:.4g}"
     )
+    if decision["kept"]:
+        say(f"{best}; not published: {decision['kept']}")
+    else:
+        say(f"{best}; published as {decision['published']}: make serve serves it")
     return 0
 
 
@@ -235,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             if not search.run(budget, at_once(space.parallel, args.workers)):
                 say("stopped; the same command resumes the study (finished trials stay, stopped ones run again)")
                 return 130
-            return finish(search, args.publish_to)
+            return finish(search, args.publish_to, args.replace)
     except (UserError, SettingsError) as error:
         print(f"tune: error: {error}", file=sys.stderr)
         return 2

@@ -109,6 +109,14 @@ def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_di
     assert re.search(r"^0\s+1e\+30\s+fail\s", table, re.M) and re.search(
         r"^1\s+0\.003\s+0\.\d+\s+complete", table, re.M
     )
+    # A later search whose best is worse leaves the published model served, and says why.
+    published = sorted(path.name for path in (project / "runs/default-selected/serving").iterdir())
+    space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [1.0e-9]}\n"
+    worse = tune(project, space, "STUDY=worse", "EPOCHS=1", "JOB_NAME=default")
+    assert worse.returncode == 0, worse.stdout[-3000:] + worse.stderr[-3000:]
+    assert "not published: the served" in worse.stdout, worse.stdout[-3000:]
+    assert sorted(path.name for path in (project / "runs/default-selected/serving").iterdir()) == published
+    assert json.loads((project / "runs/default-selected/selection.json").read_text())["served"]["value"] == best.value
 
 
 def start_tune(project: pathlib.Path, space: str, *variables: str) -> subprocess.Popen:
