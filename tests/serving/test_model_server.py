@@ -22,7 +22,14 @@ from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceSt
 from kserve.protocol.infer_type import deserialize_bytes_tensor, serialize_byte_tensor
 
 import classes_model
-from model_server import EXAMPLES, ServerProcess, copy_versions, image_examples, in_process, publish_version
+from model_server import (
+    EXAMPLES,
+    ServerProcess,
+    copy_versions,
+    image_examples,
+    in_process,
+    publish_version,
+)
 from trainer.data.datasets import TEST_INDEX_OFFSET
 
 
@@ -249,6 +256,29 @@ def test_a_bad_request_gets_a_4xx_naming_the_expected_input_and_the_next_one_is_
     answered = post(limited_server, V1, {"instances": image_examples(2).tolist()})
     assert answered.status_code == 200, answered.text
     assert len(answered.json()["predictions"]) == 2
+
+
+PICTURES_OVER_THE_LIMIT = {
+    "v1 b64": (V1, {"instances": [{"b64": "A" * 70_000}]}, {}),
+    "v1 named": (V1, {"inputs": {"image_bytes": [{"b64": "A" * 70_000}]}}, {}),
+    "v2 binary": (
+        V2,
+        json.dumps({"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "parameters": {}}]}).encode()
+        + b"\0" * 70_000,
+        {"inference-header-content-length": "98", "content-type": "application/octet-stream"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PICTURES_OVER_THE_LIMIT))
+def test_a_picture_request_over_the_limit_names_the_input_it_was_sent_to(limited_server, case):
+    # Before: the 413 named serve's input (images: uint8 [...]), whatever the body was for.
+    path, body, headers = PICTURES_OVER_THE_LIMIT[case]
+    refused = post(limited_server, path, body, headers=headers)
+    assert refused.status_code == 413, refused.text
+    message = refused.json()["error"]
+    assert "over this server's limit of 65536 bytes" in message, message
+    assert message.endswith("this model's inputs are image_bytes: string [-1]"), message
 
 
 def test_a_bad_grpc_request_is_invalid_argument_naming_the_expected_input(limited_server):
