@@ -22,7 +22,15 @@ from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceSt
 from kserve.protocol.infer_type import deserialize_bytes_tensor, serialize_byte_tensor
 
 import classes_model
-from model_server import EXAMPLES, ServerProcess, copy_versions, image_examples, in_process, publish_version
+from model_server import (
+    EXAMPLES,
+    ServerProcess,
+    copy_versions,
+    image_examples,
+    in_process,
+    publish_version,
+    save_rows_model,
+)
 from trainer.data.datasets import TEST_INDEX_OFFSET
 
 
@@ -251,6 +259,29 @@ def test_a_bad_request_gets_a_4xx_naming_the_expected_input_and_the_next_one_is_
     assert len(answered.json()["predictions"]) == 2
 
 
+PICTURES_OVER_THE_LIMIT = {
+    "v1 b64": (V1, {"instances": [{"b64": "A" * 70_000}]}, {}),
+    "v1 named": (V1, {"inputs": {"image_bytes": [{"b64": "A" * 70_000}]}}, {}),
+    "v2 binary": (
+        V2,
+        json.dumps({"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES", "parameters": {}}]}).encode()
+        + b"\0" * 70_000,
+        {"inference-header-content-length": "98", "content-type": "application/octet-stream"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PICTURES_OVER_THE_LIMIT))
+def test_a_picture_request_over_the_limit_names_the_input_it_was_sent_to(limited_server, case):
+    # Before: the 413 named serve's input (images: uint8 [...]), whatever the body was for.
+    path, body, headers = PICTURES_OVER_THE_LIMIT[case]
+    refused = post(limited_server, path, body, headers=headers)
+    assert refused.status_code == 413, refused.text
+    message = refused.json()["error"]
+    assert "over this server's limit of 65536 bytes" in message, message
+    assert message.endswith("this model's inputs are image_bytes: string [-1]"), message
+
+
 def test_a_bad_grpc_request_is_invalid_argument_naming_the_expected_input(limited_server):
     with pytest.raises(grpc.RpcError) as refused:
         grpc_infer(limited_server, "images", np.zeros((1, 28, 28), np.uint8), "UINT8")
@@ -420,6 +451,41 @@ def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp
         zeros = {"name": "images", "shape": [1, 28, 28, 1], "datatype": "UINT8", "data": [0] * 784}
         answered = post(server, V2, {"inputs": [zeros]}, headers=JSON)
         assert answered.status_code == 200 and answered.json()["model_version"] == "10", answered.text
+    finally:
+        server.stop()
+
+
+def test_a_version_whose_files_are_replaced_under_the_same_number_is_served_anew(tmp_path):
+    # Before: only the number was compared, so a retrain published again as version 1 (CLEAN=1, the same step
+    # count) was never served: the old weights kept answering.
+    base_path = tmp_path / "serving"
+    save_rows_model(base_path / "1", factor=2.0)
+    save_rows_model(tmp_path / "retrained", factor=3.0)
+    server = ServerProcess(base_path, "rows", tmp_path / "server.log").wait_ready()
+
+    def y() -> float:
+        tensors = [
+            {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.5]},
+            {"name": "pause_us", "shape": [1], "datatype": "INT64", "data": [0]},
+        ]
+        answer = post(server, "/v2/models/rows/infer", {"inputs": tensors}, headers=JSON)
+        assert answer.status_code == 200 and answer.json()["model_version"] == "1", answer.text
+        return answer.json()["outputs"][0]["data"][0]
+
+    try:
+        assert y() == 3.0
+        # Replaced as the trainer publishes: the old folder moved aside, the new one renamed into its place.
+        shutil.copytree(tmp_path / "retrained", base_path / ".1.partial")
+        os.replace(base_path / "1", tmp_path / "retired")
+        os.replace(base_path / ".1.partial", base_path / "1")
+        for _ in range(300):
+            if y() == 4.5:
+                break
+            threading.Event().wait(0.2)
+        assert y() == 4.5, server.log.read_text()[-3000:]
+        assert (
+            "serving version 1 from" in server.log.read_text() and "anew: its files changed" in server.log.read_text()
+        )
     finally:
         server.stop()
 

@@ -58,8 +58,11 @@ NOISE_AND_A_REAL_ERROR = (
     "optimized because the dataset does not implement the AsGraphDefInternal() method\n"
     "W0000 00:00:1796506557.024544    4519 local_rendezvous.cc:412] Local rendezvous is aborting with status: "
     "INVALID_ARGUMENT: Invalid PNG data, size 954\n"
+    "\t [[{{function_node __inference_from_files_757}}{{node Assert/Assert}}]]\n"
+    "E0000 00:00:1796533997.649963   27883 jpeg_mem.cc:331] Premature end of JPEG data. Stopped at line 8/28\n"
     "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
     "OUT_OF_RANGE: End of sequence\n"
+    "\t [[{{node IteratorGetNext}}]]\n"
     "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error\n"
     "error: the trainer's own message\n"
 )
@@ -94,6 +97,7 @@ def test_the_filter_drops_the_start_up_noise_and_passes_everything_else():
     assert result.stderr.splitlines() == [
         "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
         "OUT_OF_RANGE: End of sequence",
+        "\t [[{{node IteratorGetNext}}]]",
         "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error",
         "error: the trainer's own message",
     ]

@@ -14,6 +14,26 @@ EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")  # what tf.io.decode_imag
 FORMATS = "PNG, JPEG, GIF or BMP"
 # How each of FORMATS starts: the one list the data check and the served model's check both accept.
 SIGNATURES = ((b"\x89PNG", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF", "GIF"), (b"BM", "BMP"))
+# How files often sent in their place start, so a refusal says what was sent: (offset, bytes there, what it is).
+OTHER_SIGNATURES = (
+    (8, b"WEBP", "a WebP image"),
+    (0, b"II*\0", "a TIFF image"),
+    (0, b"MM\0*", "a TIFF image"),
+    (4, b"ftypheic", "a HEIC image"),
+    (4, b"ftypavif", "an AVIF image"),
+    (0, b"<svg", "an SVG image"),
+    (0, b"%PDF", "a PDF file"),
+    (0, b"\x1f\x8b", "a gzip file"),
+    (0, b"PK\x03\x04", "a ZIP file"),
+)
+SHOWN_BYTES = 12  # of a refused file: enough for WebP's RIFF header to show its WEBP
+# Each byte as a refusal shows it: printable ASCII as itself, anything else escaped as in a Python bytes literal.
+_ESCAPED = tuple(
+    {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}.get(
+        byte, chr(byte) if 0x20 <= byte < 0x7F else f"\\x{byte:02x}"
+    )
+    for byte in range(256)
+)
 
 
 def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
@@ -29,15 +49,31 @@ def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
 
 def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
     """Fails (InvalidArgumentError) naming the first element of a batch of encoded files that starts as no PNG, JPEG,
-    GIF or BMP file does, so a served request hears which of its files is no picture."""
+    GIF or BMP file does, so a served request hears which of its files is no picture: in one line of printable ASCII,
+    what the file is where OTHER_SIGNATURES knows it, what is accepted, and its first bytes, escaped as Python would."""
     import tensorflow as tf
 
     known = tf.reduce_any(tf.stack([tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in SIGNATURES]), 0)
     # One unknown element past the end, so an empty or all-known batch has a "first" to name too.
     first = tf.argmin(tf.cast(tf.concat([known, [False]], 0), tf.int32))
-    start = tf.strings.substr(tf.gather(tf.concat([encoded, [b""]], 0), first), 0, 8)
-    message = tf.strings.format(
-        f"element {{}} of input '{name}' is not a {FORMATS} file (it starts with {{}})", (first, start)
+    element = tf.gather(tf.concat([encoded, [b""]], 0), first)
+    # Padded, so an offset past a short file's end reads zeros rather than failing.
+    padded = tf.strings.join([element, b"\0" * max(offset + len(magic) for offset, magic, _ in OTHER_SIGNATURES)])
+    what = tf.where(tf.strings.length(element) == 0, "is an empty file, not", "is not")
+    for offset, magic, kind in OTHER_SIGNATURES:
+        what = tf.where(tf.strings.substr(padded, offset, len(magic)) == magic, f"is {kind}, not", what)
+    start = tf.io.decode_raw(tf.strings.substr(element, 0, SHOWN_BYTES), tf.uint8)
+    shown = tf.strings.reduce_join(tf.gather(tf.constant(_ESCAPED), tf.cast(start, tf.int32)))
+    message = tf.strings.join(
+        [
+            "element ",
+            tf.strings.as_string(first),
+            f" of input '{name}' ",
+            what,
+            f' a {FORMATS} file (it starts with "',
+            shown,
+            '"): convert it to one of those',
+        ]
     )
     return tf.debugging.Assert(tf.reduce_all(known), [message])
 

@@ -12,7 +12,12 @@ The lines, and where they come from (TensorFlow 2.21):
   (OwnedMultiDeviceIterator, a generator dataset) wraps the input pipeline under a multi-worker strategy;
 - "Local rendezvous is aborting with status: INVALID_ARGUMENT: ...": an op's invalid input (an image that does
   not decode), whose status Python receives as an exception that the trainer names with its file, or a
-  traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch.
+  traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch. Its continuation
+  lines (tab-indented: which node) go with it;
+- "Premature end of JPEG data": libjpeg's line for a cut JPEG, whose decode then fails with that InvalidArgumentError.
+
+The model server keeps the filter for its whole life (Python's own lines bypass it), so a refused picture leaves only
+the server's own line for it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ NOISE = re.compile(
     r"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
     r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized"
-    r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: )"
+    r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: "
+    r"|jpeg_mem\.cc:\d+\] Premature end of JPEG data)"
 )
 WAIT_AT_EXIT_S = 5.0
 
@@ -42,10 +48,11 @@ def is_noise(line: str) -> bool:
     return NOISE.match(line) is not None
 
 
-def install() -> Callable[[], None]:
+def install(python_direct: bool = False) -> Callable[[], None]:
     """Routes fd 2 through the filter process, unless TRAINER_TF_NOISE=1. Call before importing TensorFlow. Returns
-    `restore`, which sends fd 2 straight to stderr again (also run at exit): a server calls it once TensorFlow has
-    started, so no request ever waits on the filter's pipe."""
+    `restore`, which sends fd 2 straight to stderr again (also run at exit). With `python_direct`, Python's own
+    writes (sys.stderr: logging, tracebacks) go straight to the real stderr and only the C++ runtime's pass the
+    filter: a server keeps it for its life, and no request waits on the filter's pipe unless TensorFlow logs."""
     if os.environ.get(SHOW_ALL_VARIABLE) == "1":
         return lambda: None
     sys.stderr.flush()
@@ -60,6 +67,9 @@ def install() -> Callable[[], None]:
     assert proc.stdin is not None  # stdin=PIPE
     os.dup2(proc.stdin.fileno(), 2)
     proc.stdin.close()
+    if python_direct:
+        errors = sys.stderr.errors or "backslashreplace"
+        sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding, errors=errors, closefd=False)
 
     def drain() -> None:
         """fd 2 goes back to the real stderr (whatever TensorFlow prints while shutting down is kept), the filter
@@ -81,8 +91,11 @@ def main() -> int:
     """The filter process: stdin to stdout, line by line, without the noise; ends at end-of-file."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
+    dropping = False  # the line before was noise: its continuation lines (a status's "\t [[{{node ...}}]]") go too
     for raw in sys.stdin.buffer:
-        if not is_noise(raw.decode("utf-8", "replace").rstrip("\n")):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        dropping = is_noise(line) or (dropping and line.startswith("\t"))
+        if not dropping:
             sys.stdout.buffer.write(raw)
             sys.stdout.buffer.flush()
     return 0

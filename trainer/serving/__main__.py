@@ -118,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[1:] = []
     from trainer.reporting import tf_log_filter
 
-    # TensorFlow's start-up lines that are no failure (the trainer drops them too), up to its device set-up only.
+    # TensorFlow's lines that are no failure (the trainer drops them too): its start-up's, and its own line for an
+    # input a request's refusal names; Python's lines bypass the filter.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    restore_stderr = tf_log_filter.install()
+    tf_log_filter.install(python_direct=True)
     import tensorflow as tf
 
     tf.config.list_physical_devices()  # the device set-up, where the CUDA lines come from
-    restore_stderr()
 
     from trainer.serving.batching import BatchingOptions
     from trainer.serving.model import SavedModelVersions

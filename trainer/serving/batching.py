@@ -8,8 +8,13 @@ the batches grow to what arrives during a call, and when idle a request waits at
 for the same signature of the same loaded version, whose inputs agree in everything but the number of rows, share a
 batch: during a version swap the old version's batch and the new one's are two calls. A request with more rows than
 the maximum, or an input with no rows to join on (a scalar), runs alone. Requests are checked before they are
-queued, so a malformed one fails alone; an error in a joined call fails that call's requests, each with a 5xx
-saying so (a request that ran alone gets the error it would get unbatched).
+queued, so a malformed one fails alone. What the model itself refuses (a file that is no picture, a check of its own)
+is found by bisection: when a joined call is refused, its halves are called apart, and a refused half split again,
+down to the requests the model refuses alone, which get its refusal in their own words (a 4xx), while every other
+request is answered as soon as its half is. A joined call the model takes costs nothing more; a refused one a few
+smaller calls per refused request, rather than checking every input twice or failing its neighbours. Any other error
+in a joined call fails that call's requests, each with a 5xx saying so (a request that ran alone gets the error it
+would get unbatched).
 
 The queue is bounded: a request that would bring the examples waiting past `--max-queued-examples` is refused at
 once (QueueFull: REST 503 with Retry-After, gRPC RESOURCE_EXHAUSTED) rather than waiting, so memory and latency stay
@@ -51,7 +56,7 @@ BATCH_REQUESTS = Histogram(
 )
 BATCH_CALL_SECONDS = Histogram(
     "serving_batch_call_seconds",
-    "time of each joined model call, joining and splitting included",
+    "time of each batch's model call, joining and splitting included (and the calls of its halves, when refused)",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
 )
 QUEUE_WAIT_SECONDS = Histogram(
@@ -60,6 +65,11 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
 QUEUED_EXAMPLES = Gauge("serving_queued_examples", "examples waiting for a model call")
+SPLIT_CALLS = Counter(
+    "serving_batch_splits_total",
+    "joined calls whose input the model refused, split in halves called apart so only the requests it refuses alone "
+    "are refused",
+)
 # Every shed request, whichever limit refused it (trainer/serving/admission.py counts its own apart as well).
 REQUESTS_SHED = Counter(
     "serving_requests_shed_total",
@@ -90,7 +100,8 @@ class QueueFull(Exception):
 
 
 class JoinedCallFailed(Exception):
-    """The model call that joined this request with others failed: each of its requests gets a 5xx saying so."""
+    """The model call that joined this request with others failed, other than by refusing their input (which is
+    answered request by request): each of its requests gets a 5xx saying so."""
 
     def __init__(self, requests: int, examples: int, error: BaseException) -> None:
         self.reason = (
@@ -244,29 +255,46 @@ class Batcher:
             QUEUE_WAIT_SECONDS.observe(started - waiting.admitted)
         BATCH_EXAMPLES.observe(batch.rows)
         BATCH_REQUESTS.observe(len(batch.waiting))
-        try:
-            answers = await loop.run_in_executor(
-                None, joined_call, batch.signature, [waiting.arrays for waiting in batch.waiting]
-            )
-        except Exception as error:  # noqa: BLE001 (every request of the call must be answered, whatever failed)
-            BATCH_CALL_SECONDS.observe(time.perf_counter() - started)
-            self._fail(batch, error)
-            return
+        await self._answer(batch.signature, batch.waiting, loop)
         BATCH_CALL_SECONDS.observe(time.perf_counter() - started)
-        for waiting, answer in zip(batch.waiting, answers, strict=True):
-            if not waiting.answer.done():  # done: the client went away while it waited
-                waiting.answer.set_result(answer)
 
-    def _fail(self, batch: _Batch, error: BaseException) -> None:
-        if len(batch.waiting) == 1:
+    async def _answer(
+        self, signature: Signature, group: list[_Waiting], loop: asyncio.AbstractEventLoop, refused: bool = False
+    ) -> bool:
+        """Calls the model on the group's requests joined and answers each; returns whether the model took them all.
+        When it refuses their joined input, each half is answered apart in the same way, so only a request it refuses
+        alone gets a refusal, its own; `refused`: the group is known to be refused whole, so it is split at once."""
+        if not refused:
+            try:
+                answers = await loop.run_in_executor(
+                    None, joined_call, signature, [waiting.arrays for waiting in group]
+                )
+            except InvalidInput as error:
+                if len(group) == 1:
+                    self._fail(group, error)
+                    return False
+            except Exception as error:  # noqa: BLE001 (every request of the call must be answered, whatever failed)
+                self._fail(group, error)
+                return False
+            else:
+                for waiting, answer in zip(group, answers, strict=True):
+                    if not waiting.answer.done():  # done: the client went away while it waited
+                        waiting.answer.set_result(answer)
+                return True
+        half = len(group) // 2
+        SPLIT_CALLS.inc()
+        first_taken = await self._answer(signature, group[:half], loop)
+        # The whole refused and its first half taken: the second holds the refusal, so it is not called whole again.
+        await self._answer(signature, group[half:], loop, refused=first_taken and len(group) - half > 1)
+        return False
+
+    def _fail(self, group: list[_Waiting], error: BaseException) -> None:
+        if len(group) == 1:
             failure: BaseException = error  # alone, the request gets what it would get unbatched
         else:
-            failure = JoinedCallFailed(len(batch.waiting), batch.rows, error)
-            if isinstance(error, InvalidInput):
-                log.error("%s", failure.reason)  # the model's own refusal: its message is the whole story
-            else:
-                log.error("%s", failure.reason, exc_info=error)
-        for waiting in batch.waiting:
+            failure = JoinedCallFailed(len(group), sum(waiting.rows for waiting in group), error)
+            log.error("%s", failure.reason, exc_info=error)
+        for waiting in group:
             if not waiting.answer.done():
                 waiting.answer.set_exception(failure)
 

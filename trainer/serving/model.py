@@ -90,6 +90,18 @@ class SavedModelVersions(kserve.Model):
     def expected(self) -> str:
         return self.served.signature.expected()
 
+    def expected_by_start(self, start: bytes) -> str:
+        """The expected inputs for a body refused unparsed (over the size limit), from its first bytes: those of the
+        signature the inputs it names there, or its {"b64": ...} values, are for (`choose`), else the default's."""
+        signatures = self.served.signatures
+        names = {
+            spec.name
+            for signature in signatures.values()
+            for spec in signature.inputs
+            if f'"{spec.name}"'.encode() in start
+        }
+        return choose(signatures, names or None, binary=f'"{tf_serving_json.B64}"'.encode() in start).expected()
+
     async def predict(
         self, payload: Any, headers: dict[str, str] | None = None, response_headers: dict[str, str] | None = None
     ) -> dict[str, Any] | InferResponse:

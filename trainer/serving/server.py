@@ -7,7 +7,7 @@ its own extension points:
 - REST v2's binary data extension with BYTES inputs that are not text, such as image files
   (trainer/serving/v2_binary.py; KServe's own reader takes only UTF-8 there);
 - a request body limit on REST (KServe limits only gRPC messages, grpc_max_receive_message_length): an ASGI
-  middleware answering 413, at the same limit as gRPC;
+  middleware answering 413, at the same limit as gRPC, naming the inputs of the signature the body's start is for;
 - refusals that name the expected inputs for a body that is not JSON (v1: the DataPlane's decode) or not a v2
   request (v2: FastAPI's validation error, a 422 without them otherwise): 400 {"error": ...}, as its InvalidInput;
 - TF Serving's model status (model_version_status) in GET /v1/models/<name>, beside KServe's readiness;
@@ -26,6 +26,7 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kserve
@@ -46,6 +47,9 @@ from trainer.serving.grpc_infer import ModelInferHandler
 from trainer.serving.model import SavedModelVersions
 
 log = logging.getLogger(__name__)
+
+# How much of a body over the limit is read to tell which signature it is for: its JSON's start names the inputs.
+SNIFFED_BYTES = 4096
 
 
 class VersionedDataPlane(DataPlane):
@@ -93,9 +97,10 @@ def _problems(errors: Any) -> str:
 
 
 class BodyLimit:
-    """Refuses a request body over `limit` bytes with 413, before any of it reaches the model."""
+    """Refuses a request body over `limit` bytes with 413, before any of it reaches the model, naming the inputs of
+    the signature its first bytes are for (`expected`, given them)."""
 
-    def __init__(self, app: Any, limit: int, expected: Any) -> None:
+    def __init__(self, app: Any, limit: int, expected: Callable[[bytes], str]) -> None:
         self.app, self.limit, self.expected = app, limit, expected
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -103,12 +108,11 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(scope, send, int(declared))
-            return
-        # Read the whole body (chunked ones too) up to the limit, then hand it on as one message.
+        over = declared is not None and declared.isdigit() and int(declared) > self.limit
+        # Read the whole body (chunked ones too) up to the limit, then hand it on as one message; one declared over
+        # the limit only as far as its start, which says what it is for.
         chunks, size, more = [], 0, True
-        while more:
+        while more and not (over and size >= SNIFFED_BYTES):
             message = await receive()
             if message["type"] != "http.request":
                 await self.app(scope, _replay([message]), send)
@@ -117,14 +121,16 @@ class BodyLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.limit:
-                await self._refuse(scope, send, size)
-                return
+                break
+        if over or size > self.limit:
+            await self._refuse(scope, send, int(declared) if over and declared else size, b"".join(chunks))
+            return
         await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}]), send)
 
-    async def _refuse(self, scope: dict[str, Any], send: Any, size: int) -> None:
+    async def _refuse(self, scope: dict[str, Any], send: Any, size: int, start: bytes) -> None:
         message = (
             f"the request body ({size} bytes or more) is over this server's limit of {self.limit} bytes "
-            f"(--max-request-bytes): send fewer examples per request; {self.expected()}"
+            f"(--max-request-bytes): send fewer examples per request; {self.expected(start[:SNIFFED_BYTES])}"
         )
         refusals.logged(f"{scope.get('method')} {scope.get('path')}", 413, message)
         body = json.dumps({"error": message}).encode()
@@ -194,7 +200,7 @@ def serve(
     )
     server.dataplane = VersionedDataPlane(server.registered_models, model)
     app = kserve.model_server.app
-    app.add_middleware(BodyLimit, limit=max_request_bytes, expected=model.expected)
+    app.add_middleware(BodyLimit, limit=max_request_bytes, expected=model.expected_by_start)
     admission = Admission(max_concurrent_requests)
     app.add_middleware(RestAdmission, admission=admission)  # added last: it runs first, before the body is read
     refusals.install(app, functools.partial(ModelInferHandler, model, admission))

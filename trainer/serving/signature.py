@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ SIGNATURE_NAMES = ("serve", "serving_default")
 CLASS_NAMES = "class_names"
 # A TensorFlow error's lines that say where it happened, not what: the line after them says what.
 _WHERE_LINES = ("Graph execution error", "Detected at node", "<stack traces unavailable>")
+# Where an eager call's error says which function failed, before what: "{{function_node __inference_serve_12}} ".
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\} ")
+# The escape tf.debugging.Assert adds to its string data: a backslash before each backslash and quote.
+_ASSERT_ESCAPE = re.compile(r"\\([\\'\"])")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +182,17 @@ class Signature:
 
 def what_went_wrong(error: Exception) -> str:
     """The line of a model's error that says what is wrong, not where: a graph's error starts with where its node
-    was defined, and tf.debugging.Assert's message is its data, bracketed and escaped."""
-    lines = [line for line in str(error).splitlines() if line.strip() and not line[0].isspace()]
+    was defined, and tf.debugging.Assert's message is its data, bracketed and escaped once more. An error whose
+    message is not UTF-8 (a model that put a file's raw bytes in it) reaches Python as the UnicodeDecodeError of
+    reading it, which holds the message: read with those bytes escaped."""
+    text = str(error)
+    if isinstance(error, UnicodeDecodeError) and isinstance(error.object, bytes):
+        text = error.object.decode("utf-8", "backslashreplace")
+    lines = [_FUNCTION_NODE.sub("", line) for line in text.splitlines() if line.strip() and not line[0].isspace()]
     said = next((line for line in lines if not line.startswith(_WHERE_LINES)), lines[0] if lines else repr(error))
     asserted = said.removeprefix("assertion failed: ")
     if asserted != said and asserted.startswith("[") and asserted.endswith("]"):
-        said = asserted[1:-1].replace("] [", " ").replace("\\'", "'").replace('\\"', '"')
+        said = _ASSERT_ESCAPE.sub(r"\1", asserted[1:-1].replace("] [", " "))
     return said
 
 

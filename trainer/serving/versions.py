@@ -1,10 +1,12 @@
 """The versions under a model base path, as TF Serving reads them: numbered folders, the highest one served.
 
-A watcher thread looks for a new highest version, loads it in the background beside the one being served, calls it
-once, and swaps it in with one assignment: a request holds the version it started with until it finishes, so none
-fails during the swap. A version that does not load is logged, reported in the model's status, and tried again:
-at once when its files change (a copy still being written), else after a wait that doubles with each failure (a
-transient read error), up to RETRY_MAX_SECONDS.
+A watcher thread looks for a new highest version, or new files in the served version's folder (a retrain that ended
+at the same step publishes the same number with other weights: its fingerprint, each file's name, size, modification
+time and inode, differs), loads it in the background beside the one being served, calls it once, and swaps it in
+with one assignment: a request holds the version it started with until it finishes, so none fails during the swap.
+A version that does not load is logged, reported in the model's status, and tried again: at once when its files
+change (a copy still being written), else after a wait that doubles with each failure (a transient read error), up
+to RETRY_MAX_SECONDS. When the served version's new files do not load, the copy in memory keeps answering.
 """
 
 from __future__ import annotations
@@ -27,22 +29,27 @@ log = logging.getLogger(__name__)
 RETRY_MAX_SECONDS = 300.0  # the longest wait between two tries of a version whose files have not changed
 
 
+# Each file of a version's folder, by its path there, with its size, modification time (ns) and inode.
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class Loaded:
     """One version, loaded and ready to call."""
 
     version: int
     path: str
+    fingerprint: Fingerprint  # its files as they were before it was read
     signature: Signature  # the one served by default
     signatures: dict[str, Signature]  # every one, by name, the default first
     class_names: tuple[str, ...] | None  # a classifier's, in class-id order, for the metadata; None if it has none
 
 
-def load_version(path: str, version: int) -> Loaded:
+def load_version(path: str, version: int, fingerprint: Fingerprint) -> Loaded:
     signatures = load_signatures(path)
     signature = next(iter(signatures.values()))
     warm_up(signature)
-    return Loaded(version, path, signature, signatures, class_names(signatures))
+    return Loaded(version, path, fingerprint, signature, signatures, class_names(signatures))
 
 
 def warm_up(signature: Signature) -> None:
@@ -62,24 +69,26 @@ class Failure:
     """A version that did not load: why, after how many tries, and when it is tried again (at once if its files
     change)."""
 
-    fingerprint: tuple[int, float]
+    fingerprint: Fingerprint
     tries: int
     retry_at: float  # time.monotonic()
     error: str
 
 
-def files_fingerprint(path: str) -> tuple[int, float]:
-    """How many files a version holds and their newest modification time: a failed version is retried once
-    either changes (a copy that was still being written)."""
-    count, newest = 0, 0.0
-    for directory, _, files in os.walk(path):
-        for name in files:
-            count += 1
+def files_fingerprint(path: str) -> Fingerprint:
+    """A version folder's files as stat sees them, read every poll (a SavedModel holds a few files): it changes when
+    any file is written, added, removed or replaced, so a failed version is retried once it does (a copy that was
+    still being written), and the served one is loaded anew (the same number published again)."""
+    files = []
+    for directory, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(directory, name)
             try:
-                newest = max(newest, os.stat(os.path.join(directory, name)).st_mtime)
+                stat = os.lstat(full)  # a link as it is: its target appearing later is a retry, not a change
             except FileNotFoundError:
                 continue
-    return count, newest
+            files.append((os.path.relpath(full, path), stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return tuple(sorted(files))
 
 
 class VersionWatcher:
@@ -104,7 +113,8 @@ class VersionWatcher:
         return loaded
 
     def failure_reports(self) -> dict[int, str]:
-        """Why each version above the served one did not load, by version, as it stands now."""
+        """Why each version above the served one (or the served one's changed files) did not load, by version, as it
+        stands now."""
         return {
             version: f"does not load (try {failure.tries}; tried again soon, or once its files change): {failure.error}"
             for version, failure in dict(self._failed).items()  # a copy: the watcher thread changes it
@@ -127,23 +137,26 @@ class VersionWatcher:
         return self._current
 
     def check_once(self) -> None:
-        """Serves the highest version that loads: newer ones as they appear, an older one if the served one
-        is deleted."""
+        """Serves the highest version that loads: newer ones as they appear, the served one anew when its files
+        change, an older one if the served one is deleted."""
         folders = version_folders(self.base_path)
-        # Only versions still there, above the one served, are still being tried: the others' failures are over.
+        # Only versions still there, from the one served up, are still being tried: the others' failures are over.
         served = self._current.version if self._current is not None else -1
-        self._failed = {v: failure for v, failure in self._failed.items() if v in folders and v > served}
+        self._failed = {v: failure for v, failure in self._failed.items() if v in folders and v >= served}
         for version, folder in reversed(folders.items()):
             current = self._current
-            if current is not None and current.version == version:
-                return
             path = os.path.join(self.base_path, folder)  # 0002 stays 0002: the number is not the name
             fingerprint = files_fingerprint(path)
+            again = current is not None and current.version == version  # the served one: only if its files changed
+            if current is not None and again and current.fingerprint == fingerprint:
+                return
             failed = self._failed.get(version)
             if failed is not None and failed.fingerprint == fingerprint and time.monotonic() < failed.retry_at:
+                if again:
+                    return  # the served version is never passed over for an older one: it stays until it loads
                 continue
             try:
-                loaded = load_version(path, version)
+                loaded = load_version(path, version, fingerprint)
             except Exception as error:  # noqa: BLE001 (a broken version must not stop the one being served)
                 tries = failed.tries + 1 if failed is not None and failed.fingerprint == fingerprint else 1
                 wait = min(self.poll_seconds * 2**tries, RETRY_MAX_SECONDS)
@@ -157,10 +170,12 @@ class VersionWatcher:
                     wait,
                     message,
                 )
+                if again:
+                    return
                 continue
             self._failed.pop(version, None)
             self._current = loaded  # one assignment: a request reads either the old version or the new one
-            log.info("serving version %d from %s", version, path)
+            log.info("serving version %d from %s%s", version, path, " anew: its files changed" if again else "")
             if self.on_swap is not None:
                 self.on_swap(loaded, current)
             return
