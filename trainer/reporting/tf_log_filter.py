@@ -12,7 +12,11 @@ The lines, and where they come from (TensorFlow 2.21):
   (OwnedMultiDeviceIterator, a generator dataset) wraps the input pipeline under a multi-worker strategy;
 - "Local rendezvous is aborting with status: INVALID_ARGUMENT: ...": an op's invalid input (an image that does
   not decode), whose status Python receives as an exception that the trainer names with its file, or a
-  traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch.
+  traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch;
+- the JPEG decoder's words on a damaged file: TensorFlow's "jpeg_mem.cc:331] Premature end of JPEG data ..." and
+  libjpeg's own, printed bare ("Improper call to JPEG library in state 201", "Corrupt JPEG data: ...", "Bogus
+  Huffman table definition", "Input file read error"). They name no file; the data check names it first (a JPEG
+  cut short, or one that does not decode), and a read that fails names it with the exception.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ NOISE = re.compile(
     r"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
     r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized"
-    r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: )"
+    r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: "
+    r"|jpeg_mem\.cc:\d+\] )"
+    r"|^(?:Improper call to JPEG library in state \d+|Corrupt JPEG data: .*|Premature end of JPEG file"
+    r"|Bogus (?:Huffman table definition|marker length|DQT index \d+|DHT index \d+)"
+    r"|Huffman table 0x[0-9a-f]+ was not defined|Invalid JPEG file structure: .*|Input file read error)$"
 )
 WAIT_AT_EXIT_S = 5.0
 
