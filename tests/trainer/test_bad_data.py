@@ -221,6 +221,38 @@ def test_a_folder_layout_that_cannot_work_stops_a_worker_before_the_group_forms(
     assert "joining the group" not in finished.output and "joined:" not in finished.output, finished.output[-3000:]
 
 
+# ---- flags an image folder cannot be read with ----
+
+
+@pytest.fixture
+def mixed_folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    """PNGs and JPEGs, as a user's photos are."""
+    return image_folders.write(tmp_path / "images", per_class=4, test_per_class=1, extensions=(".png", ".jpg"))
+
+
+@pytest.mark.parametrize(
+    "shape, says",
+    [
+        ("0x32x3", "the height cannot be 0 or less"),  # before: only "give HEIGHTxWIDTHxCHANNELS"
+        ("32x0x0", "the width and channels cannot be 0 or less"),
+        ("32x32", "2 number(s), not 3"),
+        ("32x32xRGB", "not three whole numbers"),
+    ],
+)
+def test_an_image_shape_that_cannot_be_says_what_is_wrong_and_what_is_accepted(mixed_folder, shape, says):
+    from trainer.__main__ import parse_config
+    from trainer.base.errors import DataError
+    from trainer.data import catalog
+
+    flags = ["--dataset", "image_folder", "--image-dir", str(mixed_folder), "--image-shape", shape]
+    with pytest.raises(DataError) as refused:
+        catalog.check_dataset(parse_config(flags, environ={}))
+    assert str(refused.value) == (
+        f"--image-shape '{shape}': {says}; give HEIGHTxWIDTHxCHANNELS, three whole numbers of 1 or more, e.g. "
+        f"28x28x1 or 224x224x3"
+    )
+
+
 # ---- TFRecord files: an image that is no image, class ids out of range or shifted between splits ----
 
 
