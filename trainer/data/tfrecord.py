@@ -33,7 +33,9 @@ class RecordOptions:
     train_files: str = option("", "glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
     test_files: str = option("", "glob(s) of test TFRecord files, comma-separated")
     image_shape: str = option(
-        "", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it (image_folder: default the first image's)"
+        "",
+        "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it (image_folder: default the training images' "
+        "median height and width, docs/data.md)",
     )
     num_classes: int = option(0, "number of classes (0..N-1)")
     class_names: str = option(
