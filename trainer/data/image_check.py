@@ -32,12 +32,11 @@ from trainer.data import image_headers, images
 log = logging.getLogger(__name__)
 
 SKIP = "or pass --on-corrupt-record skip to train on without the files that do not decode"
-FIX = f"replace or delete that file (every file of a class folder is read as an image), {SKIP}"
 # The fix of each kind of refusal, by the name the record keeps.
 FIXES = {
     "other format": f"convert it to PNG or JPEG (e.g. `magick photo.webp photo.png`) or delete it, {SKIP}",
     "cut short": f"copy it again from its source or delete it, {SKIP}",
-    "undecodable": FIX,
+    "undecodable": f"replace or delete that file (every file of a class folder is read as an image), {SKIP}",
 }
 RECORD_NAME = ".trainer-image-check.json"
 # What the checks are: a change to what they refuse must not meet a record of the old ones.
