@@ -337,6 +337,16 @@ def test_training_without_the_data_check_names_the_file_the_served_model_would_r
     assert decoder_lines(finished.output) == [], finished.output[-3000:]
 
 
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_training_skips_a_webp_named_png_and_counts_it(mixed_folder, tmp_path):
+    (mixed_folder / WEBP).write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
+    finished = run(folder_args(mixed_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert f"skipping {mixed_folder / WEBP}: a WebP image, not a PNG, JPEG, GIF or BMP file" in finished.output
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
+
+
 # ---- TFRecord files: an image that is no image, class ids out of range or shifted between splits ----
 
 
