@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import io
 import pathlib
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image
 
 CLASSES = ("circle", "square", "star")
-FORMATS = {".png": "PNG", ".jpg": "JPEG", ".gif": "GIF", ".bmp": "BMP"}
+FORMATS = {".png": "PNG", ".jpg": "JPEG", ".gif": "GIF", ".bmp": "BMP", ".webp": "WEBP", ".tif": "TIFF"}
 
 
-def picture(class_id: int, number: int, size: int = 28, channels: int = 3) -> np.ndarray:
-    """One image of class `class_id`: noise, with a bright block whose place says the class."""
+def picture(class_id: int, number: int, size: int | tuple[int, int] = 28, channels: int = 3) -> np.ndarray:
+    """One image of class `class_id` (size: a side, or height and width): noise, with a bright block whose place says
+    the class."""
+    height, width = (size, size) if isinstance(size, int) else size
     rng = np.random.default_rng(class_id * 10_007 + number)
-    pixels = rng.integers(0, 60, (size, size, channels), dtype=np.uint8)
-    corner = (class_id * size // 4) % (size - size // 3)
-    pixels[corner : corner + size // 3, corner : corner + size // 3] = 230
+    pixels = rng.integers(0, 60, (height, width, channels), dtype=np.uint8)
+    side = min(height, width)
+    corner = (class_id * side // 4) % (side - side // 3)
+    pixels[corner : corner + side // 3, corner : corner + side // 3] = 230
     return pixels
 
 
@@ -36,8 +40,10 @@ def write(
     classes: tuple[str, ...] = CLASSES,
     size: int = 28,
     extensions: tuple[str, ...] = (".png",),
+    sizes: Sequence[tuple[int, int]] = (),
 ) -> pathlib.Path:
-    """root/train/<class>/ and root/test/<class>/ (test_per_class 0: no test/), formats taking turns by file."""
+    """root/train/<class>/ and root/test/<class>/ (test_per_class 0: no test/), formats taking turns by file, and
+    sizes (height, width) too where given (else size x size)."""
     for split, count in (("train", per_class), ("test", test_per_class)):
         for class_id, name in enumerate(classes):
             folder = root / split / name
@@ -46,6 +52,8 @@ def write(
                 extension = extensions[number % len(extensions)]
                 offset = 0 if split == "train" else 1_000
                 (folder / f"{number:04d}{extension}").write_bytes(
-                    encoded(picture(class_id, offset + number, size), extension)
+                    encoded(
+                        picture(class_id, offset + number, sizes[number % len(sizes)] if sizes else size), extension
+                    )
                 )
     return root

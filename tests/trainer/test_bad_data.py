@@ -1,8 +1,9 @@
-"""Bad data as a user meets it (issue 45, item 4): an image cut in half, a class folder layout that cannot work, a
-TFRecord whose image is no image or whose class id is out of range, a fork's dataset function that raises, rows
-with a class id past --num-classes. Each runs real `python -m trainer` or `python -m trainer.data` processes and
-asserts the exit code and the one line the user sees: the file (or folder, record, function) named, a fix that is
-true for that failure, and no traceback."""
+"""Bad data as a user meets it (issue 45, item 4; issue 59): an image cut in half, a file the served model would
+refuse (a WebP named .png), a JPEG cut short or damaged, an --image-shape that cannot be, a class folder layout that
+cannot work, a TFRecord whose image is no image or whose class id is out of range, a fork's dataset function that
+raises, rows with a class id past --num-classes. Each runs real `python -m trainer` or `python -m trainer.data`
+processes and asserts the exit code and the one line the user sees: the file (or folder, record, function) named, a
+fix that is true for that failure, and no traceback."""
 
 from __future__ import annotations
 
@@ -219,6 +220,131 @@ def test_a_folder_layout_that_cannot_work_stops_a_worker_before_the_group_forms(
     finished = run(args, config=config, timeout=120)
     assert error_line(finished) == expected
     assert "joining the group" not in finished.output and "joined:" not in finished.output, finished.output[-3000:]
+
+
+# ---- flags an image folder cannot be read with ----
+
+
+@pytest.fixture
+def mixed_folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    """PNGs and JPEGs, as a user's photos are."""
+    return image_folders.write(tmp_path / "images", per_class=4, test_per_class=1, extensions=(".png", ".jpg"))
+
+
+@pytest.mark.parametrize(
+    "shape, says",
+    [
+        ("0x32x3", "the height cannot be 0 or less"),  # before: only "give HEIGHTxWIDTHxCHANNELS"
+        ("32x0x0", "the width and channels cannot be 0 or less"),
+        ("32x32", "2 number(s), not 3"),
+        ("32x32xRGB", "not three whole numbers"),
+    ],
+)
+def test_an_image_shape_that_cannot_be_says_what_is_wrong_and_what_is_accepted(mixed_folder, shape, says):
+    from trainer.__main__ import parse_config
+    from trainer.base.errors import DataError
+    from trainer.data import catalog
+
+    flags = ["--dataset", "image_folder", "--image-dir", str(mixed_folder), "--image-shape", shape]
+    with pytest.raises(DataError) as refused:
+        catalog.check_dataset(parse_config(flags, environ={}))
+    assert str(refused.value) == (
+        f"--image-shape '{shape}': {says}; give HEIGHTxWIDTHxCHANNELS, three whole numbers of 1 or more, e.g. "
+        f"28x28x1 or 224x224x3"
+    )
+
+
+# ---- files the served model would refuse, JPEGs cut short or damaged (issue 59) ----
+
+WEBP = pathlib.PurePath("train", "circle", "0002.png")  # a WebP image named .png, as a photo tool exported it
+CUT_JPEG = pathlib.PurePath("train", "circle", "0003.jpg")
+DAMAGED_JPEG = pathlib.PurePath("train", "square", "0001.jpg")
+USER_LOG_LEVEL = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # what a user runs with: the suite's level hides TensorFlow's lines
+# libjpeg's own words, printed bare on stderr (no file named): "Improper call to JPEG library in state 201" and the
+# like, and TensorFlow's "jpeg_mem.cc:331] Premature end of JPEG data ...".
+JPEG_LIBRARY_LINE = re.compile(r"JPEG|Huffman|Input file read error")
+
+
+def decoder_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if TF_LOG_LINE.match(line) or JPEG_LIBRARY_LINE.match(line)]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[], pytest.param([SKIP_HINT.split()[0], "skip"], marks=pytest.mark.slow)],  # the quick suite's margin
+    ids=["fail", "skip"],
+)
+def test_the_data_check_refuses_a_webp_named_png_as_the_served_model_does(mixed_folder, tmp_path, flags):
+    # Before: TensorFlow decodes WebP, so the check passed it and training used it; the server refuses those bytes.
+    (mixed_folder / WEBP).write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
+    checked = run(folder_args(mixed_folder, tmp_path / "model", *flags), module="trainer.data")
+    said = f"{mixed_folder / WEBP}: a WebP image, not a PNG, JPEG, GIF or BMP file"
+    if not flags:
+        line = error_line(checked)
+        assert line.startswith(f"error: the data check: {said}; convert it to PNG or JPEG"), line
+        assert "or delete it" in line and SKIP_HINT in line, line
+        return
+    assert checked.returncode == 0 and f"warning: skipping {said} ({SKIP_HINT})" in checked.output, checked.output
+    assert "train 12 images" in checked.output and ", 1 that do not decode skipped" in checked.output
+
+
+def test_what_a_refused_file_is_is_said_where_its_bytes_tell(tmp_path):
+    from trainer.data.image_headers import what_else
+
+    tiff = image_folders.encoded(image_folders.picture(0, 0), ".tif")
+    assert what_else(tiff) == "a TIFF image"
+    assert what_else(b"\x1f\x8b\x08\x00") == "a gzip archive"
+    assert what_else(b"\x00\x00\x00\x18ftypheic") == "a HEIC image"
+    assert what_else(b"version https://git-lfs.github.com/spec/v1\noid sha256:...").startswith("a Git LFS pointer")
+    assert what_else(b"") == "an empty file" and what_else(b"cat,dog\n") == "a text file"
+    assert (
+        what_else(b"\x00\x01\x02\x03\xfe")
+        == "in no format the trainer knows (it starts with b'\\x00\\x01\\x02\\x03\\xfe')"
+    )
+
+
+def test_the_data_check_names_a_jpeg_cut_short_and_no_decoder_line_comes_first(mixed_folder, tmp_path):
+    # Before: libjpeg's "Improper call to JPEG library in state 201" or TensorFlow's "Premature end of JPEG data"
+    # came first, then a line that said only that TensorFlow could not decode it.
+    data = (mixed_folder / CUT_JPEG).read_bytes()
+    (mixed_folder / CUT_JPEG).write_bytes(data[: len(data) // 2])
+    # And a whole JPEG with a damaged Huffman table, its segment's length kept, so only the decoder finds it wrong:
+    # before, libjpeg's bare "Bogus Huffman table definition" came first.
+    damaged = bytearray((mixed_folder / DAMAGED_JPEG).read_bytes())
+    table = damaged.index(b"\xff\xc4")
+    damaged[table + 5 : table + 21] = b"\xff" * 16
+    (mixed_folder / DAMAGED_JPEG).write_bytes(bytes(damaged))
+    checked = run(folder_args(mixed_folder, tmp_path / "model"), module="trainer.data", env=USER_LOG_LEVEL)
+    line = error_line(checked)
+    assert line.startswith(f"error: the data check: {mixed_folder / CUT_JPEG}: a JPEG cut short: it ends before"), line
+    assert "(1 more file(s) are refused too); copy it again from its source or delete it" in line, line
+    assert decoder_lines(checked.output) == [], checked.output
+
+
+@pytest.mark.slow  # a training start: make test-slow
+@pytest.mark.parametrize("damage", ["webp", "cut jpeg"])
+def test_training_without_the_data_check_names_the_file_the_served_model_would_refuse(mixed_folder, tmp_path, damage):
+    # Before: the WebP trained as a picture; the cut JPEG's line came after libjpeg's and TensorFlow's own.
+    if damage == "webp":
+        path, said = mixed_folder / WEBP, "a WebP image, not a PNG, JPEG, GIF or BMP file"
+        path.write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
+    else:
+        path, said = mixed_folder / CUT_JPEG, "a JPEG cut short"
+        path.write_bytes(path.read_bytes()[:300])
+    finished = run(folder_args(mixed_folder, tmp_path / "model"), env=USER_LOG_LEVEL)
+    line = error_line(finished)
+    assert "worker-0: reading the input failed" in line and f"{path}: {said}" in line, line
+    assert decoder_lines(finished.output) == [], finished.output[-3000:]
+
+
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_training_skips_a_webp_named_png_and_counts_it(mixed_folder, tmp_path):
+    (mixed_folder / WEBP).write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
+    finished = run(folder_args(mixed_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert f"skipping {mixed_folder / WEBP}: a WebP image, not a PNG, JPEG, GIF or BMP file" in finished.output
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
 
 
 # ---- TFRecord files: an image that is no image, class ids out of range or shifted between splits ----

@@ -63,6 +63,11 @@ NOISE_AND_A_REAL_ERROR = (
     "W0000 00:00:1796054796.802611    7248 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
     "OUT_OF_RANGE: End of sequence\n"
     "\t [[{{node IteratorGetNext}}]]\n"
+    "E0000 00:00:1796533596.106115   13229 jpeg_mem.cc:331] Premature end of JPEG data. Stopped at line 30/90\n"
+    "Improper call to JPEG library in state 201\n"
+    "Corrupt JPEG data: premature end of data segment\n"
+    "Bogus Huffman table definition\n"
+    "Input file read error\n"
     "E0000 00:00:1796054891.119096   12517 some_op.cc:1] a real error\n"
     "error: the trainer's own message\n"
 )

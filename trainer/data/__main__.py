@@ -2,10 +2,11 @@
 data-preparation Job and run-local run it). A TFDS dataset is downloaded and prepared once under --data-dir, so
 workers never download concurrently; your own TFRecord files are counted (once: the counts go into the record index
 beside them, trainer/data/record_counts.py) and their class ids checked; an image folder's files are listed and
-each decoded once; a dataset your module registers is built and its splits sized. Each reports one line, and what
-cannot work exits 2 naming the file, the record or your function, so a job never starts on data that fails.
-It reads the trainer's flags and TRAINER_* variables: the core ones and every dataset kind's; the task's own flags
-are left to `python -m trainer`, which checks them.
+each checked once (trainer/data/image_check.py: by content, so a rerun decodes only what changed), and the shape
+they are read as said with its reason; a dataset your module registers is built and its splits sized. Each reports
+one line, and what cannot work exits 2 naming the file, the record or your function, so a job never starts on data
+that fails. It reads the trainer's flags and TRAINER_* variables: the core ones and every dataset kind's; the task's
+own flags are left to `python -m trainer`, which checks them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from trainer.base.errors import (
     first_line,
     missing_module,
 )
-from trainer.data import catalog, datasets, image_folder, tfrecord
+from trainer.data import catalog, datasets, image_check, image_folder, tfrecord
 from trainer.data.datasets import LABEL_FIX
 from trainer.data.tfds import TfdsOptions
 from trainer.settings import flags
@@ -82,26 +83,35 @@ def _class_coverage(train: list[int], test: list[int], test_files: str) -> str:
 
 
 def check_images(config: Config) -> str:
-    """One line: the image folder's classes and images, every file decoded once (DataError naming the first that
-    does not decode, unless --on-corrupt-record skip, which lists them and goes on)."""
+    """One line: the image folder's classes and images and the shape they are read as, and why; every file checked
+    once (image_check.py: a DataError naming the first refused, unless --on-corrupt-record skip, which lists them
+    and goes on), the verdicts of files unchanged since the last check taken from its record."""
     listing = image_folder.check_flags(config)
-    shape = image_folder.image_shape(config, listing)
-    failed = image_folder.undecodable([path for path, _ in listing.train + listing.test], shape)
+    shape, why = image_folder.chosen_shape(config, listing)
+    image_dir = config.group(image_folder.FolderOptions).image_dir
+    paths = [path for path, _ in listing.train + listing.test]
+    checked_record = image_check.Record(image_dir)
+    checked = image_check.refused(paths, shape, checked_record)
+    failed = checked.refused
     skip = config.group(tfrecord.RecordOptions).on_corrupt_record == "skip"
     if failed and not skip:
-        more = f" ({len(failed) - 1} more file(s) do not decode either)" if len(failed) > 1 else ""
-        raise CorruptRecordError(f"the data check: {failed[0][0]}: {failed[0][1]}{more}; {image_folder.FIX}")
-    for path, problem in failed:
+        more = f" ({len(failed) - 1} more file(s) are refused too)" if len(failed) > 1 else ""
+        raise CorruptRecordError(f"the data check: {failed[0].path}: {failed[0].problem}{more}; {failed[0].fix}")
+    for path, problem, _ in failed:
         print(f"warning: skipping {path}: {problem} (--on-corrupt-record skip)", flush=True)
     names = listing.class_names
     listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
     tested = {label for _, label in listing.test}
     untested = [name for class_id, name in enumerate(names) if class_id not in tested]
+    unchanged = f"{checked.remembered} unchanged since the last check, not decoded again" if checked.remembered else ""
+    remembered = "" if checked.kept else f"not remembered: cannot write {checked_record.path}"
+    notes = "; ".join(note for note in (unchanged, remembered) if note)
     return (
-        f"dataset image_folder is ready at {config.group(image_folder.FolderOptions).image_dir}: {len(names)} "
-        f"classes ({listed}), "
-        f"train {len(listing.train)} images, test {len(listing.test)} images (from {listing.test_from}), read as "
-        f"{'x'.join(map(str, shape))}"
+        f"dataset image_folder is ready at {image_dir}: {len(names)} classes ({listed}), "
+        f"train {len(listing.train)} images, test {len(listing.test)} images (from {listing.test_from})"
+        + (f" ({notes})" if notes else "")
+        + f", read as {'x'.join(map(str, shape))}"
+        + (" (--image-shape)" if why == "--image-shape" else f": {why}")
         + (f", {len(failed)} that do not decode skipped" if failed else "")
         + (f" (no test image of {', '.join(untested[:10])})" if untested else "")
     )

@@ -4,29 +4,33 @@ a seeded --validation-split of each class of train/ is held out. It is the layou
 image_dataset_from_directory, torchvision's ImageFolder and labelling tools' exports.
 
 Class ids follow train/'s folder names, sorted, and the names travel with the model (Source.class_names); test/'s
-folders are mapped by name. Images are decoded and resized (--image-shape, by default the first training image's) in
-the input pipeline, as images.py says, so a worker holds its file names, not its images. Worker k of n reads files
+folders are mapped by name. Images are decoded and resized (--image-shape; by default the training images' median
+height and width, read from their headers: default_shape) in the input pipeline, as images.py says, so a worker
+holds its file names, not its images. Worker k of n reads files
 k, k+n, ... of the list sorted by class then name (its own, every class in it), visited in a seeded permutation per
 epoch as Generated's are, so a resume at any step is exact and skips without reading.
 
 What is wrong is named before the group forms: the layout (no train/, an empty class folder, a test class train/
-lacks) by every worker as it starts, and an image that does not decode by the data check (`python -m trainer.data`,
-which decodes every file once; a run without it names the file when its read fails). `--on-corrupt-record skip`
-has each worker decode its own files first and leave out, and count, those that do not decode.
+lacks) by every worker as it starts, and a file the model cannot read as its picture (image_check.py: not one of
+the served model's formats, a JPEG cut short, or not decodable) by the data check (`python -m trainer.data`, which
+checks every file once and remembers its verdicts by content; a run without it names the file when its read fails).
+`--on-corrupt-record skip` has each worker check its own files first and leave out, and count, those refused.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import logging
 import os
 import random
+import statistics
 from collections.abc import Sequence
 
-from trainer.base.errors import CorruptRecordError, DataError, first_line
-from trainer.data import images
+from trainer.base.errors import CorruptRecordError, DataError
+from trainer.data import image_check, image_headers, images
 from trainer.data.datasets import Shard, Source, image_spec, register
 from trainer.data.tfrecord import RecordOptions, parse_image_shape
 from trainer.settings.config import Config
@@ -35,10 +39,6 @@ from trainer.settings.options import option
 log = logging.getLogger(__name__)
 
 LabelledFile = tuple[str, int]  # (path, class id)
-FIX = (
-    "replace or delete that file (every file of a class folder is read as an image), or pass "
-    "--on-corrupt-record skip to train on without the files that do not decode"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,69 +189,50 @@ def _labelled(classes: dict[str, list[str]], ids: dict[str, int]) -> tuple[Label
     return tuple((path, ids[name]) for name in sorted(classes) for path in classes[name])
 
 
-# The default --image-shape is the first image's; past this side the model's first dense layer would not fit.
+# Past this side the model's first dense layer would not fit: a larger default is scaled down to it.
 LARGEST_DEFAULT_SIDE = 512
 
 
-def first_shape(files: Sequence[LabelledFile], skip: bool) -> tuple[int, int, int]:
-    """The decoded shape of the first training image (the first that decodes, under skip): the default
-    --image-shape. DataError when it does not decode, or is too large to be a model's input as it is."""
-    import tensorflow as tf
-
-    for path, _ in files:
-        try:
-            image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
-        except tf.errors.OpError as error:
-            if skip:
-                continue
-            raise CorruptRecordError(f"{path}: {_problem(error)}; {FIX} (or give --image-shape)") from None
-        height, width, channels = (int(size) for size in image.shape)
-        if max(height, width) > LARGEST_DEFAULT_SIDE:
-            raise DataError(
-                f"without --image-shape every image is resized to the first one's size, and {path} is "
-                f"{height}x{width}: too large for a model's input as it is; give --image-shape, e.g. "
-                f"224x224x{channels} (photos) or 32x32x{channels} (small pictures)"
-            )
-        return height, width, channels
-    raise DataError("no training image decodes: check the folder's files")
-
-
-def undecodable(paths: Sequence[str], shape: tuple[int, int, int]) -> list[tuple[str, str]]:
-    """(path, problem) of every file that does not decode as an image of `shape`: one parallel pass over them all,
-    then each failed one decoded again on its own for TensorFlow's words."""
-    import tensorflow as tf
-
-    if not paths:
-        return []
-    decoded = (
-        tf.data.Dataset.from_tensor_slices(list(paths))
-        .enumerate()
-        .map(
-            lambda number, path: (number, images.decoded(tf.io.read_file(path), shape)),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
+def default_shape(files: Sequence[LabelledFile]) -> tuple[tuple[int, int, int], str]:
+    """The default --image-shape, from the training images' headers (so every worker finds the same, reading no
+    pixels), and why, in words for the data check's line: the median height and the median width (each an image's;
+    with mixed orientations they meet near a square, with one orientation they keep its aspect), scaled down to
+    LARGEST_DEFAULT_SIDE on the longer side; RGB where any image is in colour, alpha where any has transparency, so
+    none loses them. DataError when no file has an image header."""
+    with concurrent.futures.ThreadPoolExecutor(image_check.PARALLEL_READS) as pool:
+        sizes = [size for size in pool.map(_header_size, [path for path, _ in files]) if size is not None]
+    if not sizes:
+        raise DataError(
+            f"no training image starts as a {images.FORMATS} file: check the folder's files (python -m "
+            f"trainer.data names each), or give --image-shape"
         )
-    )
-    numbers = decoded.ignore_errors().map(lambda number, image: number).batch(4096)
-    good = {int(number) for batch in numbers.as_numpy_iterator() for number in batch}
-    return [(path, problem_of(path, shape)) for number, path in enumerate(paths) if number not in good]
+    colour, alpha = any(size[2] >= 3 for size in sizes), any(size[2] in (2, 4) for size in sizes)
+    channels = (3 if colour else 1) + alpha
+    height = statistics.median_low(size[0] for size in sizes)
+    width = statistics.median_low(size[1] for size in sizes)
+    if len({size[:2] for size in sizes}) == 1:
+        why = "the images' size"
+    else:
+        smallest, largest = (extreme(sizes, key=lambda size: (size[0] * size[1], size)) for extreme in (min, max))
+        why = f"sizes vary from {_size(smallest)} to {_size(largest)}; this is their median height and median width"
+    if max(height, width) > LARGEST_DEFAULT_SIDE:
+        scale = LARGEST_DEFAULT_SIDE / max(height, width)
+        why = f"{why}, {_size((height, width))}, scaled down to {LARGEST_DEFAULT_SIDE} on the longer side"
+        height, width = max(round(height * scale), 1), max(round(width * scale), 1)
+    if len({size[2] for size in sizes}) > 1:
+        why = f"{why}, with {channels} channels, so no image loses its colour or transparency"
+    return (height, width, channels), f"{why} (set --image-shape to choose)"
 
 
-def problem_of(path: str, shape: tuple[int, int, int]) -> str:
-    """Why one file does not decode as an image of `shape`, in a few words."""
-    import tensorflow as tf
-
+def _header_size(path: str) -> tuple[int, int, int] | None:
     try:
-        images.decoded(tf.io.read_file(path), shape)
-    except tf.errors.OpError as error:
-        return _problem(error)
-    return "it decoded when read again (the file changed while it was read)"
+        return image_headers.read_size(path)
+    except OSError:
+        return None  # named by the data check, or by the read that fails
 
 
-def _problem(error: Exception) -> str:
-    from trainer.data.corrupt_records import plain  # TensorFlow is imported by then: the error is its
-
-    return f"not a readable {images.FORMATS} image ({plain(first_line(error))[:200]})"
+def _size(size: Sequence[int]) -> str:
+    return f"{size[0]}x{size[1]}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -264,16 +245,19 @@ class ImageFiles:
 
     def fingerprint(self) -> str:
         names = hashlib.sha256("\n".join(f"{path} {label}" for path, label in self.files).encode()).hexdigest()
-        return f"{len(self.files)} image files, names and classes sha256 {names[:16]}"
+        shape = "x".join(map(str, self.image_shape))
+        return f"{len(self.files)} image files, names and classes sha256 {names[:16]}, read as {shape}"
 
     def shard(self, index: int, count: int) -> Shard:
         import tensorflow as tf
 
         own = self.files[index::count]
-        dropped = undecodable([path for path, _ in own], self.image_shape) if self.skip_undecodable else []
-        for path, problem in dropped:
+        dropped = (
+            image_check.refused([path for path, _ in own], self.image_shape).refused if self.skip_undecodable else []
+        )
+        for path, problem, _ in dropped:
             log.warning("skipping %s: %s (--on-corrupt-record skip)", path, problem)
-        bad = {path for path, _ in dropped}
+        bad = {path for path, _, _ in dropped}
         own = tuple((path, label) for path, label in own if path not in bad)
         paths = tf.constant([path for path, _ in own] or [""])
         labels = tf.constant([label for _, label in own] or [0], tf.int64)
@@ -286,11 +270,21 @@ class ImageFiles:
             )
 
         def decode(number: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            return images.decoded(tf.io.read_file(paths[number]), shape), labels[number]
+            encoded = tf.io.read_file(paths[number])
+            # What the served model refuses is not trained on either, though TensorFlow decodes more formats. The
+            # message holds none of the file's bytes, which TensorFlow's error would fail to decode as UTF-8.
+            known = [tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in images.SIGNATURES]
+            accepted = tf.debugging.Assert(tf.reduce_any(tf.stack(known)), [f"not a {images.FORMATS} file"])
+            with tf.control_dependencies([accepted]):
+                return images.decoded(encoded, shape), labels[number]
 
         def scan(where: str) -> CorruptRecordError | None:
-            failed = undecodable([path for path, _ in own], shape)
-            return CorruptRecordError(f"{where}: {failed[0][0]}: {failed[0][1]}; {FIX}") if failed else None
+            failed = image_check.refused([path for path, _ in own], shape).refused
+            return (
+                CorruptRecordError(f"{where}: {failed[0].path}: {failed[0].problem}; {failed[0].fix}")
+                if failed
+                else None
+            )
 
         return Shard(
             records,
@@ -324,20 +318,22 @@ def check_flags(config: Config) -> Listing:
     return listing
 
 
-def image_shape(config: Config, listing: Listing) -> tuple[int, int, int]:
-    """--image-shape, else the first training image's shape."""
-    shape, skip = config.group(RecordOptions).image_shape, config.group(RecordOptions).on_corrupt_record == "skip"
-    shape_of = parse_image_shape(shape) if shape else first_shape(listing.train, skip)
-    if shape_of[2] not in (1, 2, 3, 4):
-        raise DataError(f"--image-shape {shape}: image files hold 1 (gray), 2, 3 (RGB) or 4 (RGBA) channels")
-    return shape_of
+def chosen_shape(config: Config, listing: Listing) -> tuple[tuple[int, int, int], str]:
+    """The image shape the model takes, and why: --image-shape, else default_shape of the training images."""
+    given = config.group(RecordOptions).image_shape
+    if not given:
+        return default_shape(listing.train)
+    shape = parse_image_shape(given)
+    if shape[2] not in (1, 2, 3, 4):
+        raise DataError(f"--image-shape {given}: image files hold 1 (gray), 2, 3 (RGB) or 4 (RGBA) channels")
+    return shape, "--image-shape"
 
 
 @register("image_folder", options=FolderOptions)
 def source(config: Config) -> Source:
     """Your image files in class folders: --image-dir, and optionally --image-shape and --validation-split."""
     listing = check_flags(config)
-    shape = image_shape(config, listing)
+    shape, _ = chosen_shape(config, listing)
     skip = config.group(RecordOptions).on_corrupt_record == "skip"
     return Source(
         train=ImageFiles(listing.train, shape, skip),

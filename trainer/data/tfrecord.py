@@ -33,7 +33,9 @@ class RecordOptions:
     train_files: str = option("", "glob(s) of training TFRecord files, comma-separated (tf.io.gfile paths)")
     test_files: str = option("", "glob(s) of test TFRecord files, comma-separated")
     image_shape: str = option(
-        "", "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it (image_folder: default the first image's)"
+        "",
+        "HEIGHTxWIDTHxCHANNELS the model takes; images are resized to it (image_folder: default the training images' "
+        "median height and width, docs/data.md)",
     )
     num_classes: int = option(0, "number of classes (0..N-1)")
     class_names: str = option(
@@ -217,12 +219,18 @@ def glob_files(pattern: str, flag: str) -> tuple[str, ...]:
 
 
 def parse_image_shape(text: str) -> tuple[int, int, int]:
+    """HEIGHTxWIDTHxCHANNELS as three whole numbers; DataError saying what is wrong with the text otherwise."""
+    accepted = "give HEIGHTxWIDTHxCHANNELS, three whole numbers of 1 or more, e.g. 28x28x1 or 224x224x3"
+    parts = text.lower().replace(",", "x").split("x")
     try:
-        shape = tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+        shape = tuple(int(part) for part in parts)
     except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        raise DataError(f"--image-shape {text!r}: give HEIGHTxWIDTHxCHANNELS, e.g. 28x28x1 or 224x224x3")
+        raise DataError(f"--image-shape {text!r}: not three whole numbers; {accepted}") from None
+    if len(shape) != 3:
+        raise DataError(f"--image-shape {text!r}: {len(shape)} number(s), not 3; {accepted}")
+    names = [name for name, size in zip(("height", "width", "channels"), shape, strict=True) if size < 1]
+    if names:
+        raise DataError(f"--image-shape {text!r}: the {' and '.join(names)} cannot be 0 or less; {accepted}")
     return shape[0], shape[1], shape[2]
 
 

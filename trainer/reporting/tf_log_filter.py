@@ -14,7 +14,10 @@ The lines, and where they come from (TensorFlow 2.21):
   not decode), whose status Python receives as an exception that the trainer names with its file, or a
   traceback shows. Other statuses pass: OUT_OF_RANGE there means the input ran out mid-epoch. Its continuation
   lines (tab-indented: which node) go with it;
-- "Premature end of JPEG data": libjpeg's line for a cut JPEG, whose decode then fails with that InvalidArgumentError.
+- the JPEG decoder's words on a damaged file: TensorFlow's "jpeg_mem.cc:331] Premature end of JPEG data ..." and
+  libjpeg's own, printed bare ("Improper call to JPEG library in state 201", "Corrupt JPEG data: ...", "Bogus
+  Huffman table definition", "Input file read error"). They name no file; the data check names it first (a JPEG
+  cut short, or one that does not decode), a read that fails names it with the exception, and the server its request.
 
 The model server keeps the filter for its whole life (Python's own lines bypass it), so a refused picture leaves only
 the server's own line for it.
@@ -39,7 +42,10 @@ NOISE = re.compile(
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
     r"|dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized"
     r"|local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: INVALID_ARGUMENT: "
-    r"|jpeg_mem\.cc:\d+\] Premature end of JPEG data)"
+    r"|jpeg_mem\.cc:\d+\] )"
+    r"|^(?:Improper call to JPEG library in state \d+|Corrupt JPEG data: .*|Premature end of JPEG file"
+    r"|Bogus (?:Huffman table definition|marker length|DQT index \d+|DHT index \d+)"
+    r"|Huffman table 0x[0-9a-f]+ was not defined|Invalid JPEG file structure: .*|Input file read error)$"
 )
 WAIT_AT_EXIT_S = 5.0
 
