@@ -13,24 +13,6 @@ from trainer.data import images
 
 Size = tuple[int, int, int]  # height, width, channels as TensorFlow decodes them (channels=0)
 
-# Formats users' folders hold that the served model does not read, by their first bytes (offset, bytes, what).
-OTHER_FORMATS = (
-    (8, b"WEBP", "a WebP image"),
-    (0, b"II*\x00", "a TIFF image"),
-    (0, b"MM\x00*", "a TIFF image"),
-    (0, b"\x1f\x8b", "a gzip archive"),
-    (0, b"PK\x03\x04", "a zip archive"),
-    (0, b"%PDF", "a PDF document"),
-    (0, b"8BPS", "a Photoshop (PSD) file"),
-    (0, b"\x00\x00\x01\x00", "an ICO icon"),
-    (0, b"\x00\x00\x00\x0cjP  ", "a JPEG 2000 image"),
-    (0, b"\xff\x4f\xff\x51", "a JPEG 2000 image"),
-    (0, b"\xff\x0a", "a JPEG XL image"),
-    (0, b"\x00\x00\x00\x0cJXL ", "a JPEG XL image"),
-    (0, b"version https://git-lfs", "a Git LFS pointer, not the image itself (fetch it with `git lfs pull`)"),
-)
-# The brand of an ISO media file (bytes 8-12, after "ftyp"): iPhones save HEIC photos.
-MEDIA_BRANDS = {b"heic": "a HEIC image", b"heix": "a HEIC image", b"mif1": "a HEIF image", b"avif": "an AVIF image"}
 # Enough of a file for the header of every accepted format but a JPEG with large metadata, which reads on.
 HEADER_BYTES = 64 * 1024
 
@@ -44,11 +26,11 @@ def what_else(data: bytes) -> str:
     """What a file that starts as no accepted format is, in a few words, as far as its first bytes tell."""
     if not data:
         return "an empty file"
-    for offset, magic, what in OTHER_FORMATS:
+    for offset, magic, what in images.OTHER_SIGNATURES:
         if data[offset : offset + len(magic)] == magic:
             return what
     if data[4:8] == b"ftyp":
-        return MEDIA_BRANDS.get(data[8:12], "an MP4 or QuickTime file")
+        return "an MP4 or QuickTime file"
     start = data[:256].lstrip().lower()
     if start.startswith((b"<!doctype html", b"<html")):
         return "an HTML page (a download that saved a web page instead of the picture?)"

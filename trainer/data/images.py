@@ -14,17 +14,27 @@ EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")  # what tf.io.decode_imag
 FORMATS = "PNG, JPEG, GIF or BMP"
 # How each of FORMATS starts: the one list the data check and the served model's check both accept.
 SIGNATURES = ((b"\x89PNG", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF", "GIF"), (b"BM", "BMP"))
-# How files often sent in their place start, so a refusal says what was sent: (offset, bytes there, what it is).
+# How files often sent or stored in their place start, so a refusal (the served model's, the data check's) says what
+# the file is: (offset, bytes there, what it is).
 OTHER_SIGNATURES = (
     (8, b"WEBP", "a WebP image"),
     (0, b"II*\0", "a TIFF image"),
     (0, b"MM\0*", "a TIFF image"),
     (4, b"ftypheic", "a HEIC image"),
+    (4, b"ftypheix", "a HEIC image"),
+    (4, b"ftypmif1", "a HEIF image"),
     (4, b"ftypavif", "an AVIF image"),
     (0, b"<svg", "an SVG image"),
-    (0, b"%PDF", "a PDF file"),
-    (0, b"\x1f\x8b", "a gzip file"),
-    (0, b"PK\x03\x04", "a ZIP file"),
+    (0, b"%PDF", "a PDF document"),
+    (0, b"\x1f\x8b", "a gzip archive"),
+    (0, b"PK\x03\x04", "a zip archive"),
+    (0, b"8BPS", "a Photoshop (PSD) file"),
+    (0, b"\x00\x00\x01\x00", "an ICO icon"),
+    (0, b"\x00\x00\x00\x0cjP  ", "a JPEG 2000 image"),
+    (0, b"\xff\x4f\xff\x51", "a JPEG 2000 image"),
+    (0, b"\xff\x0a", "a JPEG XL image"),
+    (0, b"\x00\x00\x00\x0cJXL ", "a JPEG XL image"),
+    (0, b"version https://git-lfs", "a Git LFS pointer (run `git lfs pull` for the image)"),
 )
 SHOWN_BYTES = 12  # of a refused file: enough for WebP's RIFF header to show its WEBP
 # Each byte as a refusal shows it: printable ASCII as itself, anything else escaped as in a Python bytes literal.
