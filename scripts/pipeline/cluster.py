@@ -229,6 +229,21 @@ EXECUTOR_PATCH = {
 }
 
 
+def workflow_of(args: argparse.Namespace, settings: dict[str, str]) -> dict[str, Any]:
+    """The Workflow of a command line's arguments (this module's and scripts/pipeline/submit.py's, named alike)."""
+    return workflow(
+        args.engine,
+        args.image,
+        args.models,
+        args.workers,
+        args.dataset,
+        args.epochs,
+        args.trainer_args,
+        settings,
+        args.replace,
+    )
+
+
 def select_template(image: str, jobs: list[str], settings: dict[str, str], replace: bool) -> dict[str, Any]:
     """The selection, as make select runs it, on the volume's paths."""
     command = select_command(settings, jobs, replace)
@@ -415,19 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.what == "workflow":
-            documents = [
-                workflow(
-                    args.engine,
-                    args.image,
-                    args.models,
-                    args.workers,
-                    args.dataset,
-                    args.epochs,
-                    args.trainer_args,
-                    settings,
-                    args.replace,
-                )
-            ]
+            documents = [workflow_of(args, settings)]
         elif args.what == "rbac":
             documents = rbac(settings)
         else:

@@ -155,17 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "serving":
             return serve(args.image, args.runtime, settings, args.timeout_s or 600)
         namespace = settings["NAMESPACE"]
-        workflow = cluster.workflow(
-            args.engine,
-            args.image,
-            args.models,
-            args.workers,
-            args.dataset,
-            args.epochs,
-            args.trainer_args,
-            settings,
-            args.replace,
-        )
+        workflow = cluster.workflow_of(args, settings)
         apply(cluster.rbac(settings), namespace)
         name = create(workflow, namespace)
         print(f"Workflow {name} created in {namespace} (context {context}); following it", flush=True)
