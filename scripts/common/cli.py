@@ -1,7 +1,8 @@
-"""The command line every tool shares: the tool's own arguments, then `--` and the trainer's flags."""
+"""The command line every tool shares: the tool's own arguments, then `--` and the trainer's flags; IMAGES=DIR."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 
@@ -12,3 +13,15 @@ def split_trainer_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         return argv, []
     at = argv.index("--")
     return argv[:at], argv[at + 1 :]
+
+
+def image_dir(images: str) -> str:
+    """IMAGES=DIR (make run-local's, make tune's): the folder by its absolute path, any character in it; ValueError
+    naming the fix when it holds no train/ folder."""
+    folder = os.path.abspath(os.path.expanduser(images))
+    if not os.path.isdir(os.path.join(folder, "train")):
+        raise ValueError(
+            f"IMAGES={images}: no folder with a train/ folder there; give the folder that holds "
+            f"train/<class>/ (and test/<class>/) images"
+        )
+    return folder

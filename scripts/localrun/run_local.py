@@ -15,13 +15,12 @@ by signal n.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import shutil
 import sys
 
 from scripts.common import manifest as tfjob_manifest
-from scripts.common.cli import split_trainer_flags
+from scripts.common.cli import image_dir, split_trainer_flags
 from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
@@ -72,18 +71,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         except ValueError as error:
             parser.error(str(error))
     return args
-
-
-def image_dir(images: str) -> str:
-    """IMAGES=DIR (make run-local's, make tune's): the folder by its absolute path, any character in it; ValueError
-    naming the fix when it holds no train/ folder."""
-    folder = os.path.abspath(os.path.expanduser(images))
-    if not os.path.isdir(os.path.join(folder, "train")):
-        raise ValueError(
-            f"IMAGES={images}: no folder with a train/ folder there; give the folder that holds "
-            f"train/<class>/ (and test/<class>/) images"
-        )
-    return folder
 
 
 def load(args: argparse.Namespace) -> manifest_io.Manifests:

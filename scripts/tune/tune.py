@@ -33,9 +33,8 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
-from scripts.common.cli import split_trainer_flags
+from scripts.common.cli import image_dir, split_trainer_flags
 from scripts.common.settings import SettingsError, load
-from scripts.localrun import run_local
 from trainer.base.errors import UserError
 
 from . import space as spaces
@@ -76,7 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.image_dir = None
     if args.images is not None:
         try:
-            args.image_dir = run_local.image_dir(args.images)
+            args.image_dir = image_dir(args.images)
         except ValueError as error:
             parser.error(str(error))
     return args
