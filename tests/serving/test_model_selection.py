@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import shutil
 import subprocess
@@ -215,6 +216,96 @@ def test_a_served_version_removed_or_superseded_by_hand_has_no_record_to_hold_ag
     shutil.copytree(base_path / "1", base_path / "5")  # a version copied in by hand is what the server serves now
     assert select(base_path, candidate(tmp_path, "worse", 0.5)).returncode == 0
     assert published_names(base_path) == {"1": "good", "5": "good", "6": "worse"}
+
+
+def test_two_base_paths_in_one_folder_are_refused_rather_than_publishing_backwards(tmp_path):
+    # Before: b's selection overwrote a's record, and a then published 0.3 over its 0.9.
+    folder = tmp_path / "two"
+    assert select(folder / "a", candidate(tmp_path, "good", 0.9)).returncode == 0
+    done = select(folder / "b", candidate(tmp_path, "other", 0.3))
+    assert done.returncode == 2, done.stderr
+    assert f"records the model served from {folder / 'a'}" in done.stderr and "a folder of its own" in done.stderr
+    assert not (folder / "b").exists()
+    assert select(folder / "a", candidate(tmp_path, "worse", 0.3)).returncode == 0
+    assert published_names(folder / "a") == {"1": "good"}
+
+
+def test_the_record_holds_wherever_the_next_selection_runs_from(tmp_path):
+    # Before: a base path given relative to one folder was not recognised from another, and 0.3 replaced 0.9.
+    base_path = tmp_path / "pub" / "serving"
+    first = subprocess.run(
+        [sys.executable, "-m", "trainer.serving.select", "--base-path", "pub/serving", "--candidates"]
+        + [str(candidate(tmp_path, "good", 0.9))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert first.returncode == 0, first.stderr
+    assert select(base_path, candidate(tmp_path, "worse", 0.3)).returncode == 0  # from ROOT, by its absolute path
+    assert published_names(base_path) == {"1": "good"}
+
+
+DAMAGED = {
+    "not json": lambda record: "{truncated",
+    "not an object": lambda record: "[]",
+    "value null": lambda record: json.dumps({**record, "served": {**record["served"], "value": None}}),
+    "value a string": lambda record: json.dumps({**record, "served": {**record["served"], "value": "0.9x"}}),
+    "no metric": lambda record: json.dumps(
+        {**record, "served": {k: v for k, v in record["served"].items() if k != "metric"}}
+    ),
+    "setup null": lambda record: json.dumps({**record, "served": {**record["served"], "setup": None}}),
+    "published a number": lambda record: json.dumps({**record, "served": {**record["served"], "published": 5}}),
+    "served a list": lambda record: json.dumps({**record, "served": []}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_a_damaged_record_stops_the_selection_and_replace_goes_past_it(tmp_path, case):
+    # Before: a traceback (exit 1) for some, and a worse winner published for the others.
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, candidate(tmp_path, "good", 0.9)).returncode == 0
+    record_file = base_path.parent / "selection.json"
+    record_file.write_text(DAMAGED[case](json.loads(record_file.read_text())))
+    worse = candidate(tmp_path, "worse", 0.3)
+    done = select(base_path, worse)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert str(record_file) in done.stderr and "--replace" in done.stderr, done.stderr
+    assert published_names(base_path) == {"1": "good"}
+    replaced = select(base_path, worse, flags=("--replace",))
+    assert replaced.returncode == 0, replaced.stderr
+    assert published_names(base_path) == {"1": "good", "2": "worse"}
+    assert selection(base_path)["served"]["model_dir"] == str(worse)
+
+
+def test_a_url_base_path_is_refused_before_anything_is_written(tmp_path):
+    # Before: it published into a local folder named "gs:" and said it had served gs://.
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.serving.select", "--base-path", "gs://bucket/serving", "--candidates"]
+        + [str(candidate(tmp_path, "good", 0.9))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2 and "--base-path gs://bucket/serving: a URL" in done.stderr, done.stderr
+    assert not (tmp_path / "gs:").exists()
+
+
+def test_candidates_are_ranked_on_the_served_models_data_whatever_is_listed_first(tmp_path):
+    # Before: a run on other data listed first set the setup, so the comparable run was refused and nothing published.
+    base_path = tmp_path / "selected" / "serving"
+    assert select(base_path, candidate(tmp_path, "served", 0.5)).returncode == 0
+    elsewhere = candidate(tmp_path, "elsewhere", 0.99, config={"test_examples": 128})
+    comparable = candidate(tmp_path, "comparable", 0.7)
+    done = select(base_path, elsewhere, comparable)
+    assert done.returncode == 0, done.stderr
+    record = selection(base_path)
+    assert record["winner"] == str(comparable) and record["kept"] is None
+    assert "test_examples 128 (the served model's: 64)" in record["candidates"][0]["refused"]
+    assert published_names(base_path) == {"1": "served", "2": "comparable"}
 
 
 def image_folder_candidate(root: pathlib.Path, name: str, accuracy: float, image_dir: pathlib.Path, **config):

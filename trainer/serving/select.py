@@ -31,11 +31,16 @@ import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectiv
 from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
 from trainer.base.errors import ExitCode, SelectionError, UserError
+from trainer.settings.config import URL_SCHEME
 from trainer.settings.options import import_registering_module
 from trainer.task import Objective, find
 
 SELECTION = "selection.json"
 SELECTION_LOCK = ".selection.lock"  # beside selection.json: held over a whole selection
+RECORD_FIX = (
+    "it records which published model a winner must beat; restore or delete it (deleting it publishes the next "
+    "winner whatever it scores), or pass --replace (REPLACE=1) to publish the winner all the same"
+)
 # What makes two candidates' test figures comparable: the same task on the same test split.
 SETUP_KEYS = ("task", "module", "dataset", "dataset_module", "test_files", "test_examples")
 # Generated datasets (synthetic, or one a --dataset-module registers) derive their test split from the seed too.
@@ -110,10 +115,10 @@ def objective_of(record: dict[str, Any]) -> Objective:
     return find(str(config.get("task", "")), str(config.get("task_module") or "")).objective
 
 
-def setup_differences(record: dict[str, Any], reference: dict[str, Any]) -> str | None:
+def setup_differences(record: dict[str, Any], reference: dict[str, Any], whose: str) -> str | None:
     """Why a candidate's figures do not compare with the reference's (another task or test split), or None."""
     differences = [
-        f"{key} {value!r} (the reference's, the first candidate that passes: {reference.get(key)!r})"
+        f"{key} {value!r} ({whose}: {reference.get(key)!r})"
         for key, value in setup_of(record).items()
         if value != reference.get(key)
     ]
@@ -150,38 +155,43 @@ def judge(candidate: Candidate, objective: Objective) -> None:
     candidate.value = float(value)
 
 
-def choose(model_dirs: list[str]) -> tuple[list[Candidate], Candidate | None, Objective | None]:
-    """Every candidate judged, and the winner (ties: the first listed)."""
+def choose(
+    model_dirs: list[str], served_setup: dict[str, Any] | None = None
+) -> tuple[list[Candidate], Candidate | None, Objective | None]:
+    """Every candidate judged, and the winner (ties: the first listed). The reference setup, which every other
+    candidate must share, is the served model's where a candidate that passes shares it, else the first candidate's
+    that passes on its own (a refused one, an old run, sets no setup for the rest)."""
     candidates = [Candidate(model_dir) for model_dir in model_dirs]
-    readable = []
+    readable, objectives = [], {}
     for candidate in candidates:
         record, problem = read_record(candidate.model_dir)
         if record is None:
             candidate.refused = problem
             continue
         candidate.record = record
-        readable.append(candidate)
-    # The reference is the first candidate that passes on its own: one refused (an old run) sets no setup for the rest.
-    reference: Candidate | None = None
-    for candidate in readable:
         try:
-            objective = objective_of(candidate.record)
+            objectives[candidate.model_dir] = objective = objective_of(record)
         except UserError as error:
             candidate.refused = f"its task cannot be found ({error})"
             continue
         candidate.metric = objective.key
         judge(candidate, objective)
-        if candidate.refused is None:
-            reference = candidate
-            break
-    if reference is None:
+        readable.append(candidate)
+    passing = [candidate for candidate in readable if candidate.refused is None]
+    if not passing:
         return candidates, None, None
-    setup = setup_of(reference.record)
-    for candidate in readable[readable.index(reference) + 1 :]:
-        candidate.metric = objective.key
-        candidate.refused = setup_differences(candidate.record, setup)
-        if candidate.refused is None:
-            judge(candidate, objective)
+    like_served = [c for c in passing if served_setup is not None and setup_of(c.record) == served_setup]
+    reference = (like_served or passing)[0]
+    setup, whose = (
+        setup_of(reference.record),
+        "the served model's" if like_served else ("the reference's, the first candidate that passes"),
+    )
+    for at, candidate in enumerate(readable):
+        # Before the reference, a candidate refused on its own keeps its reason; after it, the setup is checked first.
+        if candidate is reference or (candidate.refused and at < readable.index(reference)):
+            continue
+        candidate.refused = setup_differences(candidate.record, setup, whose) or candidate.refused
+    objective = objectives[reference.model_dir]
     accepted = [candidate for candidate in candidates if candidate.refused is None and candidate.value is not None]
     sign = -1.0 if objective.higher_is_better else 1.0
     winner = min(accepted, key=lambda candidate: sign * (candidate.value or 0.0))  # min keeps the first of equals
@@ -193,12 +203,19 @@ def selection_path(base_path: str) -> str:
 
 
 def previous_selection(base_path: str) -> dict[str, Any] | None:
+    """selection.json as the last selection into this folder wrote it; None where there is none. Raises
+    SelectionError for one that cannot be read: the record of what is served is not to be guessed."""
+    path = selection_path(base_path)
     try:
-        with open(selection_path(base_path)) as handle:
+        with open(path) as handle:
             previous = json.load(handle)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    return previous if isinstance(previous, dict) else None
+    except (OSError, ValueError) as error:
+        raise SelectionError(f"{path} cannot be read ({error}): {RECORD_FIX}") from None
+    if not isinstance(previous, dict):
+        raise SelectionError(f"{path} is not a selection's record (not a JSON object): {RECORD_FIX}")
+    return previous
 
 
 @contextlib.contextmanager
@@ -230,7 +247,7 @@ def publish(winner: Candidate, base_path: str) -> str:
         ) from None
 
 
-def served_record(winner: Candidate, objective: Objective, published: str) -> dict[str, Any]:
+def served_record(winner: Candidate, objective: Objective, base_path: str, published: str) -> dict[str, Any]:
     """What selection.json keeps of the model it publishes, so the next selection can be held against it."""
     return {
         "model_dir": winner.model_dir,
@@ -240,17 +257,47 @@ def served_record(winner: Candidate, objective: Objective, published: str) -> di
         "setup": setup_of(winner.record),
         "weights_sha256": winner.record.get("weights_sha256"),
         "published": published,
+        "base_path": os.path.abspath(base_path),  # the record's own, whatever folder a later selection runs from
+        "version": int(os.path.basename(published)),
     }
+
+
+# What a served record holds, each field's type: anything else is a record edited or damaged by hand.
+SERVED_FIELDS = {
+    "model_dir": str,
+    "metric": str,
+    "higher_is_better": bool,
+    "value": float,
+    "setup": dict,
+    "published": str,
+    "base_path": str,
+    "version": int,
+}
 
 
 def recorded_served(previous: dict[str, Any] | None, base_path: str) -> dict[str, Any] | None:
     """The record of the model the base path serves (its newest version), or None where no selection published it:
-    no selection.json, one from before records were kept, or a newer version copied in by hand."""
+    no selection.json, one from before records were kept, or a newer version copied in by hand. Raises
+    SelectionError for a record that is damaged or another base path's (two in one folder share selection.json)."""
     served = previous.get("served") if previous else None
-    if not isinstance(served, dict) or not isinstance(served.get("published"), str):
+    if served is None:
         return None
-    newest = max(numbered_versions(base_path), default=None)
-    if newest is None or os.path.abspath(served["published"]) != os.path.join(os.path.abspath(base_path), str(newest)):
+    path = selection_path(base_path)
+    wrong = [
+        name
+        for name, kind in SERVED_FIELDS.items()
+        if not isinstance(served, dict)
+        or not isinstance(served.get(name), kind if kind is not float else (int, float))
+        or isinstance(served.get(name), bool) is not (kind is bool)
+    ]
+    if wrong or not math.isfinite(served["value"]):
+        raise SelectionError(f"{path}: its served record is damaged ({', '.join(wrong) or 'value'}): {RECORD_FIX}")
+    if served["base_path"] != os.path.abspath(base_path):
+        raise SelectionError(
+            f"{path} records the model served from {served['base_path']}, not {os.path.abspath(base_path)}: two base "
+            f"paths in one folder would share one record; give this one a folder of its own (.../NAME/serving)"
+        )
+    if served["version"] != max(numbered_versions(base_path), default=None):
         return None
     return served
 
@@ -260,15 +307,11 @@ def reason_to_keep(winner: Candidate, objective: Objective, served: dict[str, An
     shown = f"{served['published']} ({served['metric']} {served['value']}, from {served['model_dir']})"
     if (served["metric"], served["higher_is_better"]) != (objective.key, objective.higher_is_better):
         return f"the served {shown} was judged by another objective, so the winner's {objective.key} does not compare"
-    differences = [
-        f"{key} {value!r} (the served model's: {served['setup'].get(key)!r})"
-        for key, value in setup_of(winner.record).items()
-        if isinstance(served.get("setup"), dict) and value != served["setup"].get(key)
-    ]
-    if differences or not isinstance(served.get("setup"), dict):
-        return f"the served {shown} was tested on other data, so the figures do not compare: {'; '.join(differences)}"
+    differences = setup_differences(winner.record, served["setup"], "the served model's")
+    if differences:
+        return f"the served {shown} was tested on other data, so the figures do not compare: {differences}"
     sign = 1.0 if objective.higher_is_better else -1.0
-    if sign * (winner.value or 0.0) > sign * float(served["value"]):
+    if sign * (winner.value or 0.0) > sign * served["value"]:
         return None
     return f"the served {shown} scores at least as well as the winner ({objective.key} {winner.value})"
 
@@ -276,24 +319,31 @@ def reason_to_keep(winner: Candidate, objective: Objective, served: dict[str, An
 def select(model_dirs: list[str], base_path: str, replace: bool = False) -> dict[str, Any]:
     """Judges the candidates, publishes the winner unless the base path already serves it, or serves a model that is
     as good or not comparable (unless replace), and writes selection.json; under the base path's selection lock."""
-    candidates, winner, objective = choose(model_dirs)
-    summary = [candidate.summary() for candidate in candidates]
-    if winner is None:
-        reasons = "; ".join(f"{c.model_dir}: {c.refused}" for c in candidates)
-        raise SelectionError(f"no candidate can be served ({reasons})")
-    assert objective is not None
-    digest = winner.record.get("weights_sha256")
+    if URL_SCHEME.match(base_path):
+        raise SelectionError(f"--base-path {base_path}: a URL; give a path on a filesystem (a mounted volume)")
     with selection_lock(base_path):
-        previous = previous_selection(base_path)
-        served = recorded_served(previous, base_path)
+        try:
+            previous = previous_selection(base_path)
+        except SelectionError:
+            if not replace:
+                raise
+            previous = None  # replaced whole: the winner is published and recorded anew
+        served = None if replace else recorded_served(previous, base_path)
+        candidates, winner, objective = choose(model_dirs, served["setup"] if served else None)
+        summary = [candidate.summary() for candidate in candidates]
+        if winner is None:
+            reasons = "; ".join(f"{c.model_dir}: {c.refused}" for c in candidates)
+            raise SelectionError(f"no candidate can be served ({reasons})")
+        assert objective is not None
+        digest = winner.record.get("weights_sha256")
         kept = None
         unchanged = served is not None and (served["model_dir"], served["weights_sha256"]) == (winner.model_dir, digest)
-        if served is not None and not unchanged and not replace:
+        if served is not None and not unchanged:
             kept = reason_to_keep(winner, objective, served)
             if kept is not None:
                 kept += ": it stays published (--replace, REPLACE=1 for make, publishes the winner all the same)"
         if served is None or (not unchanged and kept is None):
-            served = served_record(winner, objective, publish(winner, base_path))
+            served = served_record(winner, objective, base_path, publish(winner, base_path))
         decision = {
             "candidates": summary,
             "winner": winner.model_dir,
