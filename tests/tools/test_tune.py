@@ -292,6 +292,7 @@ def test_a_study_whose_trials_all_failed_runs_again_once_the_user_fixed_the_fold
     assert "nothing to compare with: it starts again with these settings" in again.stdout
     [trial] = trials_of(project, "fixed")
     assert trial.state == TrialState.COMPLETE
+    assert "make serve SERVE_FROM=runs/multi-worker-selected/serving serves it" in again.stdout, again.stdout
 
 
 @pytest.mark.slow
