@@ -56,7 +56,9 @@ def open_study(
 ) -> tuple[optuna.Study, JournalStorage]:
     """The study, new or resumed, and its storage. A resumed study must search the same space toward the same
     objective with the same flags for every trial (SHARED: the workers, dataset, epochs, image folder and ARGS), or
-    its trials would not compare; one with no trial to compare with starts again with the new ones (said by SAY)."""
+    its trials would not compare. One with no trial to compare with starts again (said by SAY): with new settings, or
+    with the same ones where trials failed (the budget runs again once their cause is fixed); one whose only trials
+    were interrupted resumes, running them again."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tuner prints its own line per trial
     study_dir.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(study_dir / "study.journal")))
@@ -67,11 +69,13 @@ def open_study(
         changed = f"was made from another search space or objective than {space.path}"
     elif made_with is not None and made_with != shared:
         changed = f"ran its trials with {' '.join(made_with)}, not {' '.join(shared)}"
-    if changed and not study.get_trials(deepcopy=False, states=COMPARED):
+    # With nothing to keep, failed trials would only eat the budget of a rerun after the user fixed their cause.
+    if not study.get_trials(deepcopy=False, states=COMPARED) and (changed or counted(study)):
         failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+        said = f"the study in {study_dir} {changed}, but none" if changed else f"the study in {study_dir}: none"
         say(
-            f"the study in {study_dir} {changed}, but none of its trials completed or was pruned ({failed} failed), "
-            f"so it has nothing to compare with: it starts again with these settings"
+            f"{said} of its trials completed or was pruned ({failed} failed), so it has nothing to compare with: "
+            f"it starts again with these settings"
         )
         optuna.delete_study(study_name=name, storage=storage)
         study, changed = _create(storage, name, space), None

@@ -9,7 +9,8 @@ is below the median of earlier trials at that epoch is pruned; a failed one (exi
 recorded with its reason and never chosen. The study lives in runs/<study>.study/ (study.journal, logs/, history.png):
 Ctrl-C or a crash, then the same command, resumes it (finished trials stay, interrupted ones run again). At the end,
 the table of trials, the picture of the objective over them, and the complete trials' models go through model
-selection (`python -m trainer.serving.select`, as make select): the best is published where `make serve` serves it.
+selection (`python -m trainer.serving.select`, as make select): the best is published into --publish-to, which
+`make serve SERVE_FROM=<it>` serves.
 
 Exit code: 0 a model was published, 1 no trial succeeded, 2 the search space or the flags cannot run, 130 stopped.
 """
@@ -23,6 +24,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -214,7 +216,8 @@ def finish(search: Search, publish_to: str, replace: bool = False) -> int:
     if decision["kept"]:
         say(f"{best}; not published: {decision['kept']}")
     else:
-        say(f"{best}; published as {decision['published']}: make serve serves it")
+        # Plain make serve serves the newer of this and the last run-local's model, so the line names the folder.
+        say(f"{best}; published as {decision['published']}: make serve SERVE_FROM={shlex.quote(publish_to)} serves it")
     return 0
 
 

@@ -281,6 +281,21 @@ def test_a_failed_trial_says_its_own_error_line_and_its_study_takes_other_settin
 
 
 @pytest.mark.slow
+def test_a_study_whose_trials_all_failed_runs_again_once_the_user_fixed_the_folder(tmp_path):
+    project = copy(tmp_path)
+    folder = broken_image_folder(tmp_path)
+    variables = ("STUDY=fixed", "TRIALS=1", "EPOCHS=1", "WORKERS=1", f"IMAGES={folder}", f"ARGS={IMAGE_JOB}")
+    assert "tune: trial 0 failed" in tune(project, SPACE, *variables).stdout
+    (folder / "train" / "circle" / "broken.png").unlink()  # as the data check's line tells
+    again = tune(project, SPACE, *variables)  # the same command: its failed trial is no reason to run nothing
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "nothing to compare with: it starts again with these settings" in again.stdout
+    [trial] = trials_of(project, "fixed")
+    assert trial.state == TrialState.COMPLETE
+    assert "make serve SERVE_FROM=runs/multi-worker-selected/serving serves it" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
 def test_a_trial_that_ran_all_its_epochs_is_complete_never_pruned(tmp_path):
     project = copy(tmp_path)
     # Two rates that learn, then one too low to: below the median of the first two at the last (only) epoch.

@@ -176,6 +176,27 @@ def test_a_study_with_no_finished_trial_starts_again_with_new_settings(tmp_path)
         studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, lines.append)
 
 
+def test_a_study_whose_trials_all_failed_starts_again_with_the_same_settings(tmp_path):
+    first = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}"), EVERY_TRIAL, environ={})
+    study, storage = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, print)
+    trial = study.ask()  # stopped by Ctrl-C: queued to run again, as a resume runs it
+    studies.give_up(study, storage, trial.number, {}, "interrupted: the tuner was stopped during this trial")
+    lines: list[str] = []
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, lines.append)
+    assert len(study.trials) == 2 and lines == []
+    run_a_trial(study, optuna.trial.TrialState.FAIL)  # e.g. a broken file in the data, since fixed
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, lines.append)
+    assert study.trials == [] and studies.counted(study) == 0
+    assert lines == [
+        f"the study in {tmp_path / 'study'}: none of its trials completed or was pruned (2 failed), so it has "
+        "nothing to compare with: it starts again with these settings"
+    ]
+    run_a_trial(study, optuna.trial.TrialState.FAIL)
+    run_a_trial(study, optuna.trial.TrialState.PRUNED)  # one to keep: its failed trials count in the budget
+    study, _ = studies.open_study(tmp_path / "study", "s", first, EVERY_TRIAL, lines.append)
+    assert studies.counted(study) == 2 and len(lines) == 1
+
+
 def test_a_resumed_seeded_study_does_not_draw_its_first_trials_again(tmp_path):
     space = spaces.load(write(tmp_path, "learning-rate: {type: float, min: 0.001, max: 0.1}", "seed: 0\n"), EVERY_TRIAL)
     drawn = []
