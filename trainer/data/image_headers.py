@@ -1,6 +1,7 @@
 """What an image file's own bytes say, read in Python without decoding: which accepted format it starts as (the
-served model's list, images.SIGNATURES) or what else it is, its height, width and channels from its header, and
-whether a JPEG ends where its data does. The data check refuses with these the files the served model would
+served model's list, images.SIGNATURES) or what else it is, its height, width and channels from its header (more
+pixels than images.MAX_PIXELS are refused, as the served model refuses them), and whether a JPEG ends where its data
+does. The data check refuses with these the files the served model would
 refuse, or that TensorFlow would decode into something other than the picture; the default --image-shape comes
 from the sizes, the same on every worker.
 """
@@ -43,16 +44,23 @@ def what_else(data: bytes) -> str:
     return "a text file"
 
 
-def refusal(data: bytes) -> str | None:
-    """Why the data check refuses a file from its bytes alone (not an accepted format, a JPEG cut short), else None."""
+def refusal(data: bytes) -> tuple[str, str] | None:
+    """Why the data check refuses a file from its bytes alone (not an accepted format, a JPEG cut short, more pixels
+    than the served model decodes), and the kind of refusal (a key of image_check.FIXES), else None."""
     name = accepted_format(data)
     if name is None:
-        return f"{what_else(data)}, not a {images.FORMATS} file"
+        return f"{what_else(data)}, not a {images.FORMATS} file", "other format"
     if name == "JPEG" and not _jpeg_is_whole(data):
         return (
             "a JPEG cut short: it ends before its end-of-image marker (a partial copy or download), and TensorFlow "
             "either refuses it or fills the missing part grey"
-        )
+        ), "cut short"
+    size = size_of(data)
+    if size is not None and size[0] * size[1] > images.MAX_PIXELS:
+        return (
+            f"its header says {size[1]}x{size[0]}, {size[0] * size[1]} pixels, more than the served model decodes "
+            f"({images.MAX_PIXELS})"
+        ), "too large"
     return None
 
 
