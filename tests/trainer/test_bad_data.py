@@ -336,6 +336,25 @@ def test_what_a_refused_file_is_is_said_where_its_bytes_tell(tmp_path):
     )
 
 
+def test_the_fix_said_for_a_refused_file_fits_what_it_is(tmp_path):
+    # Before: a Git LFS pointer, a web page and a text file were each told to convert it with `magick`.
+    from trainer.data import image_check
+
+    files = {
+        "pointer.png": (b"version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1\n", "`git lfs pull`"),
+        "page.jpg": (b"<!DOCTYPE html><html><body>Not found</body></html>", "no picture at all"),
+        "notes.png": (b"cat,dog\n", "no picture at all"),
+        "photo.png": (image_folders.encoded(image_folders.picture(0, 1), ".webp"), "`magick photo.webp photo.png`"),
+        "empty.png": (b"", "copy it again from its source"),
+    }
+    for name, (data, _) in files.items():
+        (tmp_path / name).write_bytes(data)
+    checked = image_check.refused([str(tmp_path / name) for name in files], (28, 28, 3))
+    for (name, (_, fix)), refused in zip(files.items(), checked.refused, strict=True):
+        assert refused.path == str(tmp_path / name) and fix in refused.fix, refused
+        assert SKIP_HINT in refused.fix and ("magick" in refused.fix) == (name == "photo.png"), refused
+
+
 def test_the_data_check_names_a_jpeg_cut_short_and_no_decoder_line_comes_first(mixed_folder, tmp_path):
     # Before: libjpeg's "Improper call to JPEG library in state 201" or TensorFlow's "Premature end of JPEG data"
     # came first, then a line that said only that TensorFlow could not decode it.

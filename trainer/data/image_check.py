@@ -37,13 +37,15 @@ SKIP = "or pass --on-corrupt-record skip to train on without the refused files"
 # The fix of each kind of refusal, by the name the record keeps.
 FIXES = {
     "other format": f"convert it to PNG or JPEG (e.g. `magick photo.webp photo.png`) or delete it, {SKIP}",
+    "git lfs pointer": f"run `git lfs pull` in the repository it came from to fetch the image, or delete it, {SKIP}",
+    "not a picture": f"it holds no picture at all: replace it with the image file, or delete it, {SKIP}",
     "cut short": f"copy it again from its source or delete it, {SKIP}",
     "too large": f"resize it (e.g. `magick photo.png -resize {images.MAX_PIXELS}@ photo.png`) or delete it, {SKIP}",
     "undecodable": f"replace or delete that file (every file of a class folder is read as an image), {SKIP}",
 }
 RECORD_NAME = ".trainer-image-check.json"
 # What the checks are: a change to what they refuse must not meet a record of the old ones.
-CHECKS = "signature, jpeg end, pixels, decode"
+CHECKS = "signature and its kind, jpeg end, pixels, decode"
 # Files read at once: network volumes serve several reads in parallel.
 PARALLEL_READS = 8
 

@@ -25,23 +25,29 @@ def accepted_format(data: bytes) -> str | None:
 
 def what_else(data: bytes) -> str:
     """What a file that starts as no accepted format is, in a few words, as far as its first bytes tell."""
+    return identified(data)[0]
+
+
+def identified(data: bytes) -> tuple[str, str]:
+    """What a file that starts as no accepted format is (what_else), and the kind of its fix (image_check.FIXES):
+    a picture in another format converts, a Git LFS pointer is fetched, the rest hold no picture to convert."""
     if not data:
-        return "an empty file"
-    for offset, magic, what in images.OTHER_SIGNATURES:
+        return "an empty file", "cut short"  # a copy or download that stopped before its first byte
+    for offset, magic, what, kind in images.OTHER_SIGNATURES:
         if data[offset : offset + len(magic)] == magic:
-            return what
+            return what, kind
     if data[4:8] == b"ftyp":
-        return "an MP4 or QuickTime file"
+        return "an MP4 or QuickTime file", "not a picture"
     start = data[:256].lstrip().lower()
     if start.startswith((b"<!doctype html", b"<html")):
-        return "an HTML page (a download that saved a web page instead of the picture?)"
+        return "an HTML page (a download that saved a web page instead of the picture?)", "not a picture"
     if start.startswith((b"<svg", b"<?xml")):
-        return "an SVG or XML file"
+        return "an SVG or XML file", "other format"
     try:
         data[:256].decode("utf-8")
     except UnicodeDecodeError:
-        return f"in no format the trainer knows (it starts with {data[:8]!r})"
-    return "a text file"
+        return f"in no format the trainer knows (it starts with {data[:8]!r})", "other format"
+    return "a text file", "not a picture"
 
 
 def refusal(data: bytes) -> tuple[str, str] | None:
@@ -49,7 +55,8 @@ def refusal(data: bytes) -> tuple[str, str] | None:
     than the served model decodes), and the kind of refusal (a key of image_check.FIXES), else None."""
     name = accepted_format(data)
     if name is None:
-        return f"{what_else(data)}, not a {images.FORMATS} file", "other format"
+        what, kind = identified(data)
+        return f"{what}, not a {images.FORMATS} file", kind
     if name == "JPEG" and not _jpeg_is_whole(data):
         return (
             "a JPEG cut short: it ends before its end-of-image marker (a partial copy or download), and TensorFlow "
