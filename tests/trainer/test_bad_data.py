@@ -402,6 +402,16 @@ def test_training_skips_a_webp_named_png_and_counts_it(mixed_folder, tmp_path):
     assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
 
 
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_training_skips_a_picture_bigger_than_the_served_model_decodes_and_counts_it(mixed_folder, tmp_path):
+    (mixed_folder / HUGE).write_bytes(huge_png())
+    finished = run(folder_args(mixed_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert f"skipping {mixed_folder / HUGE}: its header says 8000x7000, 56000000 pixels" in finished.output
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
+
+
 # ---- TFRecord files: an image that is no image, class ids out of range or shifted between splits ----
 
 
