@@ -7,6 +7,7 @@ fix that is true for that failure, and no traceback."""
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 import re
@@ -16,12 +17,14 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 import image_folders
 from multiworker import Finished, run_group, start, tf_config, wait_all, worker_cluster
 from trainer.artifacts import layout
 from trainer.base.errors import ExitCode
 from trainer.data import image_folder
+from trainer.data.images import MAX_PIXELS
 
 CUT = pathlib.PurePath("train", "square", "0003.png")  # the PNG cut in half
 SKIP_HINT = "--on-corrupt-record skip"
@@ -288,6 +291,36 @@ def test_the_data_check_refuses_a_webp_named_png_as_the_served_model_does(mixed_
     assert "train 12 images" in checked.output and ", 1 that do not decode skipped" in checked.output
 
 
+HUGE = pathlib.PurePath("train", "square", "0002.png")  # 8000x7000: a few kilobytes holding 56 megapixels
+
+
+def huge_png() -> bytes:
+    """A uniform grey 8000x7000 PNG: it compresses to kilobytes, and decodes to 56 MB."""
+    buffer = io.BytesIO()
+    Image.new("L", (8000, 7000), 128).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[], pytest.param([SKIP_HINT.split()[0], "skip"], marks=pytest.mark.slow)],  # the quick suite's margin
+    ids=["fail", "skip"],
+)
+def test_the_data_check_refuses_a_picture_bigger_than_the_served_model_decodes(mixed_folder, tmp_path, flags):
+    # Before: the check decoded it and passed it, training used it, and the served model refused the same file.
+    (mixed_folder / HUGE).write_bytes(huge_png())
+    checked = run(folder_args(mixed_folder, tmp_path / "model", *flags), module="trainer.data")
+    said = f"{mixed_folder / HUGE}: its header says 8000x7000, 56000000 pixels, more than the served model decodes "
+    said += f"({MAX_PIXELS})"
+    if not flags:
+        line = error_line(checked)
+        assert line.startswith(f"error: the data check: {said}; resize it (e.g. `magick photo.png -resize"), line
+        assert "or delete it" in line and SKIP_HINT in line, line
+        return
+    assert checked.returncode == 0 and f"warning: skipping {said} ({SKIP_HINT})" in checked.output, checked.output
+    assert "train 12 images" in checked.output and ", 1 that do not decode skipped" in checked.output
+
+
 def test_what_a_refused_file_is_is_said_where_its_bytes_tell(tmp_path):
     from trainer.data.image_headers import what_else
 
@@ -301,6 +334,25 @@ def test_what_a_refused_file_is_is_said_where_its_bytes_tell(tmp_path):
         what_else(b"\x00\x01\x02\x03\xfe")
         == "in no format the trainer knows (it starts with b'\\x00\\x01\\x02\\x03\\xfe')"
     )
+
+
+def test_the_fix_said_for_a_refused_file_fits_what_it_is(tmp_path):
+    # Before: a Git LFS pointer, a web page and a text file were each told to convert it with `magick`.
+    from trainer.data import image_check
+
+    files = {
+        "pointer.png": (b"version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1\n", "`git lfs pull`"),
+        "page.jpg": (b"<!DOCTYPE html><html><body>Not found</body></html>", "no picture at all"),
+        "notes.png": (b"cat,dog\n", "no picture at all"),
+        "photo.png": (image_folders.encoded(image_folders.picture(0, 1), ".webp"), "`magick photo.webp photo.png`"),
+        "empty.png": (b"", "copy it again from its source"),
+    }
+    for name, (data, _) in files.items():
+        (tmp_path / name).write_bytes(data)
+    checked = image_check.refused([str(tmp_path / name) for name in files], (28, 28, 3))
+    for (name, (_, fix)), refused in zip(files.items(), checked.refused, strict=True):
+        assert refused.path == str(tmp_path / name) and fix in refused.fix, refused
+        assert SKIP_HINT in refused.fix and ("magick" in refused.fix) == (name == "photo.png"), refused
 
 
 def test_the_data_check_names_a_jpeg_cut_short_and_no_decoder_line_comes_first(mixed_folder, tmp_path):
@@ -322,12 +374,15 @@ def test_the_data_check_names_a_jpeg_cut_short_and_no_decoder_line_comes_first(m
 
 
 @pytest.mark.slow  # a training start: make test-slow
-@pytest.mark.parametrize("damage", ["webp", "cut jpeg"])
+@pytest.mark.parametrize("damage", ["webp", "cut jpeg", "too large"])
 def test_training_without_the_data_check_names_the_file_the_served_model_would_refuse(mixed_folder, tmp_path, damage):
     # Before: the WebP trained as a picture; the cut JPEG's line came after libjpeg's and TensorFlow's own.
     if damage == "webp":
         path, said = mixed_folder / WEBP, "a WebP image, not a PNG, JPEG, GIF or BMP file"
         path.write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
+    elif damage == "too large":  # before: decoded and trained on
+        path, said = mixed_folder / HUGE, "its header says 8000x7000, 56000000 pixels, more than the served model"
+        path.write_bytes(huge_png())
     else:
         path, said = mixed_folder / CUT_JPEG, "a JPEG cut short"
         path.write_bytes(path.read_bytes()[:300])
@@ -343,6 +398,16 @@ def test_training_skips_a_webp_named_png_and_counts_it(mixed_folder, tmp_path):
     finished = run(folder_args(mixed_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
     assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
     assert f"skipping {mixed_folder / WEBP}: a WebP image, not a PNG, JPEG, GIF or BMP file" in finished.output
+    metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
+    assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
+
+
+@pytest.mark.slow  # a training to its export: make test-slow
+def test_training_skips_a_picture_bigger_than_the_served_model_decodes_and_counts_it(mixed_folder, tmp_path):
+    (mixed_folder / HUGE).write_bytes(huge_png())
+    finished = run(folder_args(mixed_folder, tmp_path / "model", "--on-corrupt-record", "skip"))
+    assert finished.returncode == 0 and "Traceback" not in finished.output, finished.output[-3000:]
+    assert f"skipping {mixed_folder / HUGE}: its header says 8000x7000, 56000000 pixels" in finished.output
     metrics = json.loads((tmp_path / "model" / layout.METRICS).read_text())
     assert metrics["corrupt_records_skipped"] == 1 and metrics["train_examples"] == 11, metrics
 

@@ -281,7 +281,7 @@ def test_a_folder_the_record_cannot_be_written_to_is_checked_in_full_each_time(t
     from trainer.data import image_check
 
     root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
-    (root / "train" / "circle" / "0001.png").write_bytes(b"GIF89a, cut")
+    (root / "train" / "circle" / "0001.png").write_bytes(b"GIF89a\x1c\x00\x1c\x00, cut")  # 28x28 by its header
     paths = [str(path) for path in sorted(root.glob("*/*/*.png"))]
     # The cluster's volume mounted read-only: what a non-root user meets (the suite may run as root, which may write).
     monkeypatch.setattr(os, "access", lambda path, mode: not (mode & os.W_OK and path == str(root)))

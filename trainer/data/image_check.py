@@ -3,7 +3,9 @@ and the skip mode's and a failed read's (image_folder.py).
 
 A file is refused when it does not start as one of the served model's formats (images.SIGNATURES: a WebP named
 .png decodes in TensorFlow but the server refuses it), when it is a JPEG cut short (TensorFlow refuses it or fills
-the missing part grey), or when TensorFlow cannot decode it.
+the missing part grey), when its header says it holds more pixels than the served model decodes (images.MAX_PIXELS:
+refused before any decode, so a small file holding a huge picture is never expanded), or when TensorFlow cannot
+decode it.
 
 The data check remembers its verdicts in the image folder itself, `DIR/.trainer-image-check.json` (`Record`),
 keyed by each file's content (sha256), not its name or time: a rerun over an unchanged folder reads every file
@@ -31,16 +33,19 @@ from trainer.data import image_headers, images
 
 log = logging.getLogger(__name__)
 
-SKIP = "or pass --on-corrupt-record skip to train on without the files that do not decode"
+SKIP = "or pass --on-corrupt-record skip to train on without the refused files"
 # The fix of each kind of refusal, by the name the record keeps.
 FIXES = {
     "other format": f"convert it to PNG or JPEG (e.g. `magick photo.webp photo.png`) or delete it, {SKIP}",
+    "git lfs pointer": f"run `git lfs pull` in the repository it came from to fetch the image, or delete it, {SKIP}",
+    "not a picture": f"it holds no picture at all: replace it with the image file, or delete it, {SKIP}",
     "cut short": f"copy it again from its source or delete it, {SKIP}",
+    "too large": f"resize it (e.g. `magick photo.png -resize {images.MAX_PIXELS}@ photo.png`) or delete it, {SKIP}",
     "undecodable": f"replace or delete that file (every file of a class folder is read as an image), {SKIP}",
 }
 RECORD_NAME = ".trainer-image-check.json"
 # What the checks are: a change to what they refuse must not meet a record of the old ones.
-CHECKS = "signature, jpeg end, decode"
+CHECKS = "signature and its kind, jpeg end, pixels, decode"
 # Files read at once: network volumes serve several reads in parallel.
 PARALLEL_READS = 8
 
@@ -81,10 +86,8 @@ def refused(paths: Sequence[str], shape: tuple[int, int, int], record: Record | 
         with open(path, "rb") as file:
             data = file.read()
         digest = hashlib.sha256(data).hexdigest()
-        problem = None if digest in known else image_headers.refusal(data)
-        if problem is None:
-            return digest, None
-        return digest, Refused(path, problem, "cut short" if image_headers.accepted_format(data) else "other format")
+        found = None if digest in known else image_headers.refusal(data)
+        return digest, None if found is None else Refused(path, *found)
 
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_READS) as pool:
         for path, (digest, refusal) in zip(paths, pool.map(examine, paths), strict=True):

@@ -12,8 +12,9 @@ epoch as Generated's are, so a resume at any step is exact and skips without rea
 
 What is wrong is named before the group forms: the layout (no train/, an empty class folder, a test class train/
 lacks) by every worker as it starts, and a file the model cannot read as its picture (image_check.py: not one of
-the served model's formats, a JPEG cut short, or not decodable) by the data check (`python -m trainer.data`, which
-checks every file once and remembers its verdicts by content; a run without it names the file when its read fails).
+the served model's formats, a JPEG cut short, more pixels than it decodes, or not decodable) by the data check
+(`python -m trainer.data`, which checks every file once and remembers its verdicts by content; a run without it
+names the file when its read fails).
 `--on-corrupt-record skip` has each worker check its own files first and leave out, and count, those refused.
 """
 
@@ -275,7 +276,9 @@ class ImageFiles:
             # message holds none of the file's bytes, which TensorFlow's error would fail to decode as UTF-8.
             known = [tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in images.SIGNATURES]
             accepted = tf.debugging.Assert(tf.reduce_any(tf.stack(known)), [f"not a {images.FORMATS} file"])
-            with tf.control_dependencies([accepted]):
+            # Nor is a picture bigger than it decodes, refused by its header before the decode would expand it.
+            small = images.assert_sizes(encoded[None], "image file")
+            with tf.control_dependencies([accepted, small]):
                 return images.decoded(encoded, shape), labels[number]
 
         def scan(where: str) -> CorruptRecordError | None:

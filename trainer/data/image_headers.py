@@ -1,6 +1,7 @@
 """What an image file's own bytes say, read in Python without decoding: which accepted format it starts as (the
-served model's list, images.SIGNATURES) or what else it is, its height, width and channels from its header, and
-whether a JPEG ends where its data does. The data check refuses with these the files the served model would
+served model's list, images.SIGNATURES) or what else it is, its height, width and channels from its header (more
+pixels than images.MAX_PIXELS are refused, as the served model refuses them), and whether a JPEG ends where its data
+does. The data check refuses with these the files the served model would
 refuse, or that TensorFlow would decode into something other than the picture; the default --image-shape comes
 from the sizes, the same on every worker.
 """
@@ -24,35 +25,49 @@ def accepted_format(data: bytes) -> str | None:
 
 def what_else(data: bytes) -> str:
     """What a file that starts as no accepted format is, in a few words, as far as its first bytes tell."""
+    return identified(data)[0]
+
+
+def identified(data: bytes) -> tuple[str, str]:
+    """What a file that starts as no accepted format is (what_else), and the kind of its fix (image_check.FIXES):
+    a picture in another format converts, a Git LFS pointer is fetched, the rest hold no picture to convert."""
     if not data:
-        return "an empty file"
-    for offset, magic, what in images.OTHER_SIGNATURES:
+        return "an empty file", "cut short"  # a copy or download that stopped before its first byte
+    for offset, magic, what, kind in images.OTHER_SIGNATURES:
         if data[offset : offset + len(magic)] == magic:
-            return what
+            return what, kind
     if data[4:8] == b"ftyp":
-        return "an MP4 or QuickTime file"
+        return "an MP4 or QuickTime file", "not a picture"
     start = data[:256].lstrip().lower()
     if start.startswith((b"<!doctype html", b"<html")):
-        return "an HTML page (a download that saved a web page instead of the picture?)"
+        return "an HTML page (a download that saved a web page instead of the picture?)", "not a picture"
     if start.startswith((b"<svg", b"<?xml")):
-        return "an SVG or XML file"
+        return "an SVG or XML file", "other format"
     try:
         data[:256].decode("utf-8")
     except UnicodeDecodeError:
-        return f"in no format the trainer knows (it starts with {data[:8]!r})"
-    return "a text file"
+        return f"in no format the trainer knows (it starts with {data[:8]!r})", "other format"
+    return "a text file", "not a picture"
 
 
-def refusal(data: bytes) -> str | None:
-    """Why the data check refuses a file from its bytes alone (not an accepted format, a JPEG cut short), else None."""
+def refusal(data: bytes) -> tuple[str, str] | None:
+    """Why the data check refuses a file from its bytes alone (not an accepted format, a JPEG cut short, more pixels
+    than the served model decodes), and the kind of refusal (a key of image_check.FIXES), else None."""
     name = accepted_format(data)
     if name is None:
-        return f"{what_else(data)}, not a {images.FORMATS} file"
+        what, kind = identified(data)
+        return f"{what}, not a {images.FORMATS} file", kind
     if name == "JPEG" and not _jpeg_is_whole(data):
         return (
             "a JPEG cut short: it ends before its end-of-image marker (a partial copy or download), and TensorFlow "
             "either refuses it or fills the missing part grey"
-        )
+        ), "cut short"
+    size = size_of(data)
+    if size is not None and size[0] * size[1] > images.MAX_PIXELS:
+        return (
+            f"its header says {size[1]}x{size[0]}, {size[0] * size[1]} pixels, more than the served model decodes "
+            f"({images.MAX_PIXELS})"
+        ), "too large"
     return None
 
 

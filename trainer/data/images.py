@@ -15,26 +15,26 @@ FORMATS = "PNG, JPEG, GIF or BMP"
 # How each of FORMATS starts: the one list the data check and the served model's check both accept.
 SIGNATURES = ((b"\x89PNG", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF", "GIF"), (b"BM", "BMP"))
 # How files often sent or stored in their place start, so a refusal (the served model's, the data check's) says what
-# the file is: (offset, bytes there, what it is).
+# the file is: (offset, bytes there, what it is, its fix's kind in the data check: image_check.FIXES).
 OTHER_SIGNATURES = (
-    (8, b"WEBP", "a WebP image"),
-    (0, b"II*\0", "a TIFF image"),
-    (0, b"MM\0*", "a TIFF image"),
-    (4, b"ftypheic", "a HEIC image"),
-    (4, b"ftypheix", "a HEIC image"),
-    (4, b"ftypmif1", "a HEIF image"),
-    (4, b"ftypavif", "an AVIF image"),
-    (0, b"<svg", "an SVG image"),
-    (0, b"%PDF", "a PDF document"),
-    (0, b"\x1f\x8b", "a gzip archive"),
-    (0, b"PK\x03\x04", "a zip archive"),
-    (0, b"8BPS", "a Photoshop (PSD) file"),
-    (0, b"\x00\x00\x01\x00", "an ICO icon"),
-    (0, b"\x00\x00\x00\x0cjP  ", "a JPEG 2000 image"),
-    (0, b"\xff\x4f\xff\x51", "a JPEG 2000 image"),
-    (0, b"\xff\x0a", "a JPEG XL image"),
-    (0, b"\x00\x00\x00\x0cJXL ", "a JPEG XL image"),
-    (0, b"version https://git-lfs", "a Git LFS pointer (run `git lfs pull` for the image)"),
+    (8, b"WEBP", "a WebP image", "other format"),
+    (0, b"II*\0", "a TIFF image", "other format"),
+    (0, b"MM\0*", "a TIFF image", "other format"),
+    (4, b"ftypheic", "a HEIC image", "other format"),
+    (4, b"ftypheix", "a HEIC image", "other format"),
+    (4, b"ftypmif1", "a HEIF image", "other format"),
+    (4, b"ftypavif", "an AVIF image", "other format"),
+    (0, b"<svg", "an SVG image", "other format"),
+    (0, b"%PDF", "a PDF document", "not a picture"),
+    (0, b"\x1f\x8b", "a gzip archive", "not a picture"),
+    (0, b"PK\x03\x04", "a zip archive", "not a picture"),
+    (0, b"8BPS", "a Photoshop (PSD) file", "other format"),
+    (0, b"\x00\x00\x01\x00", "an ICO icon", "other format"),
+    (0, b"\x00\x00\x00\x0cjP  ", "a JPEG 2000 image", "other format"),
+    (0, b"\xff\x4f\xff\x51", "a JPEG 2000 image", "other format"),
+    (0, b"\xff\x0a", "a JPEG XL image", "other format"),
+    (0, b"\x00\x00\x00\x0cJXL ", "a JPEG XL image", "other format"),
+    (0, b"version https://git-lfs", "a Git LFS pointer (run `git lfs pull` for the image)", "git lfs pointer"),
 )
 SHOWN_BYTES = 12  # of a refused file: enough for WebP's RIFF header to show its WEBP
 # Each byte as a refusal shows it: printable ASCII as itself, anything else escaped as in a Python bytes literal.
@@ -68,9 +68,9 @@ def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
     first = tf.argmin(tf.cast(tf.concat([known, [False]], 0), tf.int32))
     element = tf.gather(tf.concat([encoded, [b""]], 0), first)
     # Padded, so an offset past a short file's end reads zeros rather than failing.
-    padded = tf.strings.join([element, b"\0" * max(offset + len(magic) for offset, magic, _ in OTHER_SIGNATURES)])
+    padded = tf.strings.join([element, b"\0" * max(offset + len(magic) for offset, magic, _, _ in OTHER_SIGNATURES)])
     what = tf.where(tf.strings.length(element) == 0, "is an empty file, not", "is not")
-    for offset, magic, kind in OTHER_SIGNATURES:
+    for offset, magic, kind, _ in OTHER_SIGNATURES:
         what = tf.where(tf.strings.substr(padded, offset, len(magic)) == magic, f"is {kind}, not", what)
     start = tf.io.decode_raw(tf.strings.substr(element, 0, SHOWN_BYTES), tf.uint8)
     shown = tf.strings.reduce_join(tf.gather(tf.constant(_ESCAPED), tf.cast(start, tf.int32)))
