@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Sequence
 
@@ -13,6 +14,16 @@ def split_trainer_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         return argv, []
     at = argv.index("--")
     return argv[:at], argv[at + 1 :]
+
+
+def image_dir_of(parser: argparse.ArgumentParser, images: str | None) -> str | None:
+    """--images (IMAGES=) as image_dir gives it, None where it is not given; a bad one is the parser's error."""
+    if images is None:
+        return None
+    try:
+        return image_dir(images)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def image_dir(images: str) -> str:

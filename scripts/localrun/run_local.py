@@ -20,7 +20,7 @@ import shutil
 import sys
 
 from scripts.common import manifest as tfjob_manifest
-from scripts.common.cli import image_dir, split_trainer_flags
+from scripts.common.cli import image_dir_of, split_trainer_flags
 from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
@@ -64,12 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
-    args.image_dir = None
-    if args.images is not None:
-        try:
-            args.image_dir = image_dir(args.images)
-        except ValueError as error:
-            parser.error(str(error))
+    args.image_dir = image_dir_of(parser, args.images)
     return args
 
 

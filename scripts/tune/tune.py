@@ -35,7 +35,7 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
-from scripts.common.cli import image_dir, split_trainer_flags
+from scripts.common.cli import image_dir_of, split_trainer_flags
 from scripts.common.settings import SettingsError, load
 from trainer.base.errors import UserError
 
@@ -74,12 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be at least 1, got {value}")
-    args.image_dir = None
-    if args.images is not None:
-        try:
-            args.image_dir = image_dir(args.images)
-        except ValueError as error:
-            parser.error(str(error))
+    args.image_dir = image_dir_of(parser, args.images)
     return args
 
 

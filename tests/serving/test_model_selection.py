@@ -55,15 +55,20 @@ def candidate(root: pathlib.Path, name: str, accuracy: float | None = 0.5, **cha
 
 
 def select(
-    base_path: pathlib.Path, *model_dirs: pathlib.Path, flags: tuple[str, ...] = ()
+    base_path: pathlib.Path | str,
+    *model_dirs: pathlib.Path,
+    flags: tuple[str, ...] = (),
+    cwd: pathlib.Path | str = ROOT,
 ) -> subprocess.CompletedProcess:
+    """The selection as a command, from the checkout unless `cwd` says otherwise."""
     return subprocess.run(
         [sys.executable, "-m", "trainer.serving.select", *flags, "--base-path", str(base_path), "--candidates"]
         + [str(path) for path in model_dirs],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -233,15 +238,7 @@ def test_two_base_paths_in_one_folder_are_refused_rather_than_publishing_backwar
 def test_the_record_holds_wherever_the_next_selection_runs_from(tmp_path):
     # Before: a base path given relative to one folder was not recognised from another, and 0.3 replaced 0.9.
     base_path = tmp_path / "pub" / "serving"
-    first = subprocess.run(
-        [sys.executable, "-m", "trainer.serving.select", "--base-path", "pub/serving", "--candidates"]
-        + [str(candidate(tmp_path, "good", 0.9))],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    first = select("pub/serving", candidate(tmp_path, "good", 0.9), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert select(base_path, candidate(tmp_path, "worse", 0.3)).returncode == 0  # from ROOT, by its absolute path
     assert published_names(base_path) == {"1": "good"}
@@ -281,15 +278,7 @@ def test_a_damaged_record_stops_the_selection_and_replace_goes_past_it(tmp_path,
 
 def test_a_url_base_path_is_refused_before_anything_is_written(tmp_path):
     # Before: it published into a local folder named "gs:" and said it had served gs://.
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer.serving.select", "--base-path", "gs://bucket/serving", "--candidates"]
-        + [str(candidate(tmp_path, "good", 0.9))],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = select("gs://bucket/serving", candidate(tmp_path, "good", 0.9), cwd=tmp_path)
     assert done.returncode == 2 and "--base-path gs://bucket/serving: a URL" in done.stderr, done.stderr
     assert not (tmp_path / "gs:").exists()
 

@@ -272,25 +272,6 @@ def decoder_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if TF_LOG_LINE.match(line) or JPEG_LIBRARY_LINE.match(line)]
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [[], pytest.param([SKIP_HINT.split()[0], "skip"], marks=pytest.mark.slow)],  # the quick suite's margin
-    ids=["fail", "skip"],
-)
-def test_the_data_check_refuses_a_webp_named_png_as_the_served_model_does(mixed_folder, tmp_path, flags):
-    # Before: TensorFlow decodes WebP, so the check passed it and training used it; the server refuses those bytes.
-    (mixed_folder / WEBP).write_bytes(image_folders.encoded(image_folders.picture(0, 1), ".webp"))
-    checked = run(folder_args(mixed_folder, tmp_path / "model", *flags), module="trainer.data")
-    said = f"{mixed_folder / WEBP}: a WebP image, not a PNG, JPEG, GIF or BMP file"
-    if not flags:
-        line = error_line(checked)
-        assert line.startswith(f"error: the data check: {said}; convert it to PNG or JPEG"), line
-        assert "or delete it" in line and SKIP_HINT in line, line
-        return
-    assert checked.returncode == 0 and f"warning: skipping {said} ({SKIP_HINT})" in checked.output, checked.output
-    assert "train 12 images" in checked.output and ", 1 that do not decode skipped" in checked.output
-
-
 HUGE = pathlib.PurePath("train", "square", "0002.png")  # 8000x7000: a few kilobytes holding 56 megapixels
 
 
@@ -301,20 +282,39 @@ def huge_png() -> bytes:
     return buffer.getvalue()
 
 
+# Files the served model refuses, each: where it goes, its bytes, what the check says of it, the start of the fix.
+SERVED_MODEL_REFUSES = {
+    # Before: TensorFlow decodes WebP, so the check passed it and training used it; the server refuses those bytes.
+    "webp named png": (
+        WEBP,
+        lambda: image_folders.encoded(image_folders.picture(0, 1), ".webp"),
+        "a WebP image, not a PNG, JPEG, GIF or BMP file",
+        "convert it to PNG or JPEG",
+    ),
+    # Before: the check decoded it and passed it, training used it, and the served model refused the same file.
+    "too many pixels": (
+        HUGE,
+        huge_png,
+        f"its header says 8000x7000, 56000000 pixels, more than the served model decodes ({MAX_PIXELS})",
+        "resize it (e.g. `magick photo.png -resize",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERVED_MODEL_REFUSES))
 @pytest.mark.parametrize(
     "flags",
     [[], pytest.param([SKIP_HINT.split()[0], "skip"], marks=pytest.mark.slow)],  # the quick suite's margin
     ids=["fail", "skip"],
 )
-def test_the_data_check_refuses_a_picture_bigger_than_the_served_model_decodes(mixed_folder, tmp_path, flags):
-    # Before: the check decoded it and passed it, training used it, and the served model refused the same file.
-    (mixed_folder / HUGE).write_bytes(huge_png())
+def test_the_data_check_refuses_what_the_served_model_refuses(mixed_folder, tmp_path, flags, case):
+    where, content, what, fix = SERVED_MODEL_REFUSES[case]
+    (mixed_folder / where).write_bytes(content())
     checked = run(folder_args(mixed_folder, tmp_path / "model", *flags), module="trainer.data")
-    said = f"{mixed_folder / HUGE}: its header says 8000x7000, 56000000 pixels, more than the served model decodes "
-    said += f"({MAX_PIXELS})"
+    said = f"{mixed_folder / where}: {what}"
     if not flags:
         line = error_line(checked)
-        assert line.startswith(f"error: the data check: {said}; resize it (e.g. `magick photo.png -resize"), line
+        assert line.startswith(f"error: the data check: {said}; {fix}"), line
         assert "or delete it" in line and SKIP_HINT in line, line
         return
     assert checked.returncode == 0 and f"warning: skipping {said} ({SKIP_HINT})" in checked.output, checked.output
