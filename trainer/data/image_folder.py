@@ -274,8 +274,7 @@ class ImageFiles:
             encoded = tf.io.read_file(paths[number])
             # What the served model refuses is not trained on either, though TensorFlow decodes more formats. The
             # message holds none of the file's bytes, which TensorFlow's error would fail to decode as UTF-8.
-            known = [tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in images.SIGNATURES]
-            accepted = tf.debugging.Assert(tf.reduce_any(tf.stack(known)), [f"not a {images.FORMATS} file"])
+            accepted = tf.debugging.Assert(images.starts_as_accepted(encoded), [f"not a {images.FORMATS} file"])
             # Nor is a picture bigger than it decodes, refused by its header before the decode would expand it.
             small = images.assert_sizes(encoded[None], "image file")
             with tf.control_dependencies([accepted, small]):

@@ -57,13 +57,21 @@ def decoded(encoded: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
     return resized(with_channels(image, shape[2]), shape)
 
 
+def starts_as_accepted(encoded: tf.Tensor) -> tf.Tensor:
+    """Whether each encoded file (a scalar or a batch) starts as one of SIGNATURES: what the served model reads."""
+    import tensorflow as tf
+
+    starts = [tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in SIGNATURES]
+    return tf.reduce_any(tf.stack(starts, axis=-1), axis=-1)
+
+
 def assert_image_files(encoded: tf.Tensor, name: str) -> tf.Operation:
     """Fails (InvalidArgumentError) naming the first element of a batch of encoded files that starts as no PNG, JPEG,
     GIF or BMP file does, so a served request hears which of its files is no picture: in one line of printable ASCII,
     what the file is where OTHER_SIGNATURES knows it, what is accepted, and its first bytes, escaped as Python would."""
     import tensorflow as tf
 
-    known = tf.reduce_any(tf.stack([tf.strings.substr(encoded, 0, len(magic)) == magic for magic, _ in SIGNATURES]), 0)
+    known = starts_as_accepted(encoded)
     # One unknown element past the end, so an empty or all-known batch has a "first" to name too.
     first = tf.argmin(tf.cast(tf.concat([known, [False]], 0), tf.int32))
     element = tf.gather(tf.concat([encoded, [b""]], 0), first)
