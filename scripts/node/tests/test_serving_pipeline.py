@@ -292,35 +292,6 @@ def test_a_pod_that_breaks_restricted_is_refused_in_the_pipeline_s_namespace(nam
     assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 
 
-def test_a_failing_variant_fails_its_step_at_once_and_the_best_of_the_rest_is_published(namespace):
-    submitted = make(
-        "submit-pipeline",
-        "ENGINE=tfjob",
-        f"NAMESPACE={NAMESPACE}",
-        "JOB_NAME=e2e-fail",
-        "PIPELINE_MODELS=cnn no_such_model",
-        *SHORT,
-        timeout=900,
-    )
-    # The trainer refuses the unknown model (exit 2), the operator fails the TFJob, Argo the step: at once, not at
-    # the step's deadline (the test's timeout is a small part of it).
-    assert "train-e2e-fail-no-such-model: Failed" in submitted.stdout, submitted.stdout[-3000:]
-    assert "select: Succeeded" in submitted.stdout, submitted.stdout[-3000:]
-    selection = json.loads((published("e2e-fail").parent / "selection.json").read_text())
-    refused = {candidate["model_dir"]: candidate["refused"] for candidate in selection["candidates"]}
-    assert refused[f"{SETTINGS['MODEL_ROOT']}/e2e-fail-no-such-model"], selection
-    assert selection["winner"] == f"{SETTINGS['MODEL_ROOT']}/e2e-fail-cnn", selection
-
-
-def test_the_pipeline_runs_with_kubeflow_trainer_too(namespace):
-    submitted = make(
-        "submit-pipeline", "ENGINE=trainjob", f"NAMESPACE={NAMESPACE}", "JOB_NAME=e2e-pipe-tj", *SHORT, timeout=1800
-    )
-    for model in MODELS:
-        assert f"train-e2e-pipe-tj-{model.replace('_', '-')}: Succeeded" in submitted.stdout, submitted.stdout[-3000:]
-    assert "select: Succeeded" in submitted.stdout
-
-
 # A task whose exported signature is wrong for the dropout variant alone: serve() inverts the images there, so the
 # trainer's export check fails for that variant and passes for the others.
 SKEWED_TASK = """
@@ -335,7 +306,12 @@ class SkewDropout(ImageClassification):
 """
 
 
-def test_a_variant_whose_export_check_fails_is_refused_and_the_best_of_the_rest_is_published(namespace, tmp_path):
+def test_with_kubeflow_trainer_a_refused_model_and_a_failed_export_check_fail_their_steps_and_the_rest_is_published(
+    namespace, tmp_path
+):
+    """One Workflow on TrainJob (the other engine) with three variants: an unknown model, refused at start (exit 2),
+    fails its step at once; the dropout variant trains but fails the export check (exit 2, nothing published); the
+    cnn variant is selected and published."""
     # The project's image with the task in its modules/ folder, as a fork adds its own (docs/fork.md).
     module = tmp_path / "skew_dropout.py"
     module.write_text(SKEWED_TASK)
@@ -350,13 +326,20 @@ def test_a_variant_whose_export_check_fails_is_refused_and_the_best_of_the_rest_
     assert imported.returncode == 0, imported.stderr
     task = ["--task-module", "modules.skew_dropout", "--task", "skew_dropout"]
     submitted = subprocess.run(
-        [sys.executable, "-m", "scripts.pipeline.submit", "workflow", "--image", image, "--models", "cnn", "dropout",
-         "--dataset", "synthetic", "--epochs", "1", "--", "--train-examples", "1024", "--test-examples", "256", *task],
+        [sys.executable, "-m", "scripts.pipeline.submit", "workflow", "--engine", "trainjob", "--image", image,
+         "--models", "cnn", "dropout", "no_such_model", "--dataset", "synthetic", "--epochs", "1",
+         "--", "--train-examples", "1024", "--test-examples", "256", *task],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
-    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    output = submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    assert submitted.returncode == 0, output
+    assert "train-e2e-skew-cnn: Succeeded" in submitted.stdout, output
+    # The trainer refuses the unknown model (exit 2) and the JobSet's failure policy fails the TrainJob at once, so
+    # Argo fails the step then, not at the step's deadline.
+    assert "train-e2e-skew-no-such-model: Failed" in submitted.stdout, output
     # The dropout variant's export check failed its run (exit 2, nothing published), and so its step.
-    assert "train-e2e-skew-dropout: Failed" in submitted.stdout, submitted.stdout[-3000:]
+    assert "train-e2e-skew-dropout: Failed" in submitted.stdout, output
+    assert "select: Succeeded" in submitted.stdout, output
     dropout, cnn = (model_dir_on_node(f"e2e-skew-{model}", NAMESPACE) for model in ("dropout", "cnn"))
     status = json.loads((dropout / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 2, status
@@ -364,5 +347,6 @@ def test_a_variant_whose_export_check_fails_is_refused_and_the_best_of_the_rest_
     assert json.loads((cnn / "metrics.json").read_text())["export_check"]["passed"] is True
     selection = json.loads((published("e2e-skew").parent / "selection.json").read_text())
     refused = {candidate["model_dir"]: candidate["refused"] for candidate in selection["candidates"]}
-    assert refused[f"{SETTINGS['MODEL_ROOT']}/e2e-skew-dropout"], selection
+    for model in ("dropout", "no-such-model"):
+        assert refused[f"{SETTINGS['MODEL_ROOT']}/e2e-skew-{model}"], selection
     assert selection["winner"] == f"{SETTINGS['MODEL_ROOT']}/e2e-skew-cnn", selection
