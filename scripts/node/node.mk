@@ -16,6 +16,7 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 test-cluster: install image ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
 	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
 	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1
-	@# Requests sized for a 2-core node that also runs the engines' controllers.
+	@# Requests sized for a 2-core node that also runs the engines' controllers. Two test files at once: the suite
+	@# mostly waits on controllers and pods, and each file keeps to its own jobs, names and namespaces.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
-	  $(PY) -m pytest -m cluster scripts/node/tests
+	  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest -n 2 --dist loadfile -m cluster scripts/node/tests

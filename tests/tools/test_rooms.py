@@ -5,6 +5,7 @@ tests, and runs run-local."""
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import re
 import shutil
@@ -237,14 +238,36 @@ def test_a_deleted_harness_room_takes_its_targets_its_pins_and_its_tools_with_it
     assert not re.search(rf"\| {runs_here}( \([^)]*\))? \|$", versions, re.MULTILINE), versions
 
 
-@pytest.mark.slow  # the whole quick suite and a two-worker run-local in a copy: make test-slow
+# What deleting the harness can change: make's targets, the settings, docs, manifests and versions (tests/tools/), and
+# a test elsewhere that names a harness room; every other test must still import.
+HARNESS_NAMES = re.compile(r"scripts[./](node|bench)\b|bench-tools|cluster-up")
+
+
+def tests_the_harness_can_affect(project: pathlib.Path) -> list[str]:
+    named = [
+        path.relative_to(project).as_posix()
+        for path in sorted((project / "tests").rglob("test_*.py"))
+        if path.parent.name != "tools" and HARNESS_NAMES.search(path.read_text())
+    ]
+    return ["tests/tools", *named]
+
+
+@pytest.mark.slow  # make test's affected part and a two-worker run-local in a copy: make test-slow
 def test_the_template_passes_make_test_and_runs_without_the_harness(tmp_path):
-    """The harness apart from the template: with the local node and the benches deleted, make test (the k3d path's
-    offline checks among it) passes and make run-local trains two workers."""
+    """The harness apart from the template: with the local node and the benches deleted, every test module imports,
+    make test passes on the tests that the deletion can change (the k3d path's offline checks among them) and make
+    run-local trains two workers."""
     project = without_harness_rooms(tmp_path, *HARNESS_ROOMS)
     run = {"cwd": project, "capture_output": True, "text": True, "timeout": 900}
 
-    tested = subprocess.run([*MAKE_IN_A_COPY, "test"], **run)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], **run
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:]
+    affected = tests_the_harness_can_affect(project)
+    assert "tests/trainer/test_trainer_rooms.py" in affected, affected  # the selection sees a room named outside tools
+    environment = {**os.environ, "PYTEST_ADDOPTS": " ".join(affected)}
+    tested = subprocess.run([*MAKE_IN_A_COPY, "test"], **run, env=environment)
     assert tested.returncode == 0, tested.stdout[-5000:] + tested.stderr[-2000:]
     assert re.search(r"=+ \d+ passed", tested.stdout), tested.stdout[-2000:]
 

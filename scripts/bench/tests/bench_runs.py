@@ -10,6 +10,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The smallest run that still has a warm-up to leave out and timed steps after it.
 TINY = ("--steps", "32", "--warmup-steps", "16", "--global-batch-size", "16")
+# The async phase's: two epochs, so each run has two evaluations.
+TINY_ASYNC = (
+    "--async-train-examples",
+    "512",
+    "--async-epochs",
+    "2",
+    "--async-test-examples",
+    "64",
+    "--async-batch",
+    "16",
+)
 
 
 def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from scripts.bench.tests.bench_runs import PNG_SIGNATURE, TINY, run_bench
+from scripts.bench import async_modes
+from scripts.bench.tests.bench_runs import PNG_SIGNATURE, TINY, TINY_ASYNC, run_bench
 
 VARIANTS = ("trainer_one_process", "trainer_two_workers", "peer_two_workers")
 
@@ -27,20 +28,45 @@ def test_too_few_steps_for_the_warm_up_is_refused_with_the_fix():
     assert "raise --steps or lower --warmup-steps" in result.stderr
 
 
+def check_async_phase(phase: dict, stdout: str) -> None:
+    """The async phase's records after one round of TINY_ASYNC (its flags' checks: test_bench_async.py)."""
+    assert phase["config"]["per_worker_batch_size"] == 16 and phase["config"]["ps_tasks"] == 1
+    assert phase["config"]["straggler"]["replica"] == "worker-1"
+    assert "--strategy" in phase["config"]["commands"]["async"]
+    assert set(phase["variants"]) == set(async_modes.VARIANTS)
+    for name, variant in phase["variants"].items():
+        (run,) = variant["runs"]
+        assert run["processes"] == (4 if "async" in name else 2)
+        assert run["examples_trained"] == 512 * 2  # the same examples in both modes
+        assert run["examples_per_second"] > 0 and 0 <= run["test_accuracy"] <= 1
+        assert [evaluation["epoch"] for evaluation in run["evaluations"]] == [1, 2]
+        assert run["evaluations"][-1]["test_accuracy"] == pytest.approx(run["test_accuracy"], abs=1e-4)
+        assert 0 < run["evaluations"][0]["seconds"] < run["evaluations"][1]["seconds"] < run["wall_seconds"]
+        assert all(seconds >= 0 for seconds in [run["cpu_seconds"], run["background_cpu_share"]])
+    for ratio in phase["ratios"].values():
+        assert ratio["of_medians"] > 0 and len(ratio["per_round"]) == 1
+    for figures in phase["accuracy_after_same_wall_time"].values():
+        assert figures["seconds"]["median"] > 0
+        assert any(accuracy is not None for accuracy in figures["test_accuracy"].values())
+    assert "async straggler over async" in stdout and "after the same wall time" in stdout
+
+
 @pytest.mark.slow
-def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
+def test_a_tiny_bench_writes_results_with_the_async_phase_and_a_png_chart(tmp_path):
+    # One round (the rounds' order is run_rounds' loop): every phase but the links' and the serving's, which their
+    # own files run (test_bench_links.py alone makes network namespaces).
     result = run_bench(
         "--repeats",
-        "2",
+        "1",
         *TINY,
+        *TINY_ASYNC,
         "--workers",
         "2",
-        "--no-async",  # test_bench_async.py runs that phase
-        "--no-links",  # test_bench_links.py runs that phase
-        "--no-serving",  # test_bench_serving.py runs that phase
+        "--no-links",
+        "--no-serving",
         "--output-dir",
         str(tmp_path),
-        timeout=900,
+        timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -51,7 +77,7 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert results["versions"]["keras"] and results["versions"]["tf-keras"]
     for name in VARIANTS:
         variant = results["variants"][name]
-        assert [run["round"] for run in variant["runs"]] == [0, 1]
+        assert [run["round"] for run in variant["runs"]] == [0]
         for run in variant["runs"]:
             assert run["workers"] == variant["workers"]
             assert run["global_batch_size"] == 16
@@ -60,17 +86,17 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
             assert run["examples_per_second"] > 0 and run["time_to_first_step_seconds"] > 0
         summary = variant["summary"]["examples_per_second"]
         assert summary["min"] <= summary["median"] <= summary["max"]
-        assert len(summary["values"]) == 2
+        assert len(summary["values"]) == 1
     for ratio in ("two_workers_over_one_process", "trainer_over_peer"):
         assert results["ratios"][ratio]["of_medians"] > 0
-        assert len(results["ratios"][ratio]["per_round"]) == 2
+        assert len(results["ratios"][ratio]["per_round"]) == 1
     inputs = results["input"]
-    assert [run["round"] for run in inputs["runs"]["input_pipeline"]] == [0, 1]
+    assert [run["round"] for run in inputs["runs"]["input_pipeline"]] == [0]
     assert all(run["shard_files"] == "its own 4 of 8 files" for run in inputs["runs"]["input_pipeline"])
     assert all(run["workers"] == 2 for run in inputs["runs"]["trainer_on_files"])
     assert inputs["input_pipeline_examples_per_second"]["median"] > 0
     assert inputs["step_examples_per_second_per_worker"]["median"] > 0
-    assert inputs["input_over_step"]["of_medians"] > 0 and len(inputs["input_over_step"]["per_round"]) == 2
+    assert inputs["input_over_step"]["of_medians"] > 0 and len(inputs["input_over_step"]["per_round"]) == 1
     assert "input/step" in result.stdout
     assert {target["key"] for target in results["targets"]} == {
         "two_workers_over_one_process",
@@ -101,8 +127,10 @@ def test_a_tiny_bench_writes_results_and_a_png_chart(tmp_path):
     assert all(0 < e <= 1 for e in efficiency.values()) and efficiency["2"] >= efficiency["64"]
     assert "two workers' step, ms" in result.stdout and "predicted efficiency" in result.stdout
     assert [row["workers"] for row in results["sweep"]] == [1, 2]
-    assert "async" not in results and "links" not in results
+    assert "links" not in results and "serving" not in results
     assert results["sweep"][0]["scaling_efficiency"] == pytest.approx(1.0)
+
+    check_async_phase(results["async"], result.stdout)
 
     chart = (tmp_path / "bench.png").read_bytes()
     assert chart.startswith(PNG_SIGNATURE) and len(chart) > 10_000

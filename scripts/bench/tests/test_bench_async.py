@@ -6,7 +6,6 @@ speed): the records' shape, the refusal of bad flags, the straggler's signals, a
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 import sys
@@ -15,10 +14,7 @@ import time
 import pytest
 
 from scripts.bench import async_modes, bench
-from scripts.bench.tests.bench_runs import PNG_SIGNATURE, TINY, run_bench
-
-TINY_ASYNC = ["--async-train-examples", "512", "--async-epochs", "2", "--async-test-examples", "64"]
-TINY_ASYNC += ["--async-batch", "16"]
+from scripts.bench.tests.bench_runs import run_bench
 
 
 @pytest.mark.parametrize(
@@ -111,43 +107,3 @@ def test_a_run_with_no_evaluation_by_then_says_so():
     early = run_record(2000, [(5, 0.9)])
     late = run_record(2000, [(9, 0.9)])
     assert async_modes.same_wall_time(early, late)["evaluations"] == [early["evaluations"][0], None]
-
-
-@pytest.mark.slow
-def test_a_tiny_bench_with_the_async_phase_writes_its_records_and_chart(tmp_path):
-    result = run_bench(
-        "--repeats",
-        "1",
-        *TINY,
-        *TINY_ASYNC,
-        # test_bench_links.py runs that phase and draws its panel; it alone makes network namespaces.
-        "--no-links",
-        "--no-serving",  # test_bench_serving.py runs that phase
-        "--output-dir",
-        str(tmp_path),
-        timeout=1200,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    phase = json.loads((tmp_path / "results.json").read_text())["async"]
-    assert phase["config"]["per_worker_batch_size"] == 16 and phase["config"]["ps_tasks"] == 1
-    assert phase["config"]["straggler"]["replica"] == "worker-1"
-    assert "--strategy" in phase["config"]["commands"]["async"]
-    assert set(phase["variants"]) == set(async_modes.VARIANTS)
-    for name, variant in phase["variants"].items():
-        (run,) = variant["runs"]
-        assert run["processes"] == (4 if "async" in name else 2)
-        assert run["examples_trained"] == 512 * 2  # the same examples in both modes
-        assert run["examples_per_second"] > 0 and 0 <= run["test_accuracy"] <= 1
-        assert [evaluation["epoch"] for evaluation in run["evaluations"]] == [1, 2]
-        assert run["evaluations"][-1]["test_accuracy"] == pytest.approx(run["test_accuracy"], abs=1e-4)
-        assert 0 < run["evaluations"][0]["seconds"] < run["evaluations"][1]["seconds"] < run["wall_seconds"]
-        assert all(seconds >= 0 for seconds in [run["cpu_seconds"], run["background_cpu_share"]])
-    for ratio in phase["ratios"].values():
-        assert ratio["of_medians"] > 0 and len(ratio["per_round"]) == 1
-    for figures in phase["accuracy_after_same_wall_time"].values():
-        assert figures["seconds"]["median"] > 0
-        assert any(accuracy is not None for accuracy in figures["test_accuracy"].values())
-    assert "async straggler over async" in result.stdout and "after the same wall time" in result.stdout
-
-    chart = (tmp_path / "bench.png").read_bytes()
-    assert chart.startswith(PNG_SIGNATURE) and len(chart) > 10_000

@@ -35,9 +35,14 @@ def make_environment() -> dict[str, str]:
     return {**os.environ, "KUBE_CONTEXT": CONTEXT}
 
 
+# The session builds the image once (conftest.py's image_built); each make call takes it as built, as a user's second
+# `make submit` of unchanged code could, instead of running every cached build step again.
+MAKE = ["make", "--no-print-directory", "-o", "image"]
+
+
 def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        ["make", "--no-print-directory", *args],
+        [*MAKE, *args],
         cwd=ROOT,
         env=make_environment(),
         capture_output=True,
@@ -55,7 +60,7 @@ def start_make(*args: str, log: pathlib.Path) -> subprocess.Popen[str]:
     """make in the background, its output in LOG (a pipe nobody reads would stall it)."""
     output = log.open("w")
     return subprocess.Popen(
-        ["make", "--no-print-directory", *args],
+        [*MAKE, *args],
         cwd=ROOT,
         env=make_environment(),
         stdout=output,

@@ -100,7 +100,7 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
 
         # A second submit of the running job is refused. (-o image: the image the first one built is current, and
         # rebuilding it would take longer than the job has left on a fast machine.)
-        again = make("-o", "image", "submit", *JOB, *LONG_JOB, check=False)
+        again = make("submit", *JOB, *LONG_JOB, check=False)
         assert again.returncode != 0
         assert f"TFJob {JOB_NAME} is still running" in again.stdout + again.stderr
 
@@ -137,7 +137,7 @@ def test_a_deleted_worker_pod_restarts_the_jobset_group_which_resumes_and_finish
     make("delete", *job, check=False)
     clear_model_dir(job_name)
     submit_log = tmp_path / "submit.log"
-    submitted = start_make("-o", "image", "submit", *job, *LONG_JOB, log=submit_log)
+    submitted = start_make("submit", *job, *LONG_JOB, log=submit_log)
     try:
         first = running_past(restarts=0, step=0, job_name=job_name)
         worker_1 = f"jobset.sigs.k8s.io/jobset-name={job_name},batch.kubernetes.io/job-completion-index=1"
@@ -162,7 +162,7 @@ def test_a_deleted_tfjob_worker_pod_fails_the_job_and_a_resubmit_resumes_and_fin
     clear_model_dir(job_name)
     submit_log = tmp_path / "submit.log"
     one_epoch = ["EPOCHS=1" if flag.startswith("EPOCHS=") else flag for flag in LONG_JOB]
-    submitted = start_make("-o", "image", "submit", *job, *one_epoch, log=submit_log)
+    submitted = start_make("submit", *job, *one_epoch, log=submit_log)
     try:
         first = running_past(restarts=0, step=0, job_name=job_name)
         worker_1 = f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-index=1"
@@ -176,7 +176,7 @@ def test_a_deleted_tfjob_worker_pod_fails_the_job_and_a_resubmit_resumes_and_fin
     assert f"TFJob {job_name} failed" in submit_log.read_text(), submit_log.read_text()[-3000:]
 
     # The user's fix: submit the same job again. It replaces the failed one and resumes from its checkpoint.
-    again = make("-o", "image", "submit", *job, *one_epoch)
+    again = make("submit", *job, *one_epoch)
     assert f"deleting the failed TFJob {job_name}" in again.stdout, again.stdout[-3000:]
     metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
     assert metrics["steps"] == STEPS_PER_EPOCH, "the resubmitted job ends at the step the first one planned"
