@@ -19,4 +19,4 @@ test-cluster: install image ## run the cluster suite on the local node, with eve
 	@# Requests sized for a 2-core node that also runs the engines' controllers. Two test files at once: the suite
 	@# mostly waits on controllers and pods, and each file keeps to its own jobs, names and namespaces.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
-	  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest -n 2 --dist loadfile -m cluster scripts/node/tests
+	  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest -m cluster scripts/node/tests -n 2 --dist loadfile
