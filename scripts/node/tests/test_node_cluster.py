@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pod_security import pod_templates
-from scripts.node.tests.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make
+from scripts.node.tests.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -109,10 +109,14 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
     np.testing.assert_allclose(answer, expected, rtol=1e-5, atol=1e-5)
 
     make("delete", "ENGINE=tfjob", "STRATEGY=sync")
-    left = kubectl(
-        "get", "pods,services", "-l", f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}", "-o", "name"
-    ).stdout
-    assert left.strip() == ""
+    # The pods go before make delete returns; the Services go with the garbage collector soon after (seen left once).
+    selector = f"training.kubeflow.org/job-name={SETTINGS['JOB_NAME']}"
+    assert kubectl("get", "pods", "-l", selector, "-o", "name").stdout.strip() == ""
+    wait_until(
+        "the job's Services to go",
+        lambda: not kubectl("get", "services", "-l", selector, "-o", "name").stdout.strip(),
+        60,
+    )
 
 
 def test_a_pods_sandbox_is_removed_after_the_host_ran_ip_netns(restricted_namespace) -> None:
