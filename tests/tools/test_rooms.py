@@ -243,7 +243,7 @@ def test_a_deleted_harness_room_takes_its_targets_its_pins_and_its_tools_with_it
 HARNESS_NAMES = re.compile(r"scripts[./](node|bench)\b|bench-tools|cluster-up")
 
 
-def tests_the_harness_can_affect(project: pathlib.Path) -> list[str]:
+def harness_affected_tests(project: pathlib.Path) -> list[str]:
     named = [
         path.relative_to(project).as_posix()
         for path in sorted((project / "tests").rglob("test_*.py"))
@@ -264,7 +264,7 @@ def test_the_template_passes_make_test_and_runs_without_the_harness(tmp_path):
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], **run
     )
     assert collected.returncode == 0, collected.stdout[-3000:]
-    affected = tests_the_harness_can_affect(project)
+    affected = harness_affected_tests(project)
     assert "tests/trainer/test_trainer_rooms.py" in affected, affected  # the selection sees a room named outside tools
     environment = {**os.environ, "PYTEST_ADDOPTS": " ".join(affected)}
     tested = subprocess.run([*MAKE_IN_A_COPY, "test"], **run, env=environment)
