@@ -239,8 +239,12 @@ def test_a_deleted_harness_room_takes_its_targets_its_pins_and_its_tools_with_it
 
 
 # What deleting the harness can change: make's targets, the settings, docs, manifests and versions (tests/tools/), and
-# a test elsewhere that names a harness room; every other test must still import.
-HARNESS_NAMES = re.compile(r"scripts[./](node|bench)\b|bench-tools|cluster-up")
+# a test elsewhere that names a harness room (its folder, or the first of its targets); every other test must still
+# import.
+HARNESS_NAMES = re.compile(
+    rf"scripts[./]({'|'.join(HARNESS_ROOMS)})\b|"
+    + "|".join(re.escape(targets[0]) for targets, _ in HARNESS_ROOMS.values())
+)
 
 
 def harness_affected_tests(project: pathlib.Path) -> list[str]:

@@ -1,12 +1,11 @@
 import fcntl
 import functools
 import os
-import subprocess
 
 import pytest
 
 import process_environment  # noqa: F401  (sets the tests' environment before anything imports TensorFlow)
-from scripts.node.tests.node import CONTEXT, ROOT, kubectl, make_environment, project_image
+from scripts.node.tests.node import CONTEXT, kubectl, make, project_image
 
 
 @functools.cache
@@ -30,10 +29,7 @@ def image_built() -> None:
         return
     with open(f"/tmp/distml-cluster-suite-{CONTEXT}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        built = subprocess.run(["make", "--no-print-directory", "image"], cwd=ROOT, env=make_environment(),
-                               capture_output=True, text=True)  # fmt: skip
-    if built.returncode != 0:
-        pytest.fail(f"make image exited {built.returncode}:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}")
+        make("image", image_as_built=False)
 
 
 @pytest.fixture(autouse=True)

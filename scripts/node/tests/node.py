@@ -37,12 +37,15 @@ def make_environment() -> dict[str, str]:
 
 # The session builds the image once (conftest.py's image_built); each make call takes it as built, as a user's second
 # `make submit` of unchanged code could, instead of running every cached build step again.
-MAKE = ["make", "--no-print-directory", "-o", "image"]
+MAKE = ["make", "--no-print-directory"]
+IMAGE_AS_BUILT = ["-o", "image"]
 
 
-def make(*args: str, check: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def make(
+    *args: str, check: bool = True, timeout: float = 1200, image_as_built: bool = True
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [*MAKE, *args],
+        [*MAKE, *(IMAGE_AS_BUILT if image_as_built else []), *args],
         cwd=ROOT,
         env=make_environment(),
         capture_output=True,
@@ -60,7 +63,7 @@ def start_make(*args: str, log: pathlib.Path) -> subprocess.Popen[str]:
     """make in the background, its output in LOG (a pipe nobody reads would stall it)."""
     output = log.open("w")
     return subprocess.Popen(
-        [*MAKE, *args],
+        [*MAKE, *IMAGE_AS_BUILT, *args],
         cwd=ROOT,
         env=make_environment(),
         stdout=output,

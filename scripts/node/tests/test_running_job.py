@@ -98,8 +98,8 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
         assert live is not None, "make status shows no chief status"
         assert live["state"] == "running" and live["total_steps"] == TOTAL_STEPS and live["workers"] == 2
 
-        # A second submit of the running job is refused. (-o image: the image the first one built is current, and
-        # rebuilding it would take longer than the job has left on a fast machine.)
+        # A second submit of the running job is refused (make() takes the image as built: rebuilding it would take
+        # longer than the job has left on a fast machine).
         again = make("submit", *JOB, *LONG_JOB, check=False)
         assert again.returncode != 0
         assert f"TFJob {JOB_NAME} is still running" in again.stdout + again.stderr
