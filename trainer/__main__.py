@@ -49,6 +49,7 @@ from trainer.settings import flags  # noqa: E402
 from trainer.settings.config import Config  # noqa: E402
 
 if TYPE_CHECKING:
+    from trainer.data.inputs import Inputs
     from trainer.reporting.report import Reporter
 
 log = logging.getLogger("trainer")
@@ -219,7 +220,7 @@ def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
 
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
-        evaluator.follow_checkpoints(config, chosen, cluster, reporter=reporter)
+        evaluator.follow_checkpoints(config, chosen, cluster, open_inputs(config, cluster), reporter=reporter)
         return
     if cluster.role == "server" or cluster.is_async:
         ps = _parameter_server_room(cluster)
@@ -230,13 +231,40 @@ def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
         strategy, coordinator = ps.strategy.create_parameter_server_strategy(cluster, config.startup_timeout)
         startup.reached("group_formed")
         runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
-        loop.train_and_evaluate(config, chosen, cluster, strategy, runner, startup, reporter)
+        inputs = open_inputs(config, cluster)
+        loop.train_and_evaluate(config, chosen, cluster, strategy, inputs, runner, startup, reporter)
     else:
         strategy = create_strategy(cluster, config.collective, config.startup_timeout)
         startup.reached("group_formed")
-        loop.train_and_evaluate(config, chosen, cluster, strategy, SyncRunner, startup, reporter)
+        inputs = open_inputs(config, cluster, strategy)
+        loop.train_and_evaluate(config, chosen, cluster, strategy, inputs, SyncRunner, startup, reporter)
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)
+
+
+def set_precision_and_seed(config: Config) -> None:
+    """The run's dtype policy (before any model is built: its layers take it) and its seed, for every role."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(config.precision)
+    keras.utils.set_random_seed(config.seed)
+
+
+def open_inputs(config: Config, cluster: Cluster, strategy: Any = None) -> Inputs:
+    """This process's data, opened once, after its precision and seed are set (once the group formed: seeding
+    starts TensorFlow's runtime): an all-reduce worker's shard, its sizes agreed over the group through the
+    strategy; the whole of both splits for the async chief and the evaluator (strategy None)."""
+    from trainer.data.inputs import open_inputs as open_data
+
+    set_precision_and_seed(config)
+
+    if strategy is None:
+        return open_data(config, 0, 1, cluster.name)
+    from trainer.distribution.collectives import gather_over_workers
+
+    rank, workers = cluster.rank, cluster.num_workers
+    gather = functools.partial(gather_over_workers, strategy, rank, workers)
+    return open_data(config, rank, workers, cluster.name, gather)
 
 
 def _parameter_server_room(cluster: Cluster) -> Any:

@@ -15,13 +15,13 @@ import logging
 import time
 from typing import Any
 
-import keras
 import tensorflow as tf
 
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError, first_line
-from trainer.data import catalog, datasets, pipeline
+from trainer.data import pipeline
+from trainer.data.inputs import Inputs
 from trainer.distribution.cluster import Cluster
 from trainer.reporting.report import Reporter
 from trainer.reporting.status import read_status
@@ -36,24 +36,26 @@ TEST_BATCH_SIZE = 256
 
 
 def follow_checkpoints(
-    config: Config, task: Task, cluster: Cluster, poll_seconds: float = POLL_SECONDS, reporter: Reporter | None = None
+    config: Config,
+    task: Task,
+    cluster: Cluster,
+    inputs: Inputs,
+    poll_seconds: float = POLL_SECONDS,
+    reporter: Reporter | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluates every checkpoint the chief writes until the final one; returns the evaluations."""
+    """Evaluates every checkpoint the chief writes until the final one, on the whole test split of inputs (opened
+    as 0 of 1); returns the evaluations."""
     layout = ModelDir(config.model_dir)
     reporter = reporter or Reporter(config.model_dir, cluster.name, is_chief=False, evaluator=True)
-    keras.mixed_precision.set_global_policy(config.precision)
-    keras.utils.set_random_seed(config.seed)
-    source = catalog.load(config)
-    test_shard = datasets.checked_shard(source, source.test, 0, 1)
-    test_size = min(test_shard.size, config.test_examples or test_shard.size)
+    test_size = inputs.test_size
     if not test_size:
         raise DataError(
             f"the test split of --dataset {config.dataset} has no examples, so the evaluator has nothing to evaluate; "
             f"point --test-files at files with examples (or leave out the evaluator task)"
         )
-    model = task.build_model(source)
+    model = task.build_model(inputs.source)
     checkpoint = tf.train.Checkpoint(model=model)
-    test_batches = pipeline.test_batches(test_shard, TEST_BATCH_SIZE, test_size)
+    test_batches = pipeline.test_batches(inputs.test, TEST_BATCH_SIZE, test_size)
     evaluate = tf.function(lambda: test_totals(task, model, test_batches))
     names = metric_names(task)
     log.info(

@@ -20,6 +20,7 @@ import tensorflow as tf
 from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
 from trainer.data import corrupt_records, datasets
+from trainer.data.inputs import Inputs
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.preemption import Preempted, StopSignal
 from trainer.distribution.strategy import is_group_failure
@@ -32,7 +33,7 @@ from trainer.task import Task
 
 log = logging.getLogger(__name__)
 
-RunnerFactory = Callable[[Config, Cluster, tf.distribute.Strategy, Task], StepRunner]
+RunnerFactory = Callable[[Config, Cluster, tf.distribute.Strategy, Task, Inputs], StepRunner]
 
 
 def train_and_evaluate(
@@ -40,20 +41,22 @@ def train_and_evaluate(
     task: Task,
     cluster: Cluster,
     strategy: tf.distribute.Strategy,
+    inputs: Inputs,
     runner_factory: RunnerFactory,
     startup: Startup,
     reporter: Reporter,
 ) -> dict[str, Any]:
-    """Trains (resuming from the newest checkpoint) and evaluates, telling the reporter what happens; the chief
-    saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint. Returns the metrics."""
-    training = set_up(config, task, cluster, strategy, runner_factory)
+    """Trains (resuming from the newest checkpoint) and evaluates on this process's inputs, telling the reporter what
+    happens; the chief saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint.
+    Returns the metrics."""
+    training = set_up(config, task, cluster, strategy, inputs, runner_factory)
     startup.reached("model_restored")
     throughput = Throughput(training.runner.global_batch_size, startup)
     reporter.started(
-        first_line(task, training.config, training.runner, training.learning_rate, training.start_step),
+        first_line(task, training, training.learning_rate, training.start_step),
         training.start_step,
         training.total_steps,
-        training.runner.steps_per_epoch,
+        training.steps_per_epoch,
         training.config.epochs,
         cluster.num_workers,
         metric_names(task),
@@ -71,6 +74,8 @@ class Training:
     config: Config  # as resumed: the per-worker batch a resume keeps
     task: Task
     cluster: Cluster
+    inputs: Inputs
+    steps_per_epoch: int
     runner: StepRunner
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
@@ -80,7 +85,7 @@ class Training:
 
     @property
     def total_steps(self) -> int:
-        return self.runner.steps_per_epoch * self.config.epochs
+        return self.steps_per_epoch * self.config.epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,18 +99,22 @@ class Trained:
 
 
 def set_up(
-    config: Config, task: Task, cluster: Cluster, strategy: tf.distribute.Strategy, runner_factory: RunnerFactory
+    config: Config,
+    task: Task,
+    cluster: Cluster,
+    strategy: tf.distribute.Strategy,
+    inputs: Inputs,
+    runner_factory: RunnerFactory,
 ) -> Training:
-    """This worker's data, the model and optimizer in the strategy's scope, restored from the newest checkpoint of
-    the same run setup."""
+    """The model (built for this worker's data) and optimizer in the strategy's scope, restored from the newest
+    checkpoint of the same run setup, and the runner of its steps."""
     requested = config
     config, learning_rate = resumed_batch_and_rate(config, cluster)
-    keras.mixed_precision.set_global_policy(config.precision)  # before the model: its layers take the policy
-    keras.utils.set_random_seed(config.seed)
-    runner = runner_factory(config, cluster, strategy, task)  # this process's data, and the steps per epoch
+    steps_per_epoch = inputs.steps_per_epoch(config.per_worker_batch_size)
+    runner = runner_factory(config, cluster, strategy, task, inputs)
     with strategy.scope():
-        model = task.build_model(runner.source)
-        optimizer = build_optimizer(task, config, learning_rate, runner.steps_per_epoch * config.epochs)
+        model = task.build_model(inputs.source)
+        optimizer = build_optimizer(task, config, learning_rate, steps_per_epoch * config.epochs)
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         checkpointer = Checkpointer(
@@ -116,26 +125,38 @@ def set_up(
         "model": task.describe(),
         **requested.to_dict(),  # the flags as given: a resize keeps --per-worker-batch-size as the user set it
         "global_batch_size": runner.global_batch_size,
-        "train_data": datasets.fingerprint(runner.source.train),
+        "train_data": datasets.fingerprint(inputs.source.train),
         "workers": cluster.num_workers,
-        "steps_per_epoch": runner.steps_per_epoch,
-        "cache": runner.sizes["cache"],
+        "steps_per_epoch": steps_per_epoch,
+        "cache": inputs.cache,
     }
     recorded = checkpointer.check_run_setup(setup)
     start_step = checkpointer.restore_latest()
-    runner.start(model, optimizer, start_step)
+    runner.start(model, optimizer, start_step, steps_per_epoch)
     checkpointer.record_run_setup(setup)
     note = None if cluster.is_async else resume_note(recorded, setup, start_step)  # async is never exact anyway
     if note and cluster.is_chief:
         log.warning("%s", note)
-    return Training(config, task, cluster, runner, model, optimizer, checkpointer, learning_rate, start_step)
+    return Training(
+        config,
+        task,
+        cluster,
+        inputs,
+        steps_per_epoch,
+        runner,
+        model,
+        optimizer,
+        checkpointer,
+        learning_rate,
+        start_step,
+    )
 
 
 def train(training: Training, throughput: Throughput, reporter: Reporter) -> Trained:
     """The loop: calls of steps up to the last step, each epoch evaluated, checkpoints at their steps; a SIGTERM on
     any worker checkpoints every worker at the same step and raises Preempted."""
     config, runner, checkpointer = training.config, training.runner, training.checkpointer
-    steps_per_epoch, total_steps = runner.steps_per_epoch, training.total_steps
+    steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
     stop = StopSignal()
     step = last_checkpoint = training.start_step
     names = metric_names(training.task)
@@ -174,7 +195,7 @@ def train(training: Training, throughput: Throughput, reporter: Reporter) -> Tra
                 reporter.checkpointed(step)
                 last_checkpoint = step
     except tf.errors.OpError as error:
-        raise explained(error, training.cluster, runner, step, last_checkpoint) from None
+        raise explained(error, training.cluster, training.inputs, step, last_checkpoint) from None
     return Trained(step, epoch_train, test, skipped_steps)
 
 
@@ -184,7 +205,7 @@ def finish(training: Training, trained: Trained, reporter: Reporter) -> dict[str
     test = trained.test
     if not test.examples:  # resumed after the last step: evaluate the restored model
         test = Totals(test.names, runner.evaluate())
-    features = export_check.test_features(training.task, runner.shards)
+    features = export_check.test_features(training.task, training.inputs.shards)
     exported = saving.save_model(
         training.model, training.task, config.model_dir, cluster.is_chief, version=step, features=features
     )
@@ -192,16 +213,16 @@ def finish(training: Training, trained: Trained, reporter: Reporter) -> dict[str
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
     run = {"workers": cluster.num_workers, **shape, "global_batch_size": runner.global_batch_size}
     run.update(learning_rate=training.learning_rate, steps=step, resumed_from_step=training.start_step)
-    run.update(steps_per_epoch=runner.steps_per_epoch, skipped_steps=trained.skipped_steps)
+    run.update(steps_per_epoch=training.steps_per_epoch, skipped_steps=trained.skipped_steps)
     run.update(**runner.corrupt_records_skipped())
     run.update({"export_check": exported} if exported is not None else {})
-    source = runner.source
+    source = training.inputs.source
     run.update({"class_names": list(source.names_of_classes)} if source.num_classes else {})
-    return reporter.finished(config, training.model, step, trained.epoch_train, test, {**run, **runner.sizes})
+    return reporter.finished(config, training.model, step, trained.epoch_train, test, {**run, **training.inputs.sizes})
 
 
 def explained(
-    error: tf.errors.OpError, cluster: Cluster, runner: StepRunner, step: int, last_checkpoint: int
+    error: tf.errors.OpError, cluster: Cluster, inputs: Inputs, step: int, last_checkpoint: int
 ) -> BaseException:
     """What a failed call raises: a lost group as it was (said in one line), a corrupt record named with its file
     (trainer/data/corrupt_records.py), anything else as it was."""
@@ -210,17 +231,18 @@ def explained(
         return error
     return (
         corrupt_records.named(
-            error, runner.shards, f"{cluster.name}: reading the input failed in the steps after step {step}"
+            error, inputs.shards, f"{cluster.name}: reading the input failed in the steps after step {step}"
         )
         or error
     )
 
 
-def first_line(task: Task, config: Config, runner: StepRunner, learning_rate: float, start_step: int) -> str:
+def first_line(task: Task, training: Training, learning_rate: float, start_step: int) -> str:
     """The run's first line: what trains on what, how the work is split, the epochs and the learning rate."""
+    config = training.config
     return (
-        f"training {task.describe()} on {config.dataset}: {runner.sizes['train_examples']} examples, "
-        f"{runner.describe()}, {runner.steps_per_epoch} steps/epoch x {config.epochs} epochs, "
+        f"training {task.describe()} on {config.dataset}: {training.inputs.sizes['train_examples']} examples, "
+        f"{training.runner.describe()}, {training.steps_per_epoch} steps/epoch x {config.epochs} epochs, "
         f"{learning_rate_words(config, learning_rate)}"
         + (f", {config.precision}" if config.precision != "float32" else "")
         + (f", resuming at step {start_step}" if start_step else "")

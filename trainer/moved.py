@@ -18,6 +18,7 @@ MOVED_MODULES = {
     "trainer.options": "trainer.settings.options",
     "trainer.errors": "trainer.base.errors",
     "trainer.datasets": "trainer.data.datasets",
+    "trainer.artifacts.atomic_file": "trainer.base.atomic_file",
 }
 # (module, name) that moved out of a module which is still there -> the module that holds the name now
 MOVED_NAMES = {

@@ -21,7 +21,6 @@ from trainer.base.errors import Diverged, ExitCode
 if TYPE_CHECKING:
     import keras
 
-    from trainer.data.datasets import Shard, Source
     from trainer.settings.config import Config
     from trainer.task import Task
 
@@ -258,18 +257,16 @@ class CallResult:
 
 class StepRunner(abc.ABC):
     """How calls of training steps run: on every all-reduce worker (trainer/distribution/sync_runner.py) or
-    scheduled onto parameter-server workers (trainer/ps/async_runner.py). Built before the model (it opens this
-    process's data and knows the steps per epoch), started once the model is restored; the loop calls it at the
-    same steps on every worker."""
+    scheduled onto parameter-server workers (trainer/ps/async_runner.py). Built beside the model on the process's
+    data (trainer/data/inputs.py), which it reads but does not open, started once the model is restored; the loop
+    calls it at the same steps on every worker."""
 
-    source: Source  # the dataset this process reads: the task builds its model for it
     global_batch_size: int  # examples per step
-    steps_per_epoch: int
-    sizes: dict[str, Any]  # train_examples, test_examples, cache: recorded in metrics.json
-    shards: tuple[Shard, ...]  # this process's shards of both splits: where a corrupt record is looked for
 
     @abc.abstractmethod
-    def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
+    def start(
+        self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int, steps_per_epoch: int
+    ) -> None:
         """Prepares the calls to run from start_step on."""
 
     @abc.abstractmethod

@@ -40,7 +40,7 @@ from typing import Any
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
 from trainer.__main__ import parse_config  # pure Python: no TensorFlow import here
-from trainer.artifacts.atomic_file import replaced_on_success, write_json
+from trainer.base.atomic_file import replaced_on_success, write_json
 from trainer.base.errors import ConfigError
 
 from . import async_modes, links, serving_load

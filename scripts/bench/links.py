@@ -26,7 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from trainer.artifacts.atomic_file import write_json
+from trainer.base.atomic_file import write_json
 from trainer.settings.config import Config
 
 from . import netns

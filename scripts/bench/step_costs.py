@@ -11,7 +11,7 @@ cores as in training), except `compute_alone`, which worker 0 runs while worker 
 - allreduce_model / allreduce_tiny: one batched all-reduce of tensors shaped like the model's gradients, and of
   one float (the fixed cost of a collective here: gRPC hand-offs and scheduling);
 - sync_constant: the trainer's own step function (trainer.distribution.sync_runner.SyncRunner) on constant inputs;
-- trainer: the same on the trainer's input pipeline and iterator (trainer.data.inputs.Inputs): what `make bench` runs;
+- trainer: the same on the trainer's input pipeline (trainer.data.inputs, read by SyncRunner): `make bench`;
 - distributed_iterator: the same pipeline through tf.distribute's distributed iterator (the earlier design).
 
 The breakdown (worker 0's view): compute = compute_shared; transfer = allreduce_model; waiting for the peer and
@@ -39,7 +39,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer.__main__ import parse_config
+from trainer.__main__ import open_inputs, parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores
@@ -111,12 +111,14 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
 
         return run
 
-    runner = SyncRunner(config, cluster, strategy, task)
+    inputs = open_inputs(config, cluster, strategy)
+    steps_per_epoch = inputs.steps_per_epoch(config.per_worker_batch_size)
+    runner = SyncRunner(config, cluster, strategy, task, inputs)
     with strategy.scope():
-        model, optimizer = task.build_model(runner.source), build_optimizer(task, config, 1e-3, 0)
+        model, optimizer = task.build_model(inputs.source), build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
-    runner.start(model, optimizer, 0)
-    inputs, trainer_iterator = runner.inputs, runner.iterator
+    runner.start(model, optimizer, 0, steps_per_epoch)
+    trainer_iterator = runner.iterator
     no_stop, none_skipped = tf.constant(0.0), tf.constant(0.0)
 
     def train_steps(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
@@ -124,7 +126,7 @@ def _measure(strategy: Any, cluster: Any, config: Any, args: argparse.Namespace)
         return runner.train_steps(iterator, steps, no_stop, none_skipped)
 
     constant = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
-    distributed = iter(strategy.distribute_datasets_from_function(inputs.train_batches(0)))
+    distributed = iter(strategy.distribute_datasets_from_function(runner.train_batches(0, steps_per_epoch)))
     barrier = all_reduce_function([tf.zeros(1)])
 
     def timed(run: Any, alone: bool = False) -> float:

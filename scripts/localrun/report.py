@@ -7,8 +7,8 @@ import signal
 import time
 from collections.abc import Mapping
 
-from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ARTIFACTS
+from trainer.base.atomic_file import write_json
 
 from .console import Console
 from .operator_rules import Replica

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from trainer.artifacts.atomic_file import replaced_on_success, write_json
+from trainer.base.atomic_file import replaced_on_success, write_json
 
 
 def test_write_json_replaces_the_file_and_leaves_nothing_beside_it(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from trainer import evaluator
-from trainer.__main__ import parse_config
+from trainer.__main__ import open_inputs, parse_config
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError
 from trainer.data import records
@@ -37,7 +37,9 @@ def leave_earlier_run(model_dir, step, epochs):
 
 
 def with_task(config):
-    return config, task_of(config)
+    """The config, its task, this process's cluster and its data, as the entry point hands them to the evaluator."""
+    cluster = from_environment()
+    return config, task_of(config), cluster, open_inputs(config, cluster)
 
 
 def evaluator_config(model_dir, *extra):
@@ -49,11 +51,9 @@ def test_an_earlier_runs_final_step_does_not_end_the_evaluator_of_a_longer_run(t
     monkeypatch.delenv("TF_CONFIG", raising=False)
     leave_earlier_run(tmp_path, 8, epochs=2)
     with pytest.raises(StillWaiting):  # --epochs 4 runs past step 8: wait for this run's chief to say where it ends
-        evaluator.follow_checkpoints(*with_task(evaluator_config(tmp_path, "--epochs", "4")), from_environment())
+        evaluator.follow_checkpoints(*with_task(evaluator_config(tmp_path, "--epochs", "4")))
     # The same run setup (a chief resumed after its last step) does end at that step.
-    evaluations = evaluator.follow_checkpoints(
-        *with_task(evaluator_config(tmp_path, "--epochs", "2")), from_environment()
-    )
+    evaluations = evaluator.follow_checkpoints(*with_task(evaluator_config(tmp_path, "--epochs", "2")))
     assert [e["global_step"] for e in evaluations] == [8]
 
 
@@ -70,4 +70,4 @@ def test_an_empty_test_split_is_refused_naming_it(tmp_path, no_sleep, monkeypatc
         environ={},
     )
     with pytest.raises(DataError, match=r"test split .* has no examples"):
-        evaluator.follow_checkpoints(config, task_of(config), from_environment())
+        evaluator.follow_checkpoints(*with_task(config))

@@ -16,8 +16,9 @@ import urllib.request
 import pytest
 
 from multiworker import ROOT, free_ports
-from trainer.artifacts import atomic_file, checkpoint
+from trainer.artifacts import checkpoint
 from trainer.artifacts.layout import ModelDir
+from trainer.base import atomic_file
 from trainer.base.errors import ModelDirError
 from trainer.reporting import status
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from replicas import two_replicas
-from trainer.__main__ import parse_config
+from trainer.__main__ import open_inputs, parse_config
 from trainer.artifacts import layout
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
@@ -39,9 +39,11 @@ TINY = [
 def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
     reporter = Reporter(config.model_dir, SINGLE_PROCESS.name, is_chief=True)
+    strategy = two_replicas()
+    inputs = open_inputs(config, SINGLE_PROCESS, strategy)
     try:
         return train_and_evaluate(
-            config, task_of(config), SINGLE_PROCESS, two_replicas(), SyncRunner, Startup(time.time()), reporter
+            config, task_of(config), SINGLE_PROCESS, strategy, inputs, SyncRunner, Startup(time.time()), reporter
         )
     finally:
         reporter.close()

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
 from trainer.base import private_api
+from trainer.base.atomic_file import write_json
 from trainer.base.errors import ConfigError, ModelDirError, first_line
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
+from trainer.base.atomic_file import write_json
 from trainer.base.errors import ModelDirError
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from typing import Any
 import keras
 
 from trainer.artifacts import export_check
-from trainer.artifacts.atomic_file import replaced_on_success
 from trainer.artifacts.layout import ModelDir
+from trainer.base.atomic_file import replaced_on_success
 from trainer.base.errors import ModelDirError
 from trainer.task import Task
 

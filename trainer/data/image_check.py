@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NamedTuple
 
-from trainer.artifacts.atomic_file import replaced_on_success
+from trainer.base.atomic_file import replaced_on_success
 from trainer.base.errors import first_line
 from trainer.data import image_headers, images
 

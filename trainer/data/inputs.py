@@ -1,93 +1,68 @@
-"""What the sync loop reads: this worker's shards of both splits, the steps per epoch the group agreed on, and
-their pipelines (trainer/data/pipeline.py), as the iterators a call of steps takes."""
+"""One process's data, opened once: the dataset loaded, this process's shards of both splits under the size limits,
+the cache it takes, and the group's shard sizes. The entry point opens it and hands it to the model's build, the
+runner and the evaluator; how a call of steps reads it (trainer/distribution/sync_runner.py,
+trainer/ps/async_runner.py) is theirs."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
 
-import tensorflow as tf
-
-from trainer.base.errors import ModelDirError
 from trainer.data import catalog, datasets, pipeline
-from trainer.distribution.cluster import Cluster
-from trainer.distribution.collectives import gather_over_workers
 from trainer.settings.config import Config
 
 log = logging.getLogger(__name__)
 
+# Every worker's [train size, test size], by rank, from this worker's own: a collective, which the caller brings.
+Gather = Callable[[list[int]], list[tuple[int, ...]]]
 
+
+@dataclasses.dataclass(frozen=True)
 class Inputs:
-    """This worker's shards of both splits, the steps per epoch the group agreed on, and their pipelines."""
+    """This process's part of the dataset: what the model is built for (source), the shards it reads, their sizes
+    under --train-examples/--test-examples, the training cache, and every worker's sizes (group_sizes, by rank)."""
 
-    def __init__(
-        self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, global_batch_size: int
-    ) -> None:
-        self.config, self.cluster, self.strategy, self.global_batch_size = config, cluster, strategy, global_batch_size
-        workers = cluster.num_workers
-        # Each worker opens only its own shard; the group then agrees on the steps per epoch.
-        self.source = catalog.load(config)
-        self.train_shard = datasets.checked_shard(self.source, self.source.train, cluster.rank, workers)
-        self.test_shard = datasets.checked_shard(self.source, self.source.test, cluster.rank, workers)
-        self.test_size = _limited(self.test_shard.size, config.test_examples, cluster.rank, workers)
-        self.train_size = _limited(self.train_shard.size, config.train_examples, cluster.rank, workers)
-        reads = self.train_shard.reads
-        (log.warning if self.train_shard.every_worker_reads_all else log.info)("%s reads %s", cluster.name, reads)
-        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
-        # One collective: every worker's shard sizes; the smallest train shard sets the steps per epoch.
-        rows = gather_over_workers(strategy, cluster.rank, workers, [self.train_size, self.test_size])
-        self.sizes = {"train_examples": sum(row[0] for row in rows), "test_examples": sum(row[1] for row in rows)}
-        self.steps_per_epoch = pipeline.steps_per_epoch([row[0] for row in rows], config.per_worker_batch_size)
+    source: datasets.Source
+    train: datasets.Shard
+    test: datasets.Shard
+    train_size: int
+    test_size: int
+    cache: str  # what --cache resolved to for the training shard: memory, disk or none
+    group_sizes: tuple[tuple[int, ...], ...]
 
-    def check_restored(self, start_step: int) -> None:
-        """One collective: the step every worker restored, which must be the same everywhere (else the workers
-        would silently diverge)."""
-        rank, workers = self.cluster.rank, self.cluster.num_workers
-        steps = [row[0] for row in gather_over_workers(self.strategy, rank, workers, [start_step])]
-        if any(step != start_step for step in steps):
-            raise ModelDirError(
-                f"the workers restored different checkpoints (steps by rank: {steps}). Every worker must see the "
-                f"chief's --model-dir: mount the same shared volume on all of them"
-            )
+    @property
+    def shards(self) -> tuple[datasets.Shard, ...]:
+        """Both shards: where a corrupt record is looked for."""
+        return (self.train, self.test)
 
-    def train_batches(self, start_step: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-        """The dataset function of this worker's batches for every step from start_step on."""
-        config, rank = self.config, self.cluster.rank
+    @property
+    def sizes(self) -> dict[str, int | str]:
+        """The group's examples of each split and the cache: recorded in metrics.json."""
+        train, test = (sum(row[i] for row in self.group_sizes) for i in (0, 1))
+        return {"train_examples": train, "test_examples": test, "cache": self.cache}
 
-        def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            return pipeline.train_batches(
-                self.train_shard,
-                rank,
-                context.get_per_replica_batch_size(self.global_batch_size),
-                self.steps_per_epoch * config.per_worker_batch_size,
-                config.seed,
-                config.epochs,
-                start_step,
-                self.steps_per_epoch,
-                config.shuffle_buffer,
-                self.cache,
-            )
+    def steps_per_epoch(self, per_worker_batch: int) -> int:
+        """The steps every worker runs per epoch: the smallest worker's training shard decides."""
+        return pipeline.steps_per_epoch([row[0] for row in self.group_sizes], per_worker_batch)
 
-        return batches
+    def test_cache(self, cache: str) -> str:
+        """What --cache resolves to for the test shard."""
+        return pipeline.cache_kind(cache, self.test, self.source.example_bytes)
 
-    def train_iterator(self, start_step: int) -> Any:
-        """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
-        plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
-        cross-worker check per step that the steps agreed by construction make needless (docs/bench-log.md)."""
-        batches, rank, workers = self.train_batches(start_step), self.cluster.rank, self.cluster.num_workers
-        if self.strategy.num_replicas_in_sync == workers:
-            return iter(batches(tf.distribute.InputContext(workers, rank, workers)))
-        return iter(self.strategy.distribute_datasets_from_function(batches))
 
-    def test(self) -> Any:
-        """The test split's batches; distributed, since workers' shards differ by up to one partial batch."""
-        cache = pipeline.cache_kind(self.config.cache, self.test_shard, self.source.example_bytes)
-        return self.strategy.distribute_datasets_from_function(
-            lambda context: pipeline.test_batches(
-                self.test_shard, context.get_per_replica_batch_size(self.global_batch_size), self.test_size, cache
-            )
-        )
+def open_inputs(config: Config, rank: int, workers: int, name: str, gather: Gather | None = None) -> Inputs:
+    """Worker `rank` of `workers`'s part of --dataset (0 of 1: the whole of both splits), named `name` in its log
+    line. gather: the group's sizes from this worker's (a collective); None where this process is the group."""
+    source = catalog.load(config)
+    train = datasets.checked_shard(source, source.train, rank, workers)
+    test = datasets.checked_shard(source, source.test, rank, workers)
+    train_size = _limited(train.size, config.train_examples, rank, workers)
+    test_size = _limited(test.size, config.test_examples, rank, workers)
+    (log.warning if train.every_worker_reads_all else log.info)("%s reads %s", name, train.reads)
+    cache = pipeline.cache_kind(config.cache, train, source.example_bytes)
+    group_sizes = tuple(gather([train_size, test_size])) if gather else ((train_size, test_size),)
+    return Inputs(source, train, test, train_size, test_size, cache, group_sizes)
 
 
 def _limited(size: int, limit: int, rank: int, workers: int) -> int:

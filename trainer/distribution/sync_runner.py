@@ -15,6 +15,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from trainer.base.errors import ModelDirError
+from trainer.data import pipeline
 from trainer.data.inputs import Inputs
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.collectives import gather_over_workers
@@ -26,20 +28,20 @@ from trainer.task import Task
 class SyncRunner(StepRunner):
     """Every worker runs each call; the optimizer all-reduces the gradients of every step."""
 
-    def __init__(self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, task: Task) -> None:
-        self.config, self.cluster, self.strategy, self.task = config, cluster, strategy, task
+    def __init__(
+        self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, task: Task, inputs: Inputs
+    ) -> None:
+        self.config, self.cluster, self.strategy, self.task, self.inputs = config, cluster, strategy, task, inputs
         self.global_batch_size = config.per_worker_batch_size * cluster.num_workers
-        self.inputs = Inputs(config, cluster, strategy, self.global_batch_size)
-        self.source, self.steps_per_epoch = self.inputs.source, self.inputs.steps_per_epoch
-        self.sizes = {**self.inputs.sizes, "cache": self.inputs.cache}
         self.guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=config.precision == "mixed_float16")
         self.skipped_in_a_row = 0  # carried from one call into the next
-        self.shards = (self.inputs.train_shard, self.inputs.test_shard)
 
-    def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
-        self.inputs.check_restored(start_step)
-        self.iterator = self.inputs.train_iterator(min(start_step, self.steps_per_epoch * self.config.epochs))
-        self.train_steps, self.run_evaluation = self._step_functions(model, optimizer, self.inputs.test())
+    def start(
+        self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int, steps_per_epoch: int
+    ) -> None:
+        self.check_restored(start_step)
+        self.iterator = self.train_iterator(min(start_step, steps_per_epoch * self.config.epochs), steps_per_epoch)
+        self.train_steps, self.run_evaluation = self._step_functions(model, optimizer, self.test_batches())
 
     def run(self, steps: int, stop_requested: bool, settle: bool) -> CallResult:
         carried = tf.constant(float(self.skipped_in_a_row))
@@ -52,16 +54,69 @@ class SyncRunner(StepRunner):
         return self.run_evaluation().numpy()
 
     def corrupt_records_skipped(self) -> dict[str, int]:
-        tallies = [shard.skipped for shard in self.shards if shard.skipped is not None]
+        tallies = [shard.skipped for shard in self.inputs.shards if shard.skipped is not None]
         if not tallies:
             return {}
-        rank, workers = self.cluster.rank, self.cluster.num_workers
-        rows = gather_over_workers(self.strategy, rank, workers, [sum(tally() for tally in tallies)])
+        rows = self._gather([sum(tally() for tally in tallies)])
         return {"corrupt_records_skipped": sum(row[0] for row in rows)}
 
     def describe(self) -> str:
         workers = self.cluster.num_workers
         return f"{workers} worker(s) x {self.config.per_worker_batch_size} = global batch {self.global_batch_size}"
+
+    def _gather(self, values: list[int]) -> list[tuple[int, ...]]:
+        return gather_over_workers(self.strategy, self.cluster.rank, self.cluster.num_workers, values)
+
+    def check_restored(self, start_step: int) -> None:
+        """One collective: the step every worker restored, which must be the same everywhere (else the workers
+        would silently diverge)."""
+        steps = [row[0] for row in self._gather([start_step])]
+        if any(step != start_step for step in steps):
+            raise ModelDirError(
+                f"the workers restored different checkpoints (steps by rank: {steps}). Every worker must see the "
+                f"chief's --model-dir: mount the same shared volume on all of them"
+            )
+
+    def train_batches(
+        self, start_step: int, steps_per_epoch: int
+    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+        """The dataset function of this worker's batches for every step from start_step on."""
+        config, rank, inputs = self.config, self.cluster.rank, self.inputs
+
+        def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return pipeline.train_batches(
+                inputs.train,
+                rank,
+                context.get_per_replica_batch_size(self.global_batch_size),
+                steps_per_epoch * config.per_worker_batch_size,
+                config.seed,
+                config.epochs,
+                start_step,
+                steps_per_epoch,
+                config.shuffle_buffer,
+                inputs.cache,
+            )
+
+        return batches
+
+    def train_iterator(self, start_step: int, steps_per_epoch: int) -> Any:
+        """Batches for every step from start_step on. With one replica per worker (CPU workers, one GPU each) a
+        plain tf.data iterator: strategy.run takes the local tensors, and a distributed iterator would add a
+        cross-worker check per step that the steps agreed by construction make needless (docs/bench-log.md)."""
+        batches = self.train_batches(start_step, steps_per_epoch)
+        rank, workers = self.cluster.rank, self.cluster.num_workers
+        if self.strategy.num_replicas_in_sync == workers:
+            return iter(batches(tf.distribute.InputContext(workers, rank, workers)))
+        return iter(self.strategy.distribute_datasets_from_function(batches))
+
+    def test_batches(self) -> Any:
+        """The test split's batches; distributed, since workers' shards differ by up to one partial batch."""
+        inputs, cache = self.inputs, self.inputs.test_cache(self.config.cache)
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: pipeline.test_batches(
+                inputs.test, context.get_per_replica_batch_size(self.global_batch_size), inputs.test_size, cache
+            )
+        )
 
     def _step_functions(
         self, model: keras.Model, optimizer: keras.optimizers.Optimizer, test_batches: Any

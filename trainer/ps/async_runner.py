@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.base import private_api
-from trainer.data import catalog, datasets, pipeline
+from trainer.data import datasets, pipeline
+from trainer.data.inputs import Inputs
 from trainer.distribution.cluster import Cluster
 from trainer.distribution.strategy import failure_reason
 from trainer.settings.config import Config
@@ -42,36 +43,35 @@ class AsyncRunner(StepRunner):
     """The chief schedules each call onto a free worker and collects the calls' metric sums as they finish."""
 
     def __init__(
-        self, config: Config, cluster: Cluster, strategy: tf.distribute.Strategy, task: Task, coordinator: Any
+        self,
+        config: Config,
+        cluster: Cluster,
+        strategy: tf.distribute.Strategy,
+        task: Task,
+        inputs: Inputs,
+        coordinator: Any,
     ) -> None:
-        self.config, self.cluster, self.strategy, self.task = config, cluster, strategy, task
+        # inputs: the whole split for every worker (opened as 0 of 1). Under ParameterServerStrategy the dataset
+        # function is traced once for all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick
+        # its shard; it gets its own order.
+        self.config, self.cluster, self.strategy, self.task, self.inputs = config, cluster, strategy, task, inputs
         self.coordinator = coordinator
         self.global_batch_size = config.per_worker_batch_size
-        self.source = catalog.load(config)
-        # The whole split for every worker: under ParameterServerStrategy the dataset function is traced once for
-        # all workers (its InputContext reads 0 of 1 on each), so a worker cannot pick its shard; it gets its own
-        # order.
-        self.train_shard = datasets.checked_shard(self.source, self.source.train, 0, 1)
-        self.test_shard = datasets.checked_shard(self.source, self.source.test, 0, 1)
-        self.shards = (self.train_shard, self.test_shard)
-        self.train_size = min(self.train_shard.size, config.train_examples or self.train_shard.size)
-        self.test_size = min(self.test_shard.size, config.test_examples or self.test_shard.size)
-        self.steps_per_epoch = pipeline.steps_per_epoch([self.train_size], config.per_worker_batch_size)
-        self.cache = pipeline.cache_kind(config.cache, self.train_shard, self.source.example_bytes)
-        self.sizes = {"train_examples": self.train_size, "test_examples": self.test_size, "cache": self.cache}
         self.in_flight: collections.deque = collections.deque()
         # No collective under parameter servers: each worker decides about its own step.
         self.guard = NonFiniteGuard(config.on_nonfinite, loss_scaled=config.precision == "mixed_float16")
         self.skipped_in_a_row = 0  # over the calls as they finish
 
-    def start(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int) -> None:
+    def start(
+        self, model: keras.Model, optimizer: keras.optimizers.Optimizer, start_step: int, steps_per_epoch: int
+    ) -> None:
         log.info("variables on the ps tasks: %s", _placement(model.weights + optimizer.variables))
-        config, task, strategy = self.config, self.task, self.strategy
+        config, task, strategy, inputs = self.config, self.task, self.strategy, self.inputs
         self.worker_batches = iter(
             self.coordinator.create_per_worker_dataset(
                 lambda: strategy.distribute_datasets_from_function(
                     lambda context: _worker_batches(
-                        config, self.train_shard, self.train_size, self.steps_per_epoch, self.cache
+                        config, inputs.train, inputs.train_size, steps_per_epoch, inputs.cache
                     )
                 )
             )
@@ -102,7 +102,7 @@ class AsyncRunner(StepRunner):
             return tf.concat([totals + weights, tf.stack([leading, in_a_row, longest])], 0)
 
         self.train_steps = train_steps
-        test_batches = pipeline.test_batches(self.test_shard, config.per_worker_batch_size, self.test_size)
+        test_batches = pipeline.test_batches(inputs.test, config.per_worker_batch_size, inputs.test_size)
         self.evaluation = tf.function(lambda: test_totals(task, model, test_batches))
 
     def run(self, steps: int, stop_requested: bool, settle: bool) -> CallResult:

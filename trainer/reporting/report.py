@@ -16,8 +16,8 @@ import platform
 import time
 from typing import TYPE_CHECKING, Any
 
-from trainer.artifacts.atomic_file import write_json
 from trainer.artifacts.layout import ModelDir
+from trainer.base.atomic_file import write_json
 from trainer.reporting.progress import Progress, Throughput, figures
 from trainer.reporting.status import StatusReporter
 from trainer.settings.config import Config

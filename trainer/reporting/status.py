@@ -22,8 +22,8 @@ from typing import Any
 
 import prometheus_client
 
-from trainer.artifacts.atomic_file import json_safe, write_json
 from trainer.artifacts.layout import STATUS, ModelDir
+from trainer.base.atomic_file import json_safe, write_json
 from trainer.base.errors import StatusPortError
 
 STATES = ("starting", "running", "preempted", "succeeded", "failed", "diverged")

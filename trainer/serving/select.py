@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import trainer.tasks  # noqa: F401 (registers the built-in tasks, whose objectives a candidate may name)
-from trainer.artifacts.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.artifacts.layout import METRICS, STATUS, ModelDir, numbered_versions
+from trainer.base.atomic_file import copy_tree_to_first_free_number, write_json
 from trainer.base.errors import ExitCode, SelectionError, UserError
 from trainer.settings.config import URL_SCHEME
 from trainer.settings.options import import_registering_module
