@@ -22,15 +22,13 @@ import os  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 # Before anything imports TensorFlow: Keras 3 on its TF backend, and no INFO chatter from C++ in pod logs.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import trainer.tasks  # noqa: E402, F401 (registers the built-in tasks)
-from trainer import task  # noqa: E402
+from trainer.artifacts.layout import ModelDir  # noqa: E402
 from trainer.base.errors import (  # noqa: E402
     ClusterConfigError,
     ConfigError,
@@ -41,11 +39,11 @@ from trainer.base.errors import (  # noqa: E402
     missing_module,
     volume_full,
 )
+from trainer.context import RunContext, read_core, run_context  # noqa: E402
 from trainer.data import catalog, tfds, tfrecord  # noqa: E402
 from trainer.distribution.cluster import Cluster, from_environment  # noqa: E402
 from trainer.distribution.preemption import Preempted  # noqa: E402
 from trainer.reporting import termination_message  # noqa: E402
-from trainer.settings import flags  # noqa: E402
 from trainer.settings.config import Config  # noqa: E402
 
 if TYPE_CHECKING:
@@ -106,12 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     """Every way out, decided here: run() returns only on success, and each failure ends as ending() says."""
     reporter, model_dir, cluster = None, ".", None
     try:
-        core = parse_config(argv, with_task=False)
-        model_dir = core.model_dir
-        cluster = from_environment(strategy=core.strategy)
-        reporter = reporter_for(core, cluster)
-        reporter.starting(cluster.num_workers, core.status_host, core.status_port)  # a taken port: exit 2 here
-        run(argv, cluster, reporter)
+        core = read_core(argv)
+        model_dir = core.config.model_dir
+        cluster = from_environment(strategy=core.config.strategy)
+        layout = ModelDir(model_dir)  # the one ModelDir of the run, handed down in its context
+        reporter = reporter_for(core.config, cluster, layout)
+        reporter.starting(cluster.num_workers, core.config.status_host, core.config.status_port)  # a taken port: exit 2
+        run(run_context(core, cluster, layout), reporter)  # with the task's options: imports its module, TensorFlow
         return ExitCode.OK
     except BaseException as error:
         end = ending(error, model_dir, cluster)
@@ -134,42 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             reporter.close()
 
 
-def parse_config(
-    argv: Sequence[str] | None = None, environ: dict[str, str] | None = None, with_task: bool = True
-) -> Config:
-    """The trainer's settings: the core knobs, every dataset kind's options and the chosen task's, flags over
-    TRAINER_* variables over defaults, validated, with --task resolved (the one task of --module when not given).
-    Raises ConfigError (DataError for a --module or --dataset-module that cannot be imported).
-
-    with_task=False reads the core options and the built-in dataset kinds' only, leaving the task's flags for later
-    and its module and the dataset module unimported (so no TensorFlow): main() reads TF_CONFIG after it, before
-    anything heavy starts."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    environ = dict(os.environ if environ is None else environ)
-    core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
-    if not with_task:
-        return core
-    name, chosen = chosen_task(core)
-    config = flags.parse(argv, environ, option_groups(name, chosen))
-    chosen.check_options(config.group(chosen.Options))
-    return dataclasses.replace(config, task=name)
-
-
-def chosen_task(core: Config) -> tuple[str, type[task.Task]]:
-    """--task's name and class, once --module and --dataset-module (which may register it, and datasets) are
-    imported."""
-    catalog.import_dataset_module(core.module, "--module")
-    catalog.import_dataset_module(core.dataset_module)
-    name = task.chosen_name(core.task, core.module)
-    return name, task.find(name, core.task_module)
-
-
-def option_groups(name: str, chosen: type[task.Task]) -> list[tuple[str, type]]:
-    """The option groups the full parse (and --help) reads beside the core's: every dataset kind's, then the task's."""
-    return [*catalog.option_groups(), (f"task {name}", chosen.Options)]
-
-
-def reporter_for(core: Config, cluster: Cluster) -> Reporter:
+def reporter_for(core: Config, cluster: Cluster, model_dir: ModelDir) -> Reporter:
     """Logging for this task, the model dir claimed (the chief's), and the run's reporter."""
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {cluster.name} %(levelname)s %(message)s", stream=sys.stdout
@@ -190,16 +154,14 @@ def reporter_for(core: Config, cluster: Cluster) -> Reporter:
     from trainer.reporting.report import Reporter
 
     if cluster.is_chief:
-        saving.check_model_dir(core.model_dir)
-        ownership.claim(core.model_dir)  # another job's directory: exit 2 before anything is written
-    return Reporter(
-        core.model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator
-    )
+        saving.check_model_dir(model_dir.root)
+        ownership.claim(model_dir)  # another job's directory: exit 2 before anything is written
+    return Reporter(model_dir, cluster.name, cluster.is_chief, core.verbose_workers, evaluator=cluster.is_evaluator)
 
 
-def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
+def run(context: RunContext, reporter: Reporter) -> None:
     """The run of this task, from its settings to its last step; raises what main() turns into an exit code."""
-    config = parse_config(argv)  # now with the task's options: imports its module, and TensorFlow
+    config, cluster = context.config, context.cluster
 
     from trainer.distribution.strategy import create_strategy, leave_group, share_cores
     from trainer.reporting.progress import Startup
@@ -214,13 +176,12 @@ def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
     from trainer.distribution.sync_runner import SyncRunner
 
     check_inputs_before_the_group_forms(config, cluster)
-    chosen = task.task_of(config)
     if cluster.is_evaluator:
         from trainer import evaluator
 
         # Joins no group and writes only its own files: logs/eval and evaluations.json.
         logging.getLogger("trainer.evaluator").setLevel(logging.INFO)
-        evaluator.follow_checkpoints(config, chosen, cluster, open_inputs(config, cluster), reporter=reporter)
+        evaluator.follow_checkpoints(context, open_inputs(config, cluster), reporter=reporter)
         return
     if cluster.role == "server" or cluster.is_async:
         ps = _parameter_server_room(cluster)
@@ -232,12 +193,12 @@ def run(argv: list[str] | None, cluster: Cluster, reporter: Reporter) -> None:
         startup.reached("group_formed")
         runner = functools.partial(ps.async_runner.AsyncRunner, coordinator=coordinator)
         inputs = open_inputs(config, cluster)
-        loop.train_and_evaluate(config, chosen, cluster, strategy, inputs, runner, startup, reporter)
+        loop.train_and_evaluate(context, strategy, inputs, runner, startup, reporter)
     else:
         strategy = create_strategy(cluster, config.collective, config.startup_timeout)
         startup.reached("group_formed")
         inputs = open_inputs(config, cluster, strategy)
-        loop.train_and_evaluate(config, chosen, cluster, strategy, inputs, SyncRunner, startup, reporter)
+        loop.train_and_evaluate(context, strategy, inputs, SyncRunner, startup, reporter)
     if cluster.is_distributed:
         leave_group(cluster, strategy, config.startup_timeout)
 

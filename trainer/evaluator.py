@@ -20,14 +20,12 @@ import tensorflow as tf
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError, first_line
+from trainer.context import RunContext
 from trainer.data import pipeline
 from trainer.data.inputs import Inputs
-from trainer.distribution.cluster import Cluster
 from trainer.reporting.report import Reporter
 from trainer.reporting.status import read_status
-from trainer.settings.config import Config
 from trainer.step import Totals, metric_names, test_totals
-from trainer.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +34,12 @@ TEST_BATCH_SIZE = 256
 
 
 def follow_checkpoints(
-    config: Config,
-    task: Task,
-    cluster: Cluster,
-    inputs: Inputs,
-    poll_seconds: float = POLL_SECONDS,
-    reporter: Reporter | None = None,
+    context: RunContext, inputs: Inputs, poll_seconds: float = POLL_SECONDS, reporter: Reporter | None = None
 ) -> list[dict[str, Any]]:
     """Evaluates every checkpoint the chief writes until the final one, on the whole test split of inputs (opened
     as 0 of 1); returns the evaluations."""
-    layout = ModelDir(config.model_dir)
-    reporter = reporter or Reporter(config.model_dir, cluster.name, is_chief=False, evaluator=True)
+    config, task, cluster, layout = context.config, context.task, context.cluster, context.model_dir
+    reporter = reporter or Reporter(layout, cluster.name, is_chief=False, evaluator=True)
     test_size = inputs.test_size
     if not test_size:
         raise DataError(

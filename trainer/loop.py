@@ -19,6 +19,8 @@ import tensorflow as tf
 
 from trainer.artifacts import export_check, saving
 from trainer.artifacts.checkpoint import Checkpointer, recorded_run_setup, resume_note, resumed_per_worker_batch
+from trainer.artifacts.layout import ModelDir
+from trainer.context import RunContext
 from trainer.data import corrupt_records, datasets
 from trainer.data.inputs import Inputs
 from trainer.distribution.cluster import Cluster
@@ -37,9 +39,7 @@ RunnerFactory = Callable[[Config, Cluster, tf.distribute.Strategy, Task, Inputs]
 
 
 def train_and_evaluate(
-    config: Config,
-    task: Task,
-    cluster: Cluster,
+    context: RunContext,
     strategy: tf.distribute.Strategy,
     inputs: Inputs,
     runner_factory: RunnerFactory,
@@ -49,7 +49,8 @@ def train_and_evaluate(
     """Trains (resuming from the newest checkpoint) and evaluates on this process's inputs, telling the reporter what
     happens; the chief saves the model and metrics.json. Raises Preempted after a SIGTERM-triggered checkpoint.
     Returns the metrics."""
-    training = set_up(config, task, cluster, strategy, inputs, runner_factory)
+    training = set_up(context, strategy, inputs, runner_factory)
+    task, cluster = context.task, context.cluster
     startup.reached("model_restored")
     throughput = Throughput(training.runner.global_batch_size, startup)
     reporter.started(
@@ -74,6 +75,7 @@ class Training:
     config: Config  # as resumed: the per-worker batch a resume keeps
     task: Task
     cluster: Cluster
+    model_dir: ModelDir
     inputs: Inputs
     steps_per_epoch: int
     runner: StepRunner
@@ -99,17 +101,12 @@ class Trained:
 
 
 def set_up(
-    config: Config,
-    task: Task,
-    cluster: Cluster,
-    strategy: tf.distribute.Strategy,
-    inputs: Inputs,
-    runner_factory: RunnerFactory,
+    context: RunContext, strategy: tf.distribute.Strategy, inputs: Inputs, runner_factory: RunnerFactory
 ) -> Training:
     """The model (built for this worker's data) and optimizer in the strategy's scope, restored from the newest
     checkpoint of the same run setup, and the runner of its steps."""
-    requested = config
-    config, learning_rate = resumed_batch_and_rate(config, cluster)
+    requested, task, cluster, model_dir = context.config, context.task, context.cluster, context.model_dir
+    config, learning_rate = resumed_batch_and_rate(requested, cluster, model_dir)
     steps_per_epoch = inputs.steps_per_epoch(config.per_worker_batch_size)
     runner = runner_factory(config, cluster, strategy, task, inputs)
     with strategy.scope():
@@ -118,7 +115,7 @@ def set_up(
         # Create the slot variables now, in scope: created lazily inside tf.function they break mirroring.
         optimizer.build(model.trainable_variables)
         checkpointer = Checkpointer(
-            config.model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints, model=model, optimizer=optimizer
+            model_dir, cluster.is_chief, cluster.name, config.keep_checkpoints, model=model, optimizer=optimizer
         )
     # What a step means; "model" names the task's model where its options have no field of that name.
     setup = {
@@ -141,6 +138,7 @@ def set_up(
         config,
         task,
         cluster,
+        model_dir,
         inputs,
         steps_per_epoch,
         runner,
@@ -207,7 +205,7 @@ def finish(training: Training, trained: Trained, reporter: Reporter) -> dict[str
         test = Totals(test.names, runner.evaluate())
     features = export_check.test_features(training.task, training.inputs.shards)
     exported = saving.save_model(
-        training.model, training.task, config.model_dir, cluster.is_chief, version=step, features=features
+        training.model, training.task, training.model_dir, cluster.is_chief, version=step, features=features
     )
     training.checkpointer.close()
     shape = {"strategy": "async", "ps_tasks": cluster.num_ps} if cluster.is_async else {}
@@ -249,13 +247,13 @@ def first_line(task: Task, training: Training, learning_rate: float, start_step:
     )
 
 
-def resumed_batch_and_rate(config: Config, cluster: Cluster) -> tuple[Config, float]:
+def resumed_batch_and_rate(config: Config, cluster: Cluster, model_dir: ModelDir) -> tuple[Config, float]:
     """The config with the per-worker batch a resume keeps (sync checkpoints of another worker count keep their
     global batch), and the learning rate: linear scaling follows the global batch that the run that set it had."""
     requested = config
     if not cluster.is_async:
         per_worker = resumed_per_worker_batch(
-            recorded_run_setup(config.model_dir), config.per_worker_batch_size, cluster.num_workers
+            recorded_run_setup(model_dir), config.per_worker_batch_size, cluster.num_workers
         )
         config = dataclasses.replace(config, per_worker_batch_size=per_worker)
     scale = cluster.num_workers * config.per_worker_batch_size // requested.per_worker_batch_size

@@ -39,9 +39,9 @@ from typing import Any
 
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
-from trainer.__main__ import parse_config  # pure Python: no TensorFlow import here
 from trainer.base.atomic_file import replaced_on_success, write_json
 from trainer.base.errors import ConfigError
+from trainer.context import parse_config  # pure Python: no TensorFlow import here
 
 from . import async_modes, links, serving_load
 from .chart import TARGETS, draw

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from trainer.__main__ import parse_config
+from trainer.context import parse_config
 from trainer.data import pipeline, tfrecord
 
 

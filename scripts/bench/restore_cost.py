@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     from scripts.bench.startup_by_model import register_wide
-    from trainer.__main__ import parse_config
     from trainer.artifacts import checkpoint
+    from trainer.artifacts.layout import ModelDir
+    from trainer.context import parse_config
     from trainer.data.datasets import Source, image_spec
     from trainer.optimizer import build_optimizer
     from trainer.task import task_of
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         model = task.build_model(Source(None, None, image_spec((28, 28, 1)), 10))
         optimizer = build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
-        return checkpoint.Checkpointer(model_dir, True, "worker-0", 3, model=model, optimizer=optimizer)
+        return checkpoint.Checkpointer(ModelDir(model_dir), True, "worker-0", 3, model=model, optimizer=optimizer)
 
     def as_it_was(restorer: checkpoint.Checkpointer) -> None:
         scratch = tempfile.mkdtemp(prefix="probe-")

@@ -39,7 +39,8 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras
 import tensorflow as tf
 
-from trainer.__main__ import open_inputs, parse_config
+from trainer.__main__ import open_inputs
+from trainer.context import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group, share_cores

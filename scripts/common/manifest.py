@@ -305,8 +305,8 @@ def customize(
 def trainer_config(args: Sequence[str], environ: dict[str, str]):
     """The trainer's settings for these arguments and variables, read by the trainer's own parser (flags over
     TRAINER_* over defaults), so a typo fails before anything runs."""
-    from trainer.__main__ import parse_config
     from trainer.base.errors import ConfigError
+    from trainer.context import parse_config
 
     try:
         return parse_config(list(args), environ=environ)

@@ -135,7 +135,7 @@ def load(
     """The file's search space, checked against the options the trainer has with trainer_argv (the flags every trial
     gets: ARGS, --dataset, --epochs, --image-dir). data_here: the trials read their data on this machine (make tune,
     not tune-cluster), so the dataset's own flags are checked against it too."""
-    from trainer.__main__ import parse_config  # the trainer's own reading of its flags, the task's options included
+    from trainer.context import parse_config  # the trainer's own reading of its flags, the task's options included
 
     where = str(path)
     try:
@@ -359,7 +359,7 @@ def _check_with_trainer(
 ) -> None:
     """The trainer's own parser and validation on the value, so every bound it holds (in its options or its checks)
     holds here."""
-    from trainer.__main__ import parse_config
+    from trainer.context import parse_config
 
     try:
         parse_config(

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.__main__ import parse_config
+from trainer.context import parse_config
 from trainer.data.datasets import Source
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy, leave_group

@@ -11,7 +11,7 @@ import sys
 
 import tensorflow as tf
 
-from trainer.__main__ import parse_config
+from trainer.context import parse_config
 from trainer.data import catalog, pipeline
 from trainer.distribution.cluster import from_environment
 from trainer.distribution.strategy import create_strategy

@@ -18,8 +18,8 @@ from multiworker import python_prints
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 from scripts.common.tfconfig import operator_address, tf_config
-from trainer.__main__ import parse_config
 from trainer.artifacts.layout import ModelDir
+from trainer.context import parse_config
 from trainer.distribution.cluster import parse_tf_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trainer import __main__ as entry
+from trainer import context
 from trainer.data.datasets import DATASETS
 from trainer.settings import flags
 from trainer.settings.options import env_name
@@ -130,10 +130,12 @@ def flag_rows(page: pathlib.Path) -> list[tuple[str, str, str, str, str]]:
 def parser() -> argparse.ArgumentParser:
     """The parser `python -m trainer --help` prints, without a module or variables: the core's, the built-in dataset
     kinds' and the default task's flags."""
-    core = entry.parse_config([], {}, with_task=False)
+    core = context.read_core([], {}).config
     # Other tests register forks' datasets in this process; the page documents the trainer's own.
     groups = [
-        group for group in entry.option_groups(*entry.chosen_task(core)) if group[1].__module__.startswith("trainer.")
+        group
+        for group in context.option_groups(*context.chosen_task(core))
+        if group[1].__module__.startswith("trainer.")
     ]
     return flags.build_parser({}, groups)
 

@@ -303,7 +303,7 @@ def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
         },
     }
     assert "cpu" in container["resources"]["limits"]
-    from trainer.__main__ import parse_config
+    from trainer.context import parse_config
 
     assert parse_config([], {"TRAINER_THREADS": "2"}).threads == 2
 

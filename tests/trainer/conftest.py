@@ -2,6 +2,7 @@ import pytest
 import tensorflow as tf
 
 from multiworker import free_ports
+from trainer.artifacts.layout import ModelDir
 from trainer.reporting import status
 
 # Two logical CPUs before any test starts TensorFlow's runtime: in-process training runs two replicas, so
@@ -20,7 +21,7 @@ def status_server(tmp_path, monkeypatch):
     def start(**limits):
         for name, value in limits.items():
             monkeypatch.setattr(status, name, value)
-        reporter = status.StatusReporter(str(tmp_path), enabled=True)
+        reporter = status.StatusReporter(ModelDir(str(tmp_path)), enabled=True)
         reporter.update(state="running", global_step=7)
         reporter.serve("127.0.0.1", free_ports(1)[0])
         started.append(reporter)

@@ -203,8 +203,8 @@ LAYOUTS = [
 
 @pytest.mark.parametrize("layout_of", LAYOUTS, ids=lambda layout_of: layout_of.__name__)
 def test_a_folder_layout_that_cannot_work_is_named_by_the_check_before_the_group_forms(layout_of, tmp_path):
-    from trainer.__main__ import parse_config
     from trainer.base.errors import DataError
+    from trainer.context import parse_config
     from trainer.data import catalog
 
     flags, expected = layout_of(tmp_path / "images")
@@ -244,8 +244,8 @@ def mixed_folder(tmp_path: pathlib.Path) -> pathlib.Path:
     ],
 )
 def test_an_image_shape_that_cannot_be_says_what_is_wrong_and_what_is_accepted(mixed_folder, shape, says):
-    from trainer.__main__ import parse_config
     from trainer.base.errors import DataError
+    from trainer.context import parse_config
     from trainer.data import catalog
 
     flags = ["--dataset", "image_folder", "--image-dir", str(mixed_folder), "--image-shape", shape]

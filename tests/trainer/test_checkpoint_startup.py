@@ -5,9 +5,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import py_checkpoint_reader
 
-from trainer.__main__ import parse_config
 from trainer.artifacts.checkpoint import Checkpointer, checkpoint_prefixes
+from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import ModelDirError
+from trainer.context import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.optimizer import build_optimizer
 from trainer.task import task_of
@@ -21,7 +22,7 @@ def checkpointer(model_dir, seed=1, strategy=None):
         model = task.build_model(Source(None, None, image_spec((28, 28, 1)), 10))
         optimizer = build_optimizer(task, config, 1e-3, 0)
         optimizer.build(model.trainable_variables)
-        return Checkpointer(str(model_dir), True, "worker-0", 5, model=model, optimizer=optimizer), model
+        return Checkpointer(ModelDir(str(model_dir)), True, "worker-0", 5, model=model, optimizer=optimizer), model
 
 
 @pytest.mark.parametrize("distributed", [False, True])
@@ -61,7 +62,7 @@ def test_a_checkpoint_of_another_model_is_refused_from_its_index(tmp_path):
         Source(None, None, image_spec((28, 28, 1)), 10)
     )
     with pytest.raises(ModelDirError, match="was written by a different model"):
-        Checkpointer(str(tmp_path), True, "worker-0", 5, model=other).restore_latest()
+        Checkpointer(ModelDir(str(tmp_path)), True, "worker-0", 5, model=other).restore_latest()
 
 
 def test_a_checkpoint_damaged_inside_falls_back_to_the_one_before(tmp_path):

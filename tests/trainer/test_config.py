@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from multiworker import ROOT
-from trainer.__main__ import parse_config
 from trainer.base.errors import ConfigError
+from trainer.context import parse_config, read_core
 from trainer.data import catalog
 from trainer.data.tfds import TfdsOptions
 from trainer.data.tfrecord import RecordOptions
@@ -196,7 +196,7 @@ def test_a_dataset_kinds_options_keep_their_flags_variables_precedence_and_help_
     assert (records.num_classes, records.image_shape, records.label_feature) == (7, "64x64x3", "label")
     assert (tfds.data_dir, tfds.download) == ("/from/env", True)
     assert not hasattr(config, "num_classes") and config.to_dict()["train_files"] == ""
-    core = parse_config(["--download"], {}, with_task=False)  # __main__ refuses --download in a group with it
+    core = read_core(["--download"], {}).config  # __main__ refuses --download in a group with it
     assert core.group(TfdsOptions).download
     text = " ".join(build_parser({}, catalog.option_groups()).format_help().split())
     assert "dataset tfrecord (your TFRecord files): --train-files" in text

@@ -209,8 +209,8 @@ def test_an_unknown_dataset_fails_before_the_group_forms(tmp_path):
     ],
 )
 def test_dataset_flags_are_checked_with_the_fix_named(argv, message):
-    from trainer.__main__ import parse_config
     from trainer.base.errors import DataError
+    from trainer.context import parse_config
 
     with pytest.raises(DataError, match=re.escape(message)):
         catalog.check_dataset(parse_config(argv))

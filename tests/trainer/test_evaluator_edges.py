@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 
 from trainer import evaluator
-from trainer.__main__ import open_inputs, parse_config
+from trainer.__main__ import open_inputs
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import DataError
+from trainer.context import RunContext, parse_config
 from trainer.data import records
 from trainer.data.datasets import Source, image_spec
 from trainer.distribution.cluster import from_environment
@@ -39,7 +40,7 @@ def leave_earlier_run(model_dir, step, epochs):
 def with_task(config):
     """The config, its task, this process's cluster and its data, as the entry point hands them to the evaluator."""
     cluster = from_environment()
-    return config, task_of(config), cluster, open_inputs(config, cluster)
+    return RunContext(config, cluster, task_of(config), ModelDir(config.model_dir)), open_inputs(config, cluster)
 
 
 def evaluator_config(model_dir, *extra):

@@ -70,7 +70,7 @@ def test_every_name_the_fork_api_lists_is_there():
 # then builds its dataset's Source and its task's model: what a training run does before the first step.
 LOAD = """
 import sys
-from trainer.__main__ import parse_config
+from trainer.context import parse_config
 from trainer.data import catalog
 from trainer.task import task_of
 config = parse_config(sys.argv[1:])

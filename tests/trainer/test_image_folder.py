@@ -235,7 +235,7 @@ def test_a_link_up_the_tree_is_not_followed_so_no_image_is_listed_twice_or_misla
 
 
 def test_class_names_are_the_folders_and_a_flag_naming_others_is_refused(tmp_path):
-    from trainer.__main__ import parse_config
+    from trainer.context import parse_config
 
     root = image_folders.write(tmp_path, per_class=2, test_per_class=1)
     config = parse_config(["--dataset", "image_folder", "--image-dir", str(root), "--class-names", "a,b,c"], {})

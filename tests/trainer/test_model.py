@@ -4,8 +4,8 @@ trains each)."""
 import numpy as np
 import pytest
 
-from trainer.__main__ import parse_config
 from trainer.base.errors import ConfigError, DataError
+from trainer.context import parse_config
 from trainer.data.datasets import Source, image_spec
 from trainer.task import task_of
 from trainer.tasks.image_classification import MODELS

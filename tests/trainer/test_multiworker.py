@@ -180,7 +180,7 @@ def sgd_update(strategy, initial, batch, model_name):
     SGD, under strategy, on one global batch that the strategy splits over its replicas."""
     import keras
 
-    from trainer.__main__ import parse_config
+    from trainer.context import parse_config
     from trainer.data.datasets import Source
     from trainer.step import NonFiniteGuard, train_step
     from trainer.task import task_of

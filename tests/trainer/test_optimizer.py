@@ -14,10 +14,10 @@ import tensorflow as tf
 
 from multiworker import run_group
 from replicas import two_replicas
-from trainer.__main__ import parse_config
 from trainer.artifacts.checkpoint import checkpoint_prefixes, checkpoint_step
 from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import ConfigError
+from trainer.context import parse_config
 from trainer.optimizer import WarmupThenDecay, build_optimizer
 from trainer.task import Task, task_of
 

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from trainer.artifacts import layout, ownership
+from trainer.artifacts.layout import ModelDir
 from trainer.base.errors import ModelDirError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def owner_of(model_dir: pathlib.Path) -> dict:
 
 
 def test_the_first_chief_records_its_job_and_pod(tmp_path):
-    ownership.claim(str(tmp_path), JOB)
+    ownership.claim(ModelDir(str(tmp_path)), JOB)
     owner = owner_of(tmp_path)
     assert {key: owner[key] for key in ("job", "namespace", "pod", "pod_uid")} == {
         "job": "mnist-a",
@@ -39,9 +40,9 @@ def test_a_resubmit_of_the_same_job_claims_it_again_and_keeps_when_it_first_did(
     # milliseconds apart, within the record's one-second resolution, so a rewritten first_claimed would not show).
     instants = iter([time.gmtime(1_767_225_600), time.gmtime(1_772_323_200)])  # 2026-01-01 and 2026-03-01
     monkeypatch.setattr(ownership.time, "gmtime", lambda: next(instants))
-    first = ownership.claim(str(tmp_path), JOB)
+    first = ownership.claim(ModelDir(str(tmp_path)), JOB)
     # make delete, make submit: the engine's object and its pods are new, the job's name and namespace are the same.
-    again = ownership.claim(str(tmp_path), {**JOB, "POD_UID": "uid-2"})
+    again = ownership.claim(ModelDir(str(tmp_path)), {**JOB, "POD_UID": "uid-2"})
     assert first["first_claimed"] == first["claimed"] == "2026-01-01T00:00:00Z"
     assert again["pod_uid"] == "uid-2" and again["claimed"] == "2026-03-01T00:00:00Z"
     assert again["first_claimed"] == "2026-01-01T00:00:00Z"
@@ -53,9 +54,9 @@ def test_a_resubmit_of_the_same_job_claims_it_again_and_keeps_when_it_first_did(
     [({"JOB_NAME": "mnist-b"}, "team/mnist-b"), ({"JOB_NAMESPACE": "other-team"}, "other-team/mnist-a")],
 )
 def test_another_job_is_refused_naming_the_owner_and_the_fix(tmp_path, other, named):
-    ownership.claim(str(tmp_path), JOB)
+    ownership.claim(ModelDir(str(tmp_path)), JOB)
     with pytest.raises(ModelDirError) as refused:
-        ownership.claim(str(tmp_path), {**JOB, **other, "POD_UID": "uid-9"})
+        ownership.claim(ModelDir(str(tmp_path)), {**JOB, **other, "POD_UID": "uid-9"})
     message = str(refused.value)
     assert "belongs to job team/mnist-a" in message and f"not to {named}" in message
     assert "JOB_NAME" in message and f"delete {tmp_path / layout.OWNER}" in message
@@ -63,8 +64,8 @@ def test_another_job_is_refused_naming_the_owner_and_the_fix(tmp_path, other, na
 
 
 def test_a_run_without_a_job_name_records_and_checks_nothing(tmp_path):
-    ownership.claim(str(tmp_path), JOB)
-    assert ownership.claim(str(tmp_path), {}) is None
+    ownership.claim(ModelDir(str(tmp_path)), JOB)
+    assert ownership.claim(ModelDir(str(tmp_path)), {}) is None
     assert owner_of(tmp_path)["job"] == "mnist-a"
 
 
@@ -72,11 +73,11 @@ def test_a_run_without_a_job_name_records_and_checks_nothing(tmp_path):
 def test_an_owner_file_of_the_wrong_shape_is_refused_with_the_fix(tmp_path, text):
     (tmp_path / layout.OWNER).write_text(text)
     with pytest.raises(ModelDirError, match="delete .*owner.json and start the job again"):
-        ownership.claim(str(tmp_path), JOB)
+        ownership.claim(ModelDir(str(tmp_path)), JOB)
 
 
 def test_the_trainer_exits_2_on_another_jobs_model_dir_before_writing_anything(tmp_path):
-    ownership.claim(str(tmp_path), JOB)
+    ownership.claim(ModelDir(str(tmp_path)), JOB)
     before = sorted(p.name for p in tmp_path.iterdir())
     result = subprocess.run(
         [sys.executable, "-m", "trainer", "--dataset", "synthetic", "--model-dir", str(tmp_path)],

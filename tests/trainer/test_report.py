@@ -1,10 +1,11 @@
 """The status (file, HTTP, Prometheus) and its one-screen view speak the task's metric names, whatever they are."""
 
+from trainer.artifacts.layout import ModelDir
 from trainer.reporting.status import StatusReporter, read_status, render
 
 
 def test_the_status_has_a_gauge_and_a_line_for_each_of_the_tasks_metrics(tmp_path):
-    status = StatusReporter(str(tmp_path), enabled=True)
+    status = StatusReporter(ModelDir(str(tmp_path)), enabled=True)
     status.update(state="running", metric_names=["loss", "mae"], loss=0.5, mae=0.25)
     status.update(test_loss=0.4, test_mae=0.2)
     text = status.metrics_text().decode()

@@ -53,7 +53,7 @@ def test_the_resume_line_says_what_changed_and_what_it_means_for_the_epoch():
 
 
 def test_a_checkpoint_of_other_training_files_is_refused(tmp_path):
-    saver = checkpoint.Checkpointer(str(tmp_path), True, "worker-0", 3)
+    saver = checkpoint.Checkpointer(ModelDir(str(tmp_path)), True, "worker-0", 3)
     saver.record_run_setup({"train_data": "8 TFRecord files, names sha256 aaaa", "global_batch_size": 64})
     saver.save(5)
     with pytest.raises(checkpoint.ModelDirError, match="train_data: checkpoint has '8 TFRecord files"):

@@ -35,7 +35,7 @@ def strict_json(text):
 def test_a_status_file_of_the_wrong_shape_counts_as_none_without_a_traceback(tmp_path, text, restarts):
     with open(ModelDir(str(tmp_path)).status, "w") as handle:
         handle.write(text)
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
+    reporter = status.StatusReporter(ModelDir(str(tmp_path)), enabled=True)
     assert reporter.restarts == restarts  # a run killed mid-way, whose count is unreadable, is restart 1
     reporter.update(state="running")
     assert status.read_status(str(tmp_path))["state"] == "running"
@@ -51,7 +51,7 @@ def test_the_status_tool_says_a_file_of_the_wrong_shape_is_not_a_status(tmp_path
 
 
 def test_nan_is_written_as_null_in_the_file_and_over_http(tmp_path):
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
+    reporter = status.StatusReporter(ModelDir(str(tmp_path)), enabled=True)
     reporter.serve("127.0.0.1", free_ports(1)[0])
     try:
         reporter.update(state="running", loss=float("nan"), eta_seconds=float("inf"), test_loss=0.5)
@@ -134,7 +134,7 @@ def leave_checkpoints(model_dir, run_setup_text):
 def test_a_run_setup_of_the_wrong_shape_is_refused_naming_the_fix(tmp_path, text, problem):
     leave_checkpoints(tmp_path, text)
     with pytest.raises(ModelDirError) as refused:
-        checkpoint.recorded_run_setup(str(tmp_path))
+        checkpoint.recorded_run_setup(ModelDir(str(tmp_path)))
     assert problem in str(refused.value) and "delete it to resume" in str(refused.value)
 
 
@@ -182,7 +182,7 @@ def test_clients_sending_a_byte_at_a_time_cannot_hold_every_slot(slow_server):
 
 def test_one_client_address_gets_at_most_its_share_of_the_slots(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "MAX_PER_CLIENT", 2)
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
+    reporter = status.StatusReporter(ModelDir(str(tmp_path)), enabled=True)
     reporter.serve("127.0.0.1", free_ports(1)[0])
     held = [socket.create_connection(("127.0.0.1", reporter.port), timeout=30) for _ in range(2)]
     try:

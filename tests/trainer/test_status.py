@@ -30,11 +30,11 @@ def leave_status(model_dir, **fields):
 )
 def test_a_start_counts_as_a_restart_only_after_a_run_that_was_to_be_restarted(tmp_path, previous, restarts):
     leave_status(tmp_path, **previous)
-    assert status.StatusReporter(str(tmp_path), enabled=True).restarts == restarts
+    assert status.StatusReporter(ModelDir(str(tmp_path)), enabled=True).restarts == restarts
 
 
 def test_a_failed_status_records_its_exit_code(tmp_path):
-    reporter = status.StatusReporter(str(tmp_path), enabled=True)
+    reporter = status.StatusReporter(ModelDir(str(tmp_path)), enabled=True)
     reporter.failed("bad flag", exit_code=2)
     recorded = status.read_status(str(tmp_path))
     assert (recorded["state"], recorded["error"], recorded["exit_code"]) == ("failed", "bad flag", 2)

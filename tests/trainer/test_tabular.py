@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from multiworker import run_group, trainer_flags
-from trainer.__main__ import parse_config
 from trainer.artifacts import layout
 from trainer.base.errors import DataError
+from trainer.context import parse_config
 
 MODULE = "examples.tabular"  # importable from the project root; a fork copies it into modules/
 TASK = ["--task-module", MODULE, "--task", "tabular", "--dataset-module", MODULE, "--dataset", "csv"]

@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 from replicas import two_replicas
-from trainer.__main__ import open_inputs, parse_config
+from trainer.__main__ import open_inputs
 from trainer.artifacts import layout
+from trainer.context import RunContext, parse_config
 from trainer.distribution.cluster import SINGLE_PROCESS
 from trainer.distribution.sync_runner import SyncRunner
 from trainer.loop import train_and_evaluate
@@ -38,13 +39,12 @@ TINY = [
 
 def train(model_dir, *flags):
     config = parse_config([*TINY, *flags, "--model-dir", str(model_dir)], {})
-    reporter = Reporter(config.model_dir, SINGLE_PROCESS.name, is_chief=True)
+    context = RunContext(config, SINGLE_PROCESS, task_of(config), layout.ModelDir(config.model_dir))
+    reporter = Reporter(context.model_dir, SINGLE_PROCESS.name, is_chief=True)
     strategy = two_replicas()
     inputs = open_inputs(config, SINGLE_PROCESS, strategy)
     try:
-        return train_and_evaluate(
-            config, task_of(config), SINGLE_PROCESS, strategy, inputs, SyncRunner, Startup(time.time()), reporter
-        )
+        return train_and_evaluate(context, strategy, inputs, SyncRunner, Startup(time.time()), reporter)
     finally:
         reporter.close()
 

@@ -43,14 +43,14 @@ _BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIAB
 class Checkpointer:
     """Owns the tf.train.Checkpoint of model, optimizer and global step, and where it is written."""
 
-    def __init__(self, model_dir: str, is_chief: bool, task_name: str, keep: int, **trackables: Any) -> None:
+    def __init__(self, model_dir: ModelDir, is_chief: bool, task_name: str, keep: int, **trackables: Any) -> None:
         self.model_dir = model_dir
-        self.directory = ModelDir(model_dir).checkpoints
-        self.run_setup_path = ModelDir(model_dir).run_setup
+        self.directory = model_dir.checkpoints
+        self.run_setup_path = model_dir.run_setup
         self.is_chief = is_chief
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.checkpoint = tf.train.Checkpoint(global_step=self.global_step, **trackables)
-        self._write_directory = self.directory if is_chief else _scratch_directory(model_dir, task_name)
+        self._write_directory = self.directory if is_chief else _scratch_directory(model_dir.root, task_name)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self._write_directory, max_to_keep=keep)
 
     def check_run_setup(self, setup: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,9 +137,8 @@ class Checkpointer:
         return None if shapes is None else {key: shape for key, shape in shapes.items() if key not in _BOOKKEEPING}
 
 
-def recorded_run_setup(model_dir: str) -> dict[str, Any] | None:
+def recorded_run_setup(layout: ModelDir) -> dict[str, Any] | None:
     """The run setup recorded beside the checkpoints; None when there is no checkpoint (or no record) to resume."""
-    layout = ModelDir(model_dir)
     if not checkpoint_prefixes(layout.checkpoints) or not os.path.exists(layout.run_setup):
         return None
     try:

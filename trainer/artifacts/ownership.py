@@ -35,9 +35,9 @@ def identity(environ: Mapping[str, str]) -> dict[str, str] | None:
     return {"namespace": environ.get("JOB_NAMESPACE", ""), "job": name}
 
 
-def read_owner(model_dir: str) -> dict[str, Any] | None:
+def read_owner(model_dir: ModelDir) -> dict[str, Any] | None:
     """The recorded owner, None where there is none; ModelDirError for a file that is not an owner record."""
-    path = ModelDir(model_dir).owner
+    path = model_dir.owner
     try:
         with open(path) as handle:
             record = json.load(handle)
@@ -45,7 +45,7 @@ def read_owner(model_dir: str) -> dict[str, Any] | None:
         return None
     except (OSError, ValueError) as error:
         raise ModelDirError(
-            f"{path} cannot be read as this directory's owner ({error}); if no other job uses {model_dir}, delete "
+            f"{path} cannot be read as this directory's owner ({error}); if no other job uses {model_dir.root}, delete "
             f"{path} and start the job again"
         ) from None
     if not (
@@ -53,12 +53,12 @@ def read_owner(model_dir: str) -> dict[str, Any] | None:
     ):
         raise ModelDirError(
             f"{path} is not an owner record (expected an object with job and namespace strings); if no other job "
-            f"uses {model_dir}, delete {path} and start the job again"
+            f"uses {model_dir.root}, delete {path} and start the job again"
         )
     return record
 
 
-def claim(model_dir: str, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def claim(model_dir: ModelDir, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Records this job as the model directory's owner, or raises ModelDirError (exit 2) naming the job that owns it
     and the fix. The same job (a restart, a resubmit) claims it again and resumes. Returns the record written."""
     environ = os.environ if environ is None else environ
@@ -68,10 +68,10 @@ def claim(model_dir: str, environ: Mapping[str, str] | None = None) -> dict[str,
     owner = read_owner(model_dir)
     if owner is not None and (owner["namespace"], owner["job"]) != (me["namespace"], me["job"]):
         raise ModelDirError(
-            f"{model_dir} belongs to job {_named(owner)} (its {ModelDir(model_dir).owner}), not to "
+            f"{model_dir.root} belongs to job {_named(owner)} (its {model_dir.owner}), not to "
             f"{_named(me)}: one model directory holds one job's checkpoints. Give this job a name of its own "
             f"(JOB_NAME: the model directory is MODEL_ROOT/JOB_NAME), or, to take over that job's directory once it "
-            f"is gone, delete {ModelDir(model_dir).owner}"
+            f"is gone, delete {model_dir.owner}"
         )
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = {
@@ -81,10 +81,11 @@ def claim(model_dir: str, environ: Mapping[str, str] | None = None) -> dict[str,
         "pod": environ.get("POD_NAME", ""),
         "pod_uid": environ.get("POD_UID", ""),
     }
-    os.makedirs(model_dir, exist_ok=True)
-    write_json(ModelDir(model_dir).owner, record)
+    os.makedirs(model_dir.root, exist_ok=True)
+    write_json(model_dir.owner, record)
     if owner is not None and owner.get("pod_uid") != record["pod_uid"]:
-        log.info("model dir %s: job %s again (pod %s), resuming what it holds", model_dir, _named(me), record["pod"])
+        pod = record["pod"]
+        log.info("model dir %s: job %s again (pod %s), resuming what it holds", model_dir.root, _named(me), pod)
     return record
 
 

@@ -41,21 +41,21 @@ def check_model_dir(model_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def save_target(model_dir: str, is_chief: bool) -> Iterator[str]:
+def save_target(model_dir: ModelDir, is_chief: bool) -> Iterator[ModelDir]:
     """The directory this worker saves into: model_dir on the chief, a throw-away one elsewhere."""
     if is_chief:
-        os.makedirs(model_dir, exist_ok=True)
+        os.makedirs(model_dir.root, exist_ok=True)
         yield model_dir
         return
     scratch = tempfile.mkdtemp(prefix="trainer-worker-save-")
     try:
-        yield scratch
+        yield ModelDir(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def save_model(
-    model: keras.Model, task: Task, model_dir: str, is_chief: bool, version: int, features: Any = None
+    model: keras.Model, task: Task, model_dir: ModelDir, is_chief: bool, version: int, features: Any = None
 ) -> dict[str, Any] | None:
     """Writes the SavedModel serving/<version>/ (signature `serve`: the task's serving function, and the task's
     serving_endpoints), verified on
@@ -70,8 +70,8 @@ def save_model(
             def verify(written: str) -> dict[str, Any]:
                 return export_check.check(written, task, model, features, expected)
 
-        checked = _write_saved_model(model, task, ModelDir(target).saved_model(version), verify)
-        _write_keras(model, ModelDir(target).keras_model)
+        checked = _write_saved_model(model, task, target.saved_model(version), verify)
+        _write_keras(model, target.keras_model)
     if is_chief and checked is None:
         log.warning("the export was not checked: this process has no test examples to run it on")
     return checked

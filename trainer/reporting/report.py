@@ -33,8 +33,10 @@ class Reporter:
     prints the progress lines (the chief, or every worker under --verbose-workers); evaluator: the evaluator task,
     which writes its own TensorBoard stream and evaluations.json and prints a line for each checkpoint."""
 
-    def __init__(self, model_dir: str, name: str, is_chief: bool, lines: bool = False, evaluator: bool = False) -> None:
-        self.layout, self.name, self.is_chief, self.evaluator = ModelDir(model_dir), name, is_chief, evaluator
+    def __init__(
+        self, model_dir: ModelDir, name: str, is_chief: bool, lines: bool = False, evaluator: bool = False
+    ) -> None:
+        self.layout, self.name, self.is_chief, self.evaluator = model_dir, name, is_chief, evaluator
         self.lines = is_chief or lines
         self.status = StatusReporter(model_dir, enabled=is_chief)
         self.progress = Progress(1, 1, 1, enabled=False)  # the run's shape arrives with started()

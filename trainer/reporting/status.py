@@ -52,8 +52,8 @@ def _now() -> str:
 class StatusReporter:
     """Keeps the chief's status; a disabled reporter (non-chief workers) does nothing."""
 
-    def __init__(self, model_dir: str, enabled: bool) -> None:
-        self.path = ModelDir(model_dir).status
+    def __init__(self, model_dir: ModelDir, enabled: bool) -> None:
+        self.path = model_dir.status
         self.enabled = enabled
         self.restarts = _restarts_so_far(self.path) if enabled else 0
         self._lock = threading.Lock()

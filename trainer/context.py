@@ -1,0 +1,91 @@
+"""The run's settings, resolved once: argv and the environment read into the config, the cluster, the task and the
+model directory, which the entry point hands down (`RunContext`); the tools read a run's config here too
+(`parse_config`).
+
+The command line is read in two steps, each once. `read_core` reads the core knobs and the built-in dataset kinds'
+options without the task's module, so no TensorFlow: a bad flag or `TF_CONFIG` exits before it starts.
+`read_config` then imports `--module` (which may register the task, datasets and their options), resolves `--task`
+and `--dataset` and reads every option.
+
+This file stands above data/, task.py, distribution/ and artifacts/, whose facts it gathers: settings/ holds the
+option mechanism they all import, so it cannot import them back (tests/tools/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import trainer.tasks  # noqa: F401 (registers the built-in tasks)
+from trainer import task
+from trainer.artifacts.layout import ModelDir
+from trainer.data import catalog
+from trainer.distribution.cluster import Cluster
+from trainer.settings import flags
+from trainer.settings.config import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreSettings:
+    """The core knobs as read before anything heavy, and the argv and environment they were read from (the full
+    read takes them again, with the groups the task's module adds)."""
+
+    config: Config
+    argv: tuple[str, ...]
+    environ: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every part of a run reads: its settings, its place in the group, what it learns and where it writes."""
+
+    config: Config
+    cluster: Cluster
+    task: task.Task
+    model_dir: ModelDir
+
+
+def read_core(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> CoreSettings:
+    """The core knobs and every built-in dataset kind's options, flags over TRAINER_* variables over defaults,
+    validated (ConfigError); the task's flags are left for read_config, and no module of the user's is imported."""
+    argv = tuple(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ if environ is None else environ)
+    core = flags.parse(argv, environ, catalog.option_groups(), partial=True, add_help=False)
+    return CoreSettings(core, argv, environ)
+
+
+def read_config(core: CoreSettings) -> Config:
+    """Every option, with --module imported and --task and --dataset resolved (each the one --module registers where
+    not given). Raises ConfigError (DataError for a module that cannot be imported)."""
+    name, chosen = chosen_task(core.config)
+    config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen))
+    chosen.check_options(config.group(chosen.Options))
+    return dataclasses.replace(config, task=name)
+
+
+def chosen_task(core: Config) -> tuple[str, type[task.Task]]:
+    """--task's name and class, once --module and the older --dataset-module (which may register it, and datasets)
+    are imported."""
+    catalog.import_dataset_module(core.module, "--module")
+    catalog.import_dataset_module(core.dataset_module)
+    name = task.chosen_name(core.task, core.module)
+    return name, task.find(name, core.task_module)
+
+
+def option_groups(name: str, chosen: type[task.Task]) -> list[tuple[str, type]]:
+    """The option groups the full read (and --help) takes beside the core's: every dataset kind's, then the task's."""
+    return [*catalog.option_groups(), (f"task {name}", chosen.Options)]
+
+
+def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """A run's whole config from argv and the environment (sys.argv and os.environ by default): what the tools read."""
+    return read_config(read_core(argv, environ))
+
+
+def run_context(core: CoreSettings, cluster: Cluster, model_dir: ModelDir) -> RunContext:
+    """The run's context, once the core settings, the cluster and the model dir are known: every option read and
+    the task built with its own."""
+    config = read_config(core)
+    return RunContext(config, cluster, task.task_of(config), model_dir)
