@@ -4,11 +4,12 @@ Nothing under trainer/ changes, nor the Dockerfile: copy it into modules/, the f
 modules (importable from the project root, and in the image, which ships modules/ on PYTHONPATH):
 
     cp examples/regression.py modules/
-    python -m trainer --module modules.regression --dataset linear_features --epochs 3
+    python -m trainer --module modules.regression --epochs 3
 
-It registers two things: the dataset `linear_features` (examples generated in the graph from --seed, so any
-number of workers reads disjoint parts and nothing is downloaded) and the task `regression` (its model, loss,
-metric and serving signature). docs/fork.md walks through it.
+It registers two things, each the only one of its kind here, so --module alone picks both: the dataset
+`linear_features` (examples generated in the graph from --seed, so any number of workers reads disjoint parts and
+nothing is downloaded) and the task `regression` (its model, loss, metric and serving signature). docs/fork.md walks
+through it.
 """
 
 from __future__ import annotations

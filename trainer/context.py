@@ -62,7 +62,9 @@ def read_config(core: CoreSettings) -> Config:
     name, chosen = chosen_task(core.config)
     config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen))
     chosen.check_options(config.group(chosen.Options))
-    return dataclasses.replace(config, task=name)
+    given = catalog.dataset_given(core.argv, core.environ)
+    dataset = catalog.chosen_dataset(config.dataset, config.module, given)
+    return dataclasses.replace(config, task=name, dataset=dataset)
 
 
 def chosen_task(core: Config) -> tuple[str, type[task.Task]]:

@@ -1,4 +1,4 @@
-"""What is learned, in one class: the Task interface, the task registry, and --task / --task-module.
+"""What is learned, in one class: the Task interface, the task registry, and --task.
 
 A task builds its model from its own hyperparameters (`Options`), says what a batch holds (features and targets,
 each any nest of tensors), defines the per-example loss and its metrics, and what the exported model serves.
@@ -165,7 +165,7 @@ def chosen_name(name: str, module: str = "") -> str:
 
 
 def find(name: str, module: str = "") -> type[Task]:
-    """The Task class of --task, after importing --task-module (if any); the entry point (trainer/__main__.py) has
+    """The Task class of --task, after importing the older --task-module (if any); trainer/context.py has
     registered the built-in tasks."""
     import_registering_module(module, "--task-module")
     if name not in TASKS:

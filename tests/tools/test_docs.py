@@ -147,6 +147,7 @@ def parser_flags(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argpar
         for group in parser._action_groups
         for action in group._group_actions
         if action.dest != "help"  # argparse's own, with no variable
+        and action.help != argparse.SUPPRESS  # an older name that keeps working, out of --help and the docs
     }
 
 

@@ -120,7 +120,7 @@ def volume_full(error: BaseException, model_dir: str) -> VolumeFullError | None:
 
 def missing_module(error: BaseException) -> BrokenEnvironmentError | None:
     """The BrokenEnvironmentError for `error` when it (or what caused it) is a module that is not installed, else
-    None. Errors the trainer raises for a user's own module (--task-module, --dataset-module) are UserErrors already
+    None. Errors the trainer raises for a user's own module (--module) are UserErrors already
     and are not looked into."""
     seen: BaseException | None = error
     while seen is not None and not isinstance(seen, UserError):

@@ -11,6 +11,7 @@ own flags are left to `python -m trainer`, which checks them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -130,12 +131,15 @@ def check_registered(config: Config) -> str:
 
 def read_config(argv: list[str]) -> Config:
     """The core and dataset settings of the trainer's command line, after importing the modules that may register
-    datasets: --module, --dataset-module, and --task-module, which may register its own."""
+    datasets (--module, and the older flags that name one); --dataset, where not given, is the one --module
+    registers."""
     core = flags.parse(argv, None, catalog.option_groups(), partial=True, add_help=False)
     catalog.import_dataset_module(core.module, "--module")
     catalog.import_dataset_module(core.dataset_module)
     catalog.import_dataset_module(core.task_module, "--task-module")
-    return flags.parse(argv, None, catalog.option_groups(), partial=True)
+    config = flags.parse(argv, None, catalog.option_groups(), partial=True)
+    dataset = catalog.chosen_dataset(config.dataset, config.module, catalog.dataset_given(argv, os.environ))
+    return dataclasses.replace(config, dataset=dataset)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,22 +1,22 @@
 """Every dataset by its --dataset name: the built-in kinds (synthetic.py, tfrecord.py, image_folder.py, any TFDS name:
-tfds.py) and those a --dataset-module registers (datasets.register), each with its options; checked before the group
+tfds.py) and those a --module registers (datasets.register), each with its options; checked before the group
 forms, then loaded. A registered function that raises is named with its error in one line (DataError, exit 2)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import trainer.data.synthetic  # noqa: F401 (registers --dataset synthetic)
-from trainer.base.errors import DataError
+from trainer.base.errors import ConfigError, DataError
 from trainer.data import image_folder, tfds, tfrecord
 from trainer.data.datasets import DATASET_OPTIONS, DATASETS, Source
 from trainer.settings.config import Config
-from trainer.settings.options import import_registering_module
+from trainer.settings.options import env_name, import_registering_module
 
 
 def option_groups() -> list[tuple[str, type]]:
     """Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them
-    all): (heading in --help, option group), the built-in kinds' first, then those of --dataset-module."""
+    all): (heading in --help, option group), the built-in kinds' first, then those of --module."""
     return [
         ("dataset tfrecord (your TFRecord files)", tfrecord.RecordOptions),
         ("TFDS datasets (--dataset <a TFDS name>)", tfds.TfdsOptions),
@@ -28,6 +28,25 @@ def import_dataset_module(module: str, flag: str = "--dataset-module") -> None:
     """Imports the module `flag` names, which registers its datasets (and their option groups); DataError when it
     cannot be imported."""
     import_registering_module(module, flag, DataError)
+
+
+def dataset_given(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether --dataset or TRAINER_DATASET names the dataset (else the one --module registers is the default)."""
+    flag = any(arg == "--dataset" or arg.startswith("--dataset=") for arg in argv)
+    return flag or bool(environ.get(env_name("dataset")))
+
+
+def chosen_dataset(name: str, module: str, given: bool) -> str:
+    """--dataset as given; without it, the one dataset --module (already imported) registers, else name (the
+    default). ConfigError where the module registers several: the user picks one."""
+    if given or not module:
+        return name
+    own = sorted(key for key, build in DATASETS.items() if build.__module__ == module)
+    if len(own) > 1:
+        raise ConfigError(
+            f"--module {module} registers the datasets {', '.join(own)}: choose one with --dataset (or TRAINER_DATASET)"
+        )
+    return own[0] if own else name
 
 
 def check_dataset(config: Config) -> None:

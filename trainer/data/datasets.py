@@ -1,7 +1,8 @@
 """What a dataset is and how to add one: the interface a fork reads.
 
-A dataset is a function (config) -> Source decorated with @register("name"), in your own module passed as
-`--dataset-module my_pkg.my_data` (imported before the group forms). A Source holds two Splits and what one example
+A dataset is a function (config) -> Source decorated with @datasets.register("name") (from trainer.api), in your
+own module passed as `--module my_pkg.my_data` (imported before the group forms; the one dataset it registers is the
+default --dataset). A Source holds two Splits and what one example
 is; a Split says how worker `index` of `count` reads its part, as a Shard. Two Splits are here for your data:
 `Generated` (an indexed function, sharded by index range) and `Arrays` (numpy arrays in memory, e.g. a CSV's
 columns, sharded by row range). A dataset may declare its options, `@register("name", options=YourOptions)`: a

@@ -31,17 +31,17 @@ class Config:
     dataset: str = option(
         "fashion_mnist",
         "dataset: synthetic (no download), tfrecord (your files), image_folder (your class folders), any TFDS "
-        "image-classification name, or one your --module registers",
+        "image-classification name, or one your --module registers (default: the one dataset --module "
+        "registers, else fashion_mnist)",
     )
     module: str = option(
         "",
         "your Python module (e.g. modules.my_task): imported first, it registers its tasks and datasets; "
-        "if it registers one task, that task is the default --task",
+        "the one task and the one dataset it registers are the defaults of --task and --dataset",
     )
+    # The older ways to import a fork's module (before --module): they keep working, out of --help.
     dataset_module: str = option(
-        "",
-        "a module that registers datasets with @trainer.data.datasets.register (--module does this too); "
-        "imported before --dataset is looked up",
+        "", "a module that registers datasets, imported before --dataset is looked up", hidden=True
     )
     train_examples: int = option(
         0,
@@ -68,11 +68,7 @@ class Config:
         "here or in --module; its own options follow under its name (default: the one task --module "
         "registers, else image_classification)",
     )
-    task_module: str = option(
-        "",
-        "a module that registers tasks with @trainer.task.register (--module does this too); imported before "
-        "--task is looked up",
-    )
+    task_module: str = option("", "a module that registers tasks, imported before --task is looked up", hidden=True)
     precision: str = option(
         "float32",
         "Keras dtype policy, set before the model is built: mixed_bfloat16 and mixed_float16 compute in 16 bits "

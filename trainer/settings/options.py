@@ -59,11 +59,13 @@ def option(
     choices: Sequence[str] | None = None,
     at_least: float | None = None,
     below: float | None = None,
+    hidden: bool = False,
 ) -> Any:
     """A field of an option dataclass: its default, its --help text and, for a str, its choices; for a number, the
-    least value it takes and the one it stays below, where it has them (checked with the choices)."""
+    least value it takes and the one it stays below, where it has them (checked with the choices). hidden: an older
+    name that keeps working, left out of --help."""
     bounds = {"at_least": at_least, "below": below}
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **bounds})
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "hidden": hidden, **bounds})
 
 
 def option_fields(options_class: type) -> list[dataclasses.Field]:
@@ -113,7 +115,8 @@ def add_options(
     for field in option_fields(options_class):
         kind = option_type(options_class, field)
         default = _from_env(field, kind, environ)
-        help_text = f"{field.metadata['help']} [env {env_name(field.name)}]"
+        shown = f"{field.metadata['help']} [env {env_name(field.name)}]"
+        help_text = argparse.SUPPRESS if field.metadata.get("hidden") else shown
         if kind is bool:
             parser.add_argument(
                 f"--{flag(field.name)}", action=argparse.BooleanOptionalAction, default=default, help=help_text
