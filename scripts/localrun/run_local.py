@@ -4,9 +4,9 @@ v1.9; a JobSet with JobSet v0.12's pod names, labels and hostnames, group restar
 successPolicy; a TrainJob as the JobSet Kubeflow Trainer v2.3 makes of it and its runtime.
 
     python -m scripts.localrun.run_local --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
-    python -m scripts.localrun.run_local --kustomize k8s/overlays/jobset-sync --dataset synthetic --epochs 1
+    python -m scripts.localrun.run_local --kustomize k8s/engines/jobset/sync --dataset synthetic --epochs 1
 
-Reads `kubectl kustomize k8s/overlays/tfjob-sync` (or --kustomize DIR, or --manifest FILE), picks the TFJob,
+Reads `kubectl kustomize k8s/engines/tfjob/sync` (or --kustomize DIR, or --manifest FILE), picks the TFJob,
 JobSet or TrainJob, maps its volume to runs/<job-name>/, runs the data-preparation Job first for a dataset that
 needs one, then the group. Exit code: 0 Succeeded (Completed), 1 Failed, 2 the manifests cannot run, 128+n stopped
 by signal n.
@@ -50,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--kustomize",
         type=pathlib.Path,
         default=tfjob_manifest.K8S_DIR,
-        help="kustomization to render with `kubectl kustomize`, e.g. k8s/overlays/jobset-sync (default: %(default)s)",
+        help="kustomization to render with `kubectl kustomize`, e.g. k8s/engines/jobset/sync (default: %(default)s)",
     )
     parser.add_argument("--manifest", type=pathlib.Path, help="rendered YAML to run instead of rendering --kustomize")
     parser.add_argument(

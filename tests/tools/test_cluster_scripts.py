@@ -155,7 +155,7 @@ def without_scratch(call: str) -> str:
         (
             "trainjob",
             [
-                "-k SCRATCH/engines/trainer",
+                "-k SCRATCH/engines/trainjob",
                 "-k github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_COMMIT}",
             ],
         ),

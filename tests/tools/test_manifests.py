@@ -1,4 +1,4 @@
-"""The TFJob overlay (k8s/overlays/tfjob-sync), rendered by the real renderer and checked against the real schemas,
+"""The TFJob overlay (k8s/engines/tfjob/sync), rendered by the real renderer and checked against the real schemas,
 the Kubeflow SDK's TFJob model, the training operator's webhook rules, the settings and the
 trainer's exit codes. No cluster is involved: these are the checks that can run offline."""
 
