@@ -25,12 +25,12 @@ from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
 from .console import Console
+from .engine_modules import local_run
 from .envvars import Problems
-from .jobset_rules import JobSetRules
 from .operator_rules import JobRules, Replica
 from .podplan import Planner, ProcessPlan, settings_of
 from .report import shown, summarize
-from .supervisor import Supervisor
+from .supervisor import Rules, Supervisor
 from .watchdog import Watchdog
 
 SYNTHETIC = "synthetic"
@@ -90,7 +90,7 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
 
 
 def run_job(
-    rules: JobRules,
+    rules: Rules,
     processes: dict[str, tuple[Replica, ProcessPlan]],
     console: Console,
     watchdog: Watchdog,
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if manifests.kind == "TFJob":
             replicas = planner.replicas()
         else:
-            replicas, jobset_jobs, jobset_pods = planner.jobset_pods()
+            replicas, planned = local_run(manifests.kind).plan(planner)
         preparations = planner.preparation_jobs()
         if not problems.errors:
             chief_settings = settings_of(planner.chief)
@@ -169,11 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
-        if manifests.trainjob is not None:
-            console.say(
-                f"TrainJob {manifests.namespace}/{manifests.name}: runs as the JobSet {manifests.name} that Kubeflow "
-                f"Trainer v2 makes of it and its runtime {manifests.trainjob['spec']['runtimeRef'].get('name')}"
-            )
+        if manifests.made_from is not None:
+            console.say(local_run(manifests.made_from["kind"]).describe(manifests.made_from, manifests.job))
         console.say(
             f"{manifests.kind} {manifests.namespace}/{manifests.name}: {len(replicas)} "
             f"{'replica' if manifests.kind == 'TFJob' else 'pod'}(s); "
@@ -199,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
-        rules: JobRules | JobSetRules
+        rules: Rules
         if manifests.kind == "TFJob":
             rules = JobRules(
                 manifests.name,
@@ -211,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
             )
         else:
-            rules = JobSetRules(
-                manifests.name, manifests.namespace, spec, [r for r, _ in replicas], jobset_jobs, jobset_pods
-            )
+            rules = local_run(manifests.kind).rules(manifests, replicas, planned)
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

@@ -17,6 +17,7 @@ import engines_here
 from scripts.common import manifest
 from scripts.common import settings as project_settings
 from scripts.localrun import manifests as local_manifests
+from scripts.localrun.engine_modules import local_run
 from scripts.localrun.envvars import Problems
 from scripts.localrun.podplan import Planner, settings_of
 
@@ -117,7 +118,7 @@ def overlay_pods_env(k8s: pathlib.Path, engine: str, strategy: str, tmp_path: pa
     parsed = local_manifests.parse(objects, engine)
     problems = Problems()
     planner = Planner(parsed, tmp_path / f"{engine}-{strategy}", problems)
-    pods = planner.replicas() if engine == "tfjob" else planner.jobset_pods()[0]
+    pods = planner.replicas() if engine == "tfjob" else local_run(parsed.kind).plan(planner)[0]
     plans = {f"{engine}-{strategy} {plan.name}": plan for _, plan in pods}
     plans.update({f"{engine}-{strategy} {plan.name}": plan for plan in planner.preparation_jobs()})
     assert not problems.errors, problems.errors

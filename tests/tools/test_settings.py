@@ -16,6 +16,7 @@ import sys
 import pytest
 import yaml
 
+import engines_here
 from kubernetes_ranges import outside_ranges
 from multiworker import python_prints
 from scripts.common import settings as project_settings
@@ -103,12 +104,13 @@ def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that
     assert other_minor and all("the run here was on another minor" in line for line in other_minor)
 
 
+@engines_here.needs("jobset", "trainjob")
 def test_both_engines_that_run_on_jobset_install_the_pinned_jobset():
     # ENGINE=jobset applies k8s/engines/jobset; Trainer v2 applies it too (its ./jobset), so one cluster never holds
     # two JobSets; the image the install runs is the pinned release's.
     engines = ROOT / "k8s" / "engines"
-    under_trainer = yaml.safe_load((engines / "trainer" / "jobset" / "kustomization.yaml").read_text())
-    assert (engines / "trainer" / "jobset" / under_trainer["resources"][0]).resolve() == engines / "jobset"
+    under_trainer = yaml.safe_load((engines / "trainjob" / "jobset" / "kustomization.yaml").read_text())
+    assert (engines / "trainjob" / "jobset" / under_trainer["resources"][0]).resolve() == engines / "jobset"
     jobset = yaml.safe_load((engines / "jobset" / "kustomization.yaml").read_text())
     assert [image["newTag"] for image in jobset["images"]] == [SETTINGS["JOBSET_VERSION"]]
     assert all(ref.endswith("?ref=JOBSET_COMMIT") for ref in jobset["resources"])

@@ -1,21 +1,21 @@
-"""run-local's JobSet and TrainJob emulation without processes: JobSet's rules after each pod exit, the pods it plans
-from the project's overlays (names, hostnames, labels, indexes, the trainer's cluster from them), and the JobSet
-Kubeflow Trainer v2 makes of a TrainJob."""
+"""run-local's JobSet emulation without processes (k8s/engines/jobset/local_run.py, local_rules.py): JobSet's rules
+after each pod exit, the pods it plans from the project's overlays (names, hostnames, labels, indexes, the trainer's
+cluster from them), and what it does not emulate."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
+import engines_here
+from k8s.engines.jobset import local_run
+from k8s.engines.jobset.local_rules import JobSetRules, JobState
 from scripts.common.manifest import ManifestError, customize, overlay, render
 from scripts.localrun import manifests
 from scripts.localrun.envvars import Problems
-from scripts.localrun.jobset_rules import JobSetRules, JobState
 from scripts.localrun.operator_rules import Replica
 from scripts.localrun.podplan import Planner
-from scripts.localrun.trainjob import jobset_for
 from trainer.base.errors import ExitCode
 from trainer.distribution.cluster import from_environment
 
@@ -82,7 +82,7 @@ GROUP = {"maxRestarts": 2, "rules": [FAIL_ON_PERMANENT]}
 
 
 def test_the_shipped_pod_failure_policy_lets_exactly_the_trainers_retryable_exit_codes_restart():
-    for engine in ("jobset", "trainjob"):
+    for (engine,) in engines_here.present(("jobset",), ("trainjob",)):
         objects = render(overlay(engine, "sync"))
         job = manifests.parse(objects, engine).job
         for rjob in job["spec"]["replicatedJobs"]:
@@ -205,12 +205,12 @@ def planned(engine, strategy, tmp_path, workers=None):
     parsed = manifests.parse(objects, engine)
     problems = Problems()
     planner = Planner(parsed, tmp_path, problems)
-    pods, jobs, names = planner.jobset_pods()
+    pods, (jobs, names) = local_run.plan(planner)
     assert not problems.errors, problems.errors
     return parsed, planner, pods, jobs, names
 
 
-@pytest.mark.parametrize("engine, worker_job", [("jobset", "worker"), ("trainjob", "node")])
+@pytest.mark.parametrize("engine, worker_job", engines_here.present(("jobset", "worker"), ("trainjob", "node")))
 def test_each_pod_of_the_overlay_gets_jobsets_names_labels_and_indexes_and_the_trainer_finds_its_group(
     tmp_path, engine, worker_job
 ):
@@ -259,7 +259,7 @@ def test_a_label_that_changes_with_every_restart_is_not_supported_locally(tmp_pa
         }
     )
     problems = Problems()
-    Planner(manifests.parse(objects, "x"), tmp_path, problems).jobset_pods()
+    local_run.plan(Planner(manifests.parse(objects, "x"), tmp_path, problems))
     assert any(e.startswith("not supported locally: env[ATTEMPT].valueFrom.fieldRef") for e in problems.errors)
 
 
@@ -286,76 +286,5 @@ def test_what_run_local_does_not_emulate_of_a_jobset_stops_it(change, says):
     jobset = next(o for o in objects if o["kind"] == "JobSet")
     change(jobset["spec"])
     with pytest.raises(ManifestError, match="JobSet multi-worker cannot run") as error:
-        manifests.parse(objects, "x")
-    assert says in str(error.value)
-
-
-def trainjob_and_runtime():
-    objects = render(overlay("trainjob", "async"))
-    trainjob = next(o for o in objects if o["kind"] == "TrainJob")
-    runtime = next(o for o in objects if o["kind"] == "TrainingRuntime")
-    return copy.deepcopy(trainjob), copy.deepcopy(runtime)
-
-
-def test_the_trainjob_runs_as_the_jobset_overlays_jobset_renamed_as_trainer_v2_names_it():
-    trainjob, runtime = trainjob_and_runtime()
-    made = jobset_for(trainjob, runtime)
-    shipped = next(o for o in render(overlay("jobset", "async")) if o["kind"] == "JobSet")
-    renamed = json.loads(json.dumps(shipped["spec"]).replace('"worker"', '"node"').replace('"trainer"', '"node"'))
-    renamed["replicatedJobs"][2]["template"]["metadata"] = {
-        "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-    }
-    for rjob in renamed["replicatedJobs"]:
-        for entry in rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]:
-            if entry["name"] == "JOBSET_TASKS":
-                entry["value"] = entry["value"].replace("worker=", "node=")
-    assert made["metadata"]["name"] == trainjob["metadata"]["name"]
-    assert made["spec"] == renamed
-
-
-def test_the_trainjobs_overrides_apply_as_trainer_v2_applies_them():
-    trainjob, runtime = trainjob_and_runtime()
-    trainjob["spec"]["trainer"].update(
-        numNodes=4,
-        image="mine:2",
-        command=["python", "-m", "trainer"],
-        args=["--epochs", "9"],
-        env=[{"name": "TRAINER_THREADS", "value": "1"}, {"name": "EXTRA", "value": "x"}],
-        resourcesPerNode={"limits": {"memory": "8Gi"}},
-    )
-    made = jobset_for(trainjob, runtime)
-    jobs = {rjob["name"]: rjob for rjob in made["spec"]["replicatedJobs"]}
-    node = jobs["node"]["template"]["spec"]
-    assert (jobs["node"]["replicas"], node["parallelism"], node["completions"]) == (1, 4, 4)
-    container = node["template"]["spec"]["containers"][0]
-    assert (container["image"], container["command"], container["args"]) == (
-        "mine:2",
-        ["python", "-m", "trainer"],
-        ["--epochs", "9"],
-    )
-    env = [(e["name"], e.get("value")) for e in container["env"]]
-    assert ("TRAINER_THREADS", "1") in env and env[-1] == ("EXTRA", "x")
-    assert [name for name, _ in env].count("TRAINER_THREADS") == 1  # upserted in place
-    # Merged over the runtime's limits (the ephemeral storage of its read-only pods stays).
-    assert container["resources"]["limits"] == {"cpu": "2", "ephemeral-storage": "4Gi", "memory": "8Gi"}
-    chief = jobs["chief"]["template"]["spec"]
-    assert chief["parallelism"] == 1 and chief["template"]["spec"]["containers"][0]["image"] != "mine:2"
-
-
-@pytest.mark.parametrize(
-    "change, says",
-    [
-        (lambda tj, rt: tj["spec"].update(initializer={"dataset": {}}), "not supported locally: spec.initializer"),
-        (lambda tj, rt: tj["spec"]["trainer"].update(numProcPerNode=2), "spec.trainer.numProcPerNode"),
-        (lambda tj, rt: rt["spec"]["mlPolicy"].update(torch={}), "mlPolicy.torch (only plainML)"),
-        (lambda tj, rt: tj["spec"]["runtimeRef"].update(name="elsewhere"), "which the manifests do not hold"),
-    ],
-)
-def test_what_run_local_does_not_emulate_of_a_trainjob_stops_it(change, says):
-    objects = render(overlay("trainjob", "sync"))
-    trainjob = next(o for o in objects if o["kind"] == "TrainJob")
-    runtime = next(o for o in objects if o["kind"] == "TrainingRuntime")
-    change(trainjob, runtime)
-    with pytest.raises(ManifestError) as error:
         manifests.parse(objects, "x")
     assert says in str(error.value)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .operator_rules import Condition, KubeletBackoff, Outcome, Replica
+from scripts.localrun.operator_rules import Condition, KubeletBackoff, Outcome, Replica
 
 # pkg/constants/constants.go at v0.12.0.
 FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")

@@ -1,4 +1,6 @@
-"""The JobSet that Kubeflow Trainer v2 makes from a TrainJob and its runtime, for what run-local supports.
+"""The local runner's part of a TrainJob (scripts/localrun/ finds it here by the engine's folder): the JobSet that
+Kubeflow Trainer v2 makes from a TrainJob and its runtime, for what run-local supports; the JobSet's own part
+(k8s/engines/jobset/local_run.py) then runs it.
 
 Source: kubeflow/trainer v2.3.0. pkg/runtime/core/trainingruntime.go newRuntimeInfo: the runtime's JobSet template
 is the start; each replicated job is a pod set whose count is its parallelism (default 1), the trainer's (label
@@ -124,3 +126,16 @@ def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
         },
         "spec": jobset_spec,
     }
+
+
+def as_run(trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JobSet that runs the TrainJob: Trainer's, from the TrainJob and the runtime it names."""
+    return jobset_for(trainjob, find_runtime(trainjob, objects))
+
+
+def describe(trainjob: Mapping[str, Any], jobset: Mapping[str, Any]) -> str:
+    return (
+        f"TrainJob {trainjob['metadata'].get('namespace') or 'default'}/{trainjob['metadata']['name']}: runs as the "
+        f"JobSet {jobset['metadata']['name']} that Kubeflow Trainer v2 makes of it and its runtime "
+        f"{trainjob['spec']['runtimeRef'].get('name')}"
+    )
