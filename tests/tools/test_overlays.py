@@ -125,10 +125,10 @@ def overlay_pods_env(k8s: pathlib.Path, engine: str, strategy: str, tmp_path: pa
     return plans
 
 
-def test_one_line_in_settings_env_adds_a_trainer_setting_to_every_engines_pods_and_the_data_job(tmp_path):
+def test_one_line_in_trainer_env_adds_a_trainer_setting_to_every_engines_pods_and_the_data_job(tmp_path):
     k8s = tmp_path / "k8s"
     shutil.copytree(ROOT / "k8s", k8s)
-    with (k8s / "base" / "settings.env").open("a") as settings:
+    with (k8s / "base" / "trainer.env").open("a") as settings:
         settings.write("TRAINER_PER_WORKER_BATCH_SIZE=96\n")
     seen = {}
     for engine, strategy in OVERLAYS:
