@@ -1,10 +1,10 @@
-# Entry points. Names, paths and ports come from k8s/base/settings.env (the single source), and a harness room's own
-# from its scripts/<room>/settings.env (the local node's, the benches').
+# Entry points. Names, paths, ports and the engine come from k8s/base/settings.env, the trainer's variables from
+# k8s/base/trainer.env, and each room's pins from its own settings.env (k8s/engines/<name>/, scripts/<room>/).
 # Its values are defaults: the environment and make's command line win over each (KEY ?= VALUE), and the
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
 , := ,
-SETTINGS_FILES := k8s/base/settings.env $(wildcard scripts/*/settings.env)
+SETTINGS_FILES := k8s/base/settings.env k8s/base/trainer.env $(wildcard k8s/engines/*/settings.env scripts/*/settings.env)
 SETTINGS_LINES := $(shell grep -hE '^[A-Za-z_][A-Za-z0-9_]*=' $(SETTINGS_FILES))
 setting_key    = $(firstword $(subst =, ,$(1)))
 setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))
@@ -42,20 +42,23 @@ export IMAGES
 # PRUNE=1 make upload-images also removes the files on the volume that the folder no longer holds.
 PRUNE ?=
 DATASET ?= $(if $(value IMAGES),image_folder,$(TRAINER_DATASET))
-# Which engine runs the group on Kubernetes: tfjob (Kubeflow training operator v1), jobset (kubernetes-sigs/jobset)
-# or trainjob (Kubeflow Trainer v2, over a JobSet); and how it trains: sync (all-reduce workers) or async (a chief
-# coordinating parameter servers and workers, plus an evaluator). Each pair is one overlay, k8s/overlays/ENGINE-STRATEGY.
-ENGINE   ?= tfjob
+# Which engine runs the group on Kubernetes (ENGINE, a setting): each folder k8s/engines/ENGINE with an
+# engine.env is one (tfjob, the Kubeflow training operator v1; jobset; trainjob, Kubeflow Trainer v2 over a JobSet);
+# and how it trains (STRATEGY): sync (all-reduce workers) or async (a chief coordinating parameter servers and
+# workers, plus an evaluator). Each pair is one overlay, k8s/engines/ENGINE/STRATEGY.
 STRATEGY ?= sync
-ENGINES    := tfjob jobset trainjob
+ENGINE_FOLDERS := $(sort $(patsubst k8s/engines/%/engine.env,%,$(wildcard k8s/engines/*/engine.env)))
+ENGINES    := $(strip $(filter tfjob,$(ENGINE_FOLDERS)) $(filter-out tfjob,$(ENGINE_FOLDERS)))
 STRATEGIES := sync async
 ifeq ($(filter $(ENGINE),$(ENGINES)),)
-$(error ENGINE=$(ENGINE) is not an engine: use one of $(ENGINES))
+$(if $(ENGINES),$(error ENGINE=$(ENGINE) is not an engine: use one of $(ENGINES) (a folder k8s/engines/ENGINE with an engine.env)))
 endif
 ifeq ($(filter $(STRATEGY),$(STRATEGIES)),)
 $(error STRATEGY=$(STRATEGY) is not a strategy: use sync or async)
 endif
-KUSTOMIZATION := k8s/overlays/$(ENGINE)-$(STRATEGY)
+KUSTOMIZATION := k8s/engines/$(ENGINE)/$(STRATEGY)
+# The engine's facts (ENGINE_KIND, ENGINE_JOB_LABEL, ENGINE_CHIEF_SYNC...), from its engine.env.
+$(foreach line,$(shell grep -hsE '^ENGINE_[A-Z_]+=' k8s/engines/$(ENGINE)/engine.env),$(eval $(call setting_key,$(line)) := $(call setting_value,$(line))))
 EPOCHS  ?= 3
 ARGS    ?=
 # scripts/image/build-image.sh names the image (IMAGE_NAME:git revision, -gpu/-tf for IMAGE_TF_FLAVOUR=gpu/tf) and
@@ -134,7 +137,7 @@ lint: install ## ruff (lint and format check), mypy on trainer/, shellcheck on t
 	$(VENV)/bin/ruff check . || failed=1; \
 	$(VENV)/bin/ruff format --check . || failed=1; \
 	$(VENV)/bin/mypy trainer || failed=1; \
-	$(VENV)/bin/shellcheck $$(find scripts -name '*.sh') .ci/run || failed=1; \
+	$(VENV)/bin/shellcheck $$(find scripts k8s -name '*.sh') .ci/run || failed=1; \
 	exit $$failed
 
 versions: install ## each pinned component: version, release date, support end, where it runs here; warns past a support end (docs/versions.md)
@@ -165,10 +168,8 @@ status: install ## the job's conditions and the chief's live status (ENGINE=, ST
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --status --kustomize $(KUSTOMIZATION)
 
-# The chief's pod: the TFJob's job-role=master; under JobSet and TrainJob, pod 0 of the chief's (async) or the
-# workers' (sync) Job, as the status Service selects it.
-CHIEF_JOB = $(if $(filter async,$(STRATEGY)),chief,$(if $(filter trainjob,$(ENGINE)),node,worker))
-CHIEF_SELECTOR = $(if $(filter tfjob,$(ENGINE)),training.kubeflow.org/job-name=$(JOB_NAME)$(,)training.kubeflow.org/job-role=master,jobset.sigs.k8s.io/jobset-name=$(JOB_NAME)$(,)jobset.sigs.k8s.io/replicatedjob-name=$(CHIEF_JOB)$(,)batch.kubernetes.io/job-completion-index=0)
+# The chief's pod, by the labels its engine's engine.env names for the strategy.
+CHIEF_SELECTOR = $(ENGINE_JOB_LABEL)=$(JOB_NAME),$(ENGINE_CHIEF_$(if $(filter async,$(STRATEGY)),ASYNC,SYNC))
 
 logs: ## follow the chief's logs (ENGINE=, STRATEGY=)
 	@$(CHECK_SETTINGS)

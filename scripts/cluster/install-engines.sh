@@ -4,15 +4,15 @@
 # sources it has pinned: commits on GitHub for k3d, the Go module cache for the local node).
 # shellcheck disable=SC2154  # engines is the caller's
 
-# check_engine ENGINE: one of the three engines, or a one-line error naming them.
+# check_engine ENGINE: an engine folder (k8s/engines/ENGINE/engine.env, whose install.sh install_engine sources), or a
+# one-line error naming them.
 check_engine() {
-  case "$1" in
-    tfjob | jobset | trainjob) ;;
-    *)
-      echo "error: ENGINE=$1 is not an engine: use tfjob, jobset or trainjob" >&2
-      exit 2
-      ;;
-  esac
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  if [[ ! $1 =~ ^[a-z0-9-]+$ || ! -f $root/k8s/engines/$1/engine.env ]]; then
+    echo "error: ENGINE=$1 is not an engine: use one of $(cd "$root/k8s/engines" && echo */engine.env | sed 's|/engine.env||g')" >&2
+    exit 2
+  fi
 }
 
 # wait_established CRD...: each CRD serves its API. A CRD just applied can have no status yet, which kubectl wait
@@ -27,46 +27,6 @@ wait_established() {
     fi
     sleep 2
   done
-}
-
-# install_operator SOURCE: the training operator (TFJob) from its standalone overlay at SOURCE.
-install_operator() {
-  echo "installing the training operator $TRAINING_OPERATOR_VERSION (server-side: its CRDs are too large for client-side apply)"
-  kube apply --server-side -k "$1"
-  wait_established crd/tfjobs.kubeflow.org
-  echo "waiting for the operator to become available"
-  kube -n kubeflow wait --for condition=Available --timeout=300s deployment --all
-  kube -n kubeflow get deployments
-}
-
-install_jobset() {
-  # Trainer's manager overlay installs the same JobSet into kubeflow-system: one JobSet controller per cluster.
-  if kube -n kubeflow-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "JobSet is already installed with Kubeflow Trainer (kubeflow-system); using it"
-    return
-  fi
-  echo "installing JobSet $JOBSET_VERSION (server-side: its CRD is too large for client-side apply)"
-  kube apply --server-side -k "$engines/jobset"
-  wait_established crd/jobsets.jobset.x-k8s.io
-  echo "waiting for the JobSet controller to become available"
-  kube -n jobset-system wait --for condition=Available --timeout=300s deployment --all
-  kube -n jobset-system get deployments
-}
-
-# install_trainer RUNTIMES: Kubeflow Trainer with its JobSet, then its cluster runtimes from RUNTIMES.
-install_trainer() {
-  if kube -n jobset-system get deployment jobset-controller-manager >/dev/null 2>&1; then
-    echo "error: JobSet is installed on its own (jobset-system, ENGINE=jobset), and Kubeflow Trainer would install a second JobSet controller. Remove the first: delete the cluster and start again, or kubectl delete -k on a copy of k8s/engines/jobset with JOBSET_COMMIT replaced by its value in k8s/base/settings.env" >&2
-    exit 1
-  fi
-  echo "installing Kubeflow Trainer $KUBEFLOW_TRAINER_VERSION with its JobSet (server-side: the CRDs are too large for client-side apply)"
-  kube apply --server-side -k "$engines/trainer"
-  wait_established crd/trainjobs.trainer.kubeflow.org crd/jobsets.jobset.x-k8s.io
-  echo "waiting for the Trainer and JobSet controllers to become available"
-  kube -n kubeflow-system wait --for condition=Available --timeout=300s deployment --all
-  # The runtimes go through Trainer's webhook, which answers once the manager is available.
-  kube apply --server-side -k "$1"
-  kube -n kubeflow-system get deployments
 }
 
 install_kueue() {
@@ -89,13 +49,15 @@ install_katib() {
     deployment/katib-controller
 }
 
-# install_engine ENGINE OPERATOR_SOURCE TRAINER_RUNTIMES [KUEUE]: the engine, and Kueue when KUEUE is not empty.
+# install_engine ENGINE OPERATOR_SOURCE TRAINER_RUNTIMES [KUEUE]: the engine, by its folder's install.sh
+# (install_ENGINE, given the two sources), and Kueue when KUEUE is not empty.
 install_engine() {
-  case "$1" in
-    tfjob) install_operator "$2" ;;
-    jobset) install_jobset ;;
-    trainjob) install_trainer "$3" ;;
-  esac
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  check_engine "$1"
+  # shellcheck source=/dev/null
+  source "$root/k8s/engines/$1/install.sh"
+  "install_$1" "$2" "$3"
   [[ -z ${4:-} ]] || install_kueue
   # Katib's controller watches the trial kinds it finds at its start: an engine added beside it needs a restart.
   if kube -n kubeflow get deployment katib-controller >/dev/null 2>&1; then

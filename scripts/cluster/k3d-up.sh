@@ -4,7 +4,7 @@
 #             commit TRAINING_OPERATOR_COMMIT
 #   jobset    JobSet JOBSET_VERSION (k8s/engines/jobset: its release's kustomization at the commit JOBSET_COMMIT,
 #             into jobset-system)
-#   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (k8s/engines/trainer: its manager overlay's pieces at the
+#   trainjob  Kubeflow Trainer KUBEFLOW_TRAINER_VERSION (k8s/engines/trainjob: its manager overlay's pieces at the
 #             commit KUBEFLOW_TRAINER_COMMIT, with that JobSet; then its runtimes at that commit)
 # SERVE=1 adds cert-manager, KServe and Argo Workflows (install_serving below); KUEUE=1 adds Kueue KUEUE_VERSION
 # (k8s/engines/kueue, at the commit KUEUE_COMMIT) for gang admission of a JobSet or TrainJob (docs/cluster.md); KATIB=1
@@ -118,7 +118,7 @@ install_tuning() {
 
 install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"
 if [[ -n ${KUEUE:-} ]]; then
-  echo "ready: kubectl --context $context apply -f k8s/examples/kueue-queues.yaml (docs/cluster.md)"
+  echo "ready: kubectl --context $context apply -f k8s/engines/kueue/queues.yaml (docs/cluster.md)"
 fi
 if [[ -n ${SERVE:-} ]]; then
   install_serving

@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--kustomize",
         type=pathlib.Path,
         default=tfjob_manifest.K8S_DIR,
-        help="kustomization (make passes k8s/overlays/ENGINE-STRATEGY); its job's kind picks the engine "
+        help="kustomization (make passes k8s/engines/ENGINE/STRATEGY); its job's kind picks the engine "
         "(default: %(default)s)",
     )
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")

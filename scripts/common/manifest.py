@@ -1,6 +1,6 @@
 """A rendered overlay of k8s/: what the cluster runs, what submit creates and run-local runs from it.
 
-`render()` runs the real renderer (`kubectl kustomize k8s/overlays/<engine>-<strategy>`); `customize()` applies the
+`render()` runs the real renderer (`kubectl kustomize k8s/engines/<engine>/<strategy>`); `customize()` applies the
 command line (image, worker count, dataset, epochs, trainer flags) to the rendered objects,
 for `make submit` and `make run-local` alike;
 `to_tfjob()` turns the TFJob document into the Kubeflow SDK's model and `request_body()`
@@ -23,15 +23,13 @@ import yaml
 
 from trainer.settings.options import ENV_PREFIX
 
-from . import settings
-from .settings import ROOT
+from . import engine_folders, settings
 
-K8S_DIR = ROOT / "k8s" / "overlays" / "tfjob-sync"  # make's default: ENGINE=tfjob STRATEGY=sync
-OVERLAYS_DIR = ROOT / "k8s" / "overlays"
-ENGINES = ("tfjob", "jobset", "trainjob")
-STRATEGIES = ("sync", "async")
+K8S_DIR = engine_folders.ENGINES_DIR / engine_folders.DEFAULT / "sync"  # make's default: ENGINE=tfjob STRATEGY=sync
+ENGINES = engine_folders.names()  # the engine folders this checkout holds
+STRATEGIES = engine_folders.STRATEGIES
 # The object that runs the training group, per engine; a TrainJob comes with the TrainingRuntime it names.
-ENGINE_KINDS = {"TFJob": "tfjob", "JobSet": "jobset", "TrainJob": "trainjob"}
+ENGINE_KINDS = engine_folders.kinds()
 TFJOB_CONTAINER = "tensorflow"
 # The image's ENTRYPOINT (the Dockerfile's; tests/tools/test_run_local_manifest.py holds the two equal).
 IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")
@@ -96,20 +94,20 @@ def the_one(objects: Iterable[Manifest], kind: str, component: str | None = None
 
 
 def overlay(engine: str, strategy: str) -> pathlib.Path:
-    """k8s/overlays/<engine>-<strategy>: the one kustomization for an engine and a strategy."""
+    """k8s/engines/<engine>/<strategy>: the one kustomization for an engine and a strategy."""
     if engine not in ENGINES:
         raise ManifestError(f"engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
     if strategy not in STRATEGIES:
         raise ManifestError(f"strategy {strategy!r} is unknown: use sync or async")
-    return OVERLAYS_DIR / f"{engine}-{strategy}"
+    return engine_folders.ENGINES_DIR / engine / strategy
 
 
 def engine_of(objects: Iterable[Manifest]) -> str:
-    """tfjob, jobset or trainjob: which engine's object the rendered manifests hold (exactly one)."""
+    """Which engine's object the rendered manifests hold (exactly one): tfjob, or an optional engine's name."""
     found = [obj for obj in objects if obj.get("kind") in ENGINE_KINDS]
     if len(found) != 1:
         kinds = ", ".join(obj["kind"] for obj in found) or "none"
-        raise ManifestError(f"the manifests must hold exactly one TFJob, JobSet or TrainJob, found {kinds}")
+        raise ManifestError(f"the manifests must hold exactly one {' or '.join(ENGINE_KINDS)}, found {kinds}")
     return ENGINE_KINDS[found[0]["kind"]]
 
 

@@ -1,6 +1,8 @@
-"""Reads k8s/base/settings.env, the project's single source of names, paths and ports, and the settings.env of each
-tool room that has its own (scripts/<room>/settings.env: the local node's, the benches'). A key lives in exactly
-one of them.
+"""Reads the settings, each key in the one file of its owner: the forker's k8s/base/settings.env (names, paths, ports,
+sizes, the engine) and k8s/base/trainer.env (the trainer's TRAINER_* variables, which every pod also gets), then
+each room's settings.env, which pins what the room installs: each folder of k8s/engines/ (an engine's, an add-on's)
+and each tool room's (scripts/<room>/settings.env: the image's, the cluster's Kubernetes in scripts/common, the
+pipeline's, the local node's, the benches'). A key lives in exactly one of them.
 
 The files hold the defaults; a variable of the same name in the environment wins over it (make exports
 its effective values, so `WORKERS=3 make submit` and `make submit WORKERS=3` both reach the scripts).
@@ -19,17 +21,20 @@ from collections.abc import Iterator, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 K8S_ROOT = ROOT / "k8s"
-SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"  # the template's, which kustomize also reads into every pod
+SETTINGS_FILE = K8S_ROOT / "base" / "settings.env"  # the forker's; kustomize fills the manifests from it
+TRAINER_FILE = K8S_ROOT / "base" / "trainer.env"  # the trainer's variables, every pod's environment too
+TRAINER_PREFIX = "TRAINER_"
 
 
 def room_files(name: str) -> list[pathlib.Path]:
-    """Each tool room's own file of this name (scripts/<room>/NAME), so that a deleted room's go with it."""
-    return sorted((ROOT / "scripts").glob(f"*/{name}"))
+    """Each room's own file of this name: each folder's of k8s/engines/, then each tool room's (scripts/<room>/NAME),
+    so that a deleted room's go with it."""
+    return sorted((K8S_ROOT / "engines").glob(f"*/{name}")) + sorted((ROOT / "scripts").glob(f"*/{name}"))
 
 
 def settings_files() -> list[pathlib.Path]:
-    """The template's settings file, then each tool room's."""
-    return [SETTINGS_FILE, *room_files(SETTINGS_FILE.name)]
+    """The forker's two files, then each room's."""
+    return [SETTINGS_FILE, TRAINER_FILE, *room_files(SETTINGS_FILE.name)]
 
 
 LOCAL_RUNS = ROOT / "runs"  # run-local's volumes, one folder per job: runs/<job-name>/
@@ -56,7 +61,7 @@ _IMAGE_REFERENCE_RULE = (_IMAGE, "an image reference: name:tag")
 RELATIVE_PATH_RULE = (_RELATIVE_PATH, "a relative path of letters, digits and . _ - /, with no . or .. segment")
 # Each rule once, with the keys it holds.
 RULES: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM"), _DNS_LABEL_RULE),
+    **dict.fromkeys(("JOB_NAME", "NAMESPACE", "CLUSTER_NAME", "VOLUME_CLAIM", "ENGINE"), _DNS_LABEL_RULE),
     **dict.fromkeys(
         ("WORKERS", "TFJOB_PORT", "TRAINER_STATUS_PORT", "SERVE_PORT", "SERVE_GRPC_PORT", "NODE_API_PORT"),
         _DIGITS_RULE,
@@ -179,24 +184,47 @@ def _read(path: pathlib.Path) -> dict[str, str]:
     return settings
 
 
+def _misplaced(path: pathlib.Path, keys: set[str]) -> list[str]:
+    """A TRAINER_* key reaches the pods only from trainer.env, and trainer.env holds nothing else."""
+    if path.name == TRAINER_FILE.name:
+        return sorted(key for key in keys if not key.startswith(TRAINER_PREFIX))
+    return sorted(key for key in keys if key.startswith(TRAINER_PREFIX))
+
+
 def load_file(path: pathlib.Path | None = None) -> dict[str, str]:
-    """The KEY=VALUE pairs of one settings file, or (no path) of every one, in file order, without the environment."""
+    """The KEY=VALUE pairs of one settings file, or (no path) of every one, in file order, without the environment.
+    A key in two files, or in the wrong one of the forker's two, is refused naming the file it belongs in."""
     if path is not None:
         return _read(path)
     settings: dict[str, str] = {}
+    where: dict[str, pathlib.Path] = {}
     for each in settings_files():
+        if not each.exists():
+            continue
         pairs = _read(each)
+        wrong = _misplaced(each, set(pairs))
+        if wrong:
+            right = TRAINER_FILE if wrong[0].startswith(TRAINER_PREFIX) else SETTINGS_FILE
+            raise ValueError(f"{_shown(each)}: {', '.join(wrong)} belong in {_shown(right)}; move them there")
         twice = sorted(pairs.keys() & settings.keys())
         if twice:
-            raise ValueError(f"{each}: {', '.join(twice)} already set in {home(twice[0])}; keep each key in one file")
+            raise ValueError(
+                f"{', '.join(twice)} is set in {_shown(where[twice[0]])} and in {_shown(each)}, which pins it for what "
+                f"it installs: keep it there only (or set it in the environment or on make's command line)"
+            )
         settings.update(pairs)
+        where.update(dict.fromkeys(pairs, each))
     return settings
+
+
+def _shown(path: pathlib.Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def home(key: str) -> str:
     """The settings file that holds the key, as the user finds it from the repository's root."""
-    found = next((path for path in settings_files()[1:] if key in _read(path)), SETTINGS_FILE)
-    return str(found.relative_to(ROOT))
+    found = next((path for path in settings_files()[1:] if path.exists() and key in _read(path)), SETTINGS_FILE)
+    return _shown(found)
 
 
 def load(path: pathlib.Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -247,14 +275,16 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-def _settings_root(k8s_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path] | None:
-    """(the tree to copy, its settings file) for a kustomization: the nearest directory at or above k8s_dir that
-    holds base/settings.env (k8s/ for every overlay), else k8s_dir itself when it holds a settings.env."""
+def _settings_root(k8s_dir: pathlib.Path) -> tuple[pathlib.Path, list[pathlib.Path]] | None:
+    """(the tree to copy, the settings files kustomize reads there) for a kustomization: the nearest directory at or
+    above k8s_dir that holds base/settings.env (k8s/ for every overlay), with base/trainer.env beside it, else
+    k8s_dir itself when it holds a settings.env."""
     for directory in (k8s_dir, *k8s_dir.parents):
-        if (directory / "base" / SETTINGS_FILE.name).exists():
-            return directory, directory / "base" / SETTINGS_FILE.name
+        base = directory / "base"
+        if (base / SETTINGS_FILE.name).exists():
+            return directory, [path for path in (base / SETTINGS_FILE.name, base / TRAINER_FILE.name) if path.exists()]
     if (k8s_dir / SETTINGS_FILE.name).exists():
-        return k8s_dir, k8s_dir / SETTINGS_FILE.name
+        return k8s_dir, [k8s_dir / SETTINGS_FILE.name]
     return None
 
 
@@ -267,13 +297,14 @@ def kustomization(k8s_dir: pathlib.Path, environ: Mapping[str, str] | None = Non
     if found is None:
         yield k8s_dir
         return
-    tree, path = found
-    effective = load(path, environ)
-    if effective == load_file(path):
+    tree, paths = found
+    effective = {path: load(path, environ) for path in paths}
+    if all(pairs == load_file(path) for path, pairs in effective.items()):
         yield k8s_dir
         return
     with tempfile.TemporaryDirectory(prefix="kustomization-") as tmp:
         copy = pathlib.Path(tmp) / tree.name
         shutil.copytree(tree, copy, ignore=shutil.ignore_patterns(".*"))
-        (copy / path.relative_to(tree)).write_text("".join(f"{key}={value}\n" for key, value in effective.items()))
+        for path, pairs in effective.items():
+            (copy / path.relative_to(tree)).write_text("".join(f"{key}={value}\n" for key, value in pairs.items()))
         yield copy / k8s_dir.relative_to(tree)

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Sourced by the shell scripts: load_settings sets each KEY=VALUE of k8s/base/settings.env and of each room's
-# scripts/<room>/settings.env (the local node's, the benches') as a default; a variable that is already set and
-# non-empty (the environment, or make's values) keeps its value.
+# Sourced by the shell scripts: load_settings sets each KEY=VALUE of the settings files (k8s/base/settings.env and
+# trainer.env, each room's k8s/engines/<name>/settings.env and scripts/<room>/settings.env) as a default; a variable
+# that is already set and non-empty (the environment, or make's values) keeps its value.
 load_settings() {
   local key value
   while IFS='=' read -r key value; do
@@ -14,7 +14,8 @@ load_settings() {
 settings_lines() {
   local file root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  for file in "$root/k8s/base/settings.env" "$root"/scripts/*/settings.env; do
+  for file in "$root/k8s/base/settings.env" "$root/k8s/base/trainer.env" "$root"/k8s/engines/*/settings.env \
+    "$root"/scripts/*/settings.env; do
     [[ -f $file ]] && printf '%s\n' "$(<"$file")"  # bash reads it: no cat on a bare PATH, one newline at the end
   done
   return 0

@@ -90,7 +90,7 @@ if [[ -z ${BASE_IMAGE:-} && -n ${BASE_IMAGE_DIGEST:-} ]]; then
   base="$base@$BASE_IMAGE_DIGEST"
 fi
 if [[ $base != *@sha256:* && $base != localhost/* && ${ALLOW_UNPINNED_BASE:-} != 1 ]]; then
-  die "the base image $base is not pinned by digest. Record its digest as BASE_IMAGE_DIGEST=sha256:... in k8s/base/settings.env (docs/security.md says how to learn it: docker buildx imagetools inspect $base, or skopeo inspect docker://$base), give BASE_IMAGE=name@sha256:..., or build from the tag anyway with ALLOW_UNPINNED_BASE=1"
+  die "the base image $base is not pinned by digest. Record its digest as BASE_IMAGE_DIGEST=sha256:... in scripts/image/settings.env (docs/security.md says how to learn it: docker buildx imagetools inspect $base, or skopeo inspect docker://$base), give BASE_IMAGE=name@sha256:..., or build from the tag anyway with ALLOW_UNPINNED_BASE=1"
 fi
 
 tool=$(container_tool)

@@ -11,8 +11,7 @@ import yaml
 from scripts.common import manifest as tfjob_manifest
 from scripts.common.manifest import CHIEF_TYPES, ENGINE_KINDS, ManifestError
 
-from . import trainjob as trainjob_rules
-from .jobset_rules import ACTIONS, POD_FAILURE_ACTIONS
+from .engine_modules import local_run
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 
@@ -22,7 +21,7 @@ class Manifests:
     job: dict[str, Any]  # the TFJob or JobSet that runs the group
     config_maps: dict[str, dict[str, Any]]
     jobs: list[dict[str, Any]]
-    trainjob: dict[str, Any] | None = None  # the TrainJob that `job` was made from, if any
+    made_from: dict[str, Any] | None = None  # the object `job` was made from (a TrainJob), if any
 
     @property
     def kind(self) -> str:
@@ -57,10 +56,11 @@ def parse(docs: list[dict[str, Any]], source: str) -> Manifests:
     if len(engines) != 1:
         kinds = ", ".join(d["kind"] for d in engines) or "none"
         raise ManifestError(f"{source}: expected exactly one TFJob, JobSet or TrainJob, found {kinds}")
-    engine, trainjob = engines[0], None
-    if engine["kind"] == "TrainJob":
-        trainjob, engine = engine, trainjob_rules.jobset_for(engine, trainjob_rules.find_runtime(engine, docs))
-    manifests = Manifests(job=engine, config_maps={}, jobs=[], trainjob=trainjob)
+    engine, made_from = engines[0], None
+    as_run = getattr(local_run(engine["kind"]), "as_run", None) if engine["kind"] != "TFJob" else None
+    if as_run is not None:
+        made_from, engine = engine, as_run(engine, docs)
+    manifests = Manifests(job=engine, config_maps={}, jobs=[], made_from=made_from)
     for doc in docs:
         kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name", "")
         if kind == "ConfigMap":
@@ -70,7 +70,7 @@ def parse(docs: list[dict[str, Any]], source: str) -> Manifests:
     if manifests.kind == "TFJob":
         validate(manifests.job)
     else:
-        validate_jobset(manifests.job)
+        local_run(manifests.kind).validate(manifests.job)
     return manifests
 
 
@@ -99,77 +99,3 @@ def validate(tfjob: dict[str, Any]) -> None:
     if problems:
         name = (tfjob.get("metadata") or {}).get("name", "")
         raise ManifestError(f"TFJob {name} cannot run:\n  " + "\n  ".join(problems))
-
-
-# What run-local emulates of a JobSet (fields outside these stop the run with "not supported locally").
-JOBSET_SPEC_FIELDS = (
-    "replicatedJobs",
-    "network",
-    "successPolicy",
-    "failurePolicy",
-    "startupPolicy",
-    "suspend",
-    "ttlSecondsAfterFinished",
-)
-JOB_SPEC_FIELDS = (
-    "completionMode",
-    "parallelism",
-    "completions",
-    "backoffLimit",
-    "activeDeadlineSeconds",
-    "podFailurePolicy",
-    "template",
-    "ttlSecondsAfterFinished",
-)
-JOBSET_RESTART_POLICIES = ("Never", "OnFailure")
-
-
-def validate_jobset(jobset: dict[str, Any]) -> None:
-    """The JobSet fields and values run-local emulates; anything else stops the run with "not supported locally"."""
-    name = jobset["metadata"]["name"]
-    spec = jobset.get("spec") or {}
-    where = f"JobSet {name}"
-    problems = [
-        f"not supported locally: spec.{field} (in {where})" for field in spec if field not in JOBSET_SPEC_FIELDS
-    ]
-    if spec.get("suspend"):
-        problems.append(f"{where} has spec.suspend: true; JobSet would start no pod")
-    if (spec.get("startupPolicy") or {}).get("startupPolicyOrder", "AnyOrder") != "AnyOrder":
-        problems.append(f"not supported locally: spec.startupPolicy.startupPolicyOrder InOrder (in {where})")
-    network = spec.get("network") or {}
-    if network.get("enableDNSHostnames") is False:
-        problems.append(
-            f"{where}: network.enableDNSHostnames is false, so pods get no DNS names and the trainer cannot build "
-            f"its group from them; remove it (JobSet's default is true)"
-        )
-    for index, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
-        if rule.get("action") not in ACTIONS:
-            problems.append(
-                f"not supported locally: spec.failurePolicy.rules[{index}].action {rule.get('action')} (in {where})"
-            )
-    if (spec.get("failurePolicy") or {}).get("restartStrategy", "Recreate") not in ("Recreate", "BlockingRecreate"):
-        problems.append(f"not supported locally: spec.failurePolicy.restartStrategy (in {where})")
-    for rjob in spec.get("replicatedJobs") or []:
-        path = f"{where} replicatedJobs[{rjob.get('name')}]"
-        job_spec = rjob["template"]["spec"]
-        problems += [f"not supported locally: {f} (in {path})" for f in job_spec if f not in JOB_SPEC_FIELDS]
-        if job_spec.get("completionMode", "Indexed") != "Indexed":
-            problems.append(f"not supported locally: completionMode {job_spec['completionMode']} (in {path})")
-        if int(job_spec.get("completions", job_spec.get("parallelism", 1))) != int(job_spec.get("parallelism", 1)):
-            problems.append(f"not supported locally: completions other than parallelism (in {path})")
-        policy = job_spec["template"]["spec"].get("restartPolicy", "OnFailure")  # JobSet's webhook default
-        if policy not in JOBSET_RESTART_POLICIES:
-            problems.append(f"{path}: a Job's pods have restartPolicy Never or OnFailure, not {policy}")
-        rules = (job_spec.get("podFailurePolicy") or {}).get("rules") or []
-        if rules and policy != "Never":
-            problems.append(
-                f"{path}: podFailurePolicy needs the pod's restartPolicy Never (Kubernetes rejects the Job)"
-            )
-        for index, rule in enumerate(rules):
-            if "onPodConditions" in rule or rule.get("action") not in POD_FAILURE_ACTIONS:
-                problems.append(
-                    f"not supported locally: podFailurePolicy.rules[{index}] (in {path}): only FailJob, "
-                    f"Ignore and Count on onExitCodes are"
-                )
-    if problems:
-        raise ManifestError(f"JobSet {name} cannot run:\n  " + "\n  ".join(problems))

@@ -15,7 +15,6 @@ names to loopback ports (trainer/distribution/cluster.py).
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import re
 import shutil
@@ -31,16 +30,13 @@ from scripts.common.manifest import (
     pod_templates,
     tensorflow_container,
     trainer_config,
-    trainer_of,
 )
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment
 from scripts.common.settings import ROOT
-from trainer.distribution.cluster import DEFAULT_PORT
 from trainer.settings.config import Config
 
 from .envvars import EnvResolver, PodMeta, Problems, expand
-from .jobset_rules import JobState, job_backoff_limit
 from .manifests import Manifests, replica_count, replica_specs
 from .operator_rules import Replica
 from .volumes import EMPTY_DIRS, PathMapper, claim_dirs, container_mounts, pod_claims
@@ -229,96 +225,6 @@ class Planner:
                     plan.env["TF_CONFIG"] = config
                 planned.append((replica, plan))
         return planned
-
-    def jobset_pods(self) -> tuple[list[tuple[Replica, ProcessPlan]], list[JobState], dict[str, tuple[str, str]]]:
-        """One process per pod of the JobSet (each replicated job: replicas Jobs x parallelism pods), with the
-        names, labels, hostnames and JOB_COMPLETION_INDEX that JobSet and Kubernetes give it; the Jobs; and each
-        replica's (trainer container, pod name)."""
-        jobset, js = self.manifests.job, self.manifests.name
-        spec = jobset["spec"]
-        subdomain = (spec.get("network") or {}).get("subdomain") or js
-        rjobs = spec.get("replicatedJobs") or []
-        global_replicas = sum(int(rjob.get("replicas", 1)) for rjob in rjobs)
-        planned: list[tuple[Replica, ProcessPlan]] = []
-        jobs: list[JobState] = []
-        pods: dict[str, tuple[str, str]] = {}
-        addresses: dict[str, str] = {}
-        job_global_index = 0
-        for rjob in rjobs:
-            job_spec = rjob["template"]["spec"]
-            template = job_spec["template"]
-            pod_spec = template["spec"]
-            container = trainer_of(template)
-            for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
-                if other is not container:
-                    self.problems.notes.append(
-                        f"JobSet {js} {rjob['name']}: container {other.get('name')!r} is not run locally "
-                        f"(only the trainer's, {container.get('name')!r}, is)"
-                    )
-            parallelism = int(job_spec.get("parallelism", 1))
-            for job_index in range(int(rjob.get("replicas", 1))):
-                job_name = f"{js}-{rjob['name']}-{job_index}"  # placement.GenJobName
-                job_pods = []
-                jobset_labels = {
-                    "jobset.sigs.k8s.io/jobset-name": js,
-                    "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                    "jobset.sigs.k8s.io/replicatedjob-replicas": str(rjob.get("replicas", 1)),
-                    "jobset.sigs.k8s.io/job-index": str(job_index),
-                    "jobset.sigs.k8s.io/job-global-index": str(job_global_index),
-                    "jobset.sigs.k8s.io/global-replicas": str(global_replicas),
-                    "jobset.sigs.k8s.io/restart-attempt": "0",
-                }
-                job_global_index += 1
-                for pod_index in range(parallelism):
-                    hostname = f"{job_name}-{pod_index}"  # an Indexed Job's pod hostname
-                    pod_name = f"{hostname}-local"
-                    meta = template.get("metadata") or {}
-                    index_labels = {
-                        "batch.kubernetes.io/job-completion-index": str(pod_index),
-                        "batch.kubernetes.io/job-name": job_name,
-                        "job-name": job_name,
-                    }
-                    pod = PodMeta(
-                        name=pod_name,
-                        namespace=self.manifests.namespace,
-                        labels={**(meta.get("labels") or {}), **jobset_labels, **index_labels},
-                        annotations={
-                            **(meta.get("annotations") or {}),
-                            **jobset_labels,
-                            "batch.kubernetes.io/job-completion-index": str(pod_index),
-                        },
-                        unstable=frozenset({"jobset.sigs.k8s.io/restart-attempt"}),
-                    )
-                    replica = Replica(
-                        rtype=rjob["name"],
-                        index=job_index * parallelism + pod_index,
-                        restart_policy=pod_spec.get("restartPolicy", "OnFailure"),  # JobSet's webhook default
-                    )
-                    where = f"JobSet {js} {rjob['name']} job {job_index} pod {pod_index}"
-                    plan = self.plan_container(replica.name, pod_name, pod_spec, container, where, pod, hostname)
-                    # The Job controller sets it in every container of an Indexed Job's pod.
-                    plan.env.setdefault("JOB_COMPLETION_INDEX", str(pod_index))
-                    port = plan.env.get("JOBSET_PORT") or str(DEFAULT_PORT)
-                    addresses[f"{hostname}.{subdomain}:{port}"] = ""
-                    pods[replica.name] = (str(container.get("name")), pod_name)
-                    job_pods.append(replica.name)
-                    planned.append((replica, plan))
-                jobs.append(
-                    JobState(
-                        name=job_name,
-                        replicated_job=rjob["name"],
-                        pods=job_pods,
-                        backoff_limit=job_backoff_limit(job_spec),
-                        pod_failure_rules=list((job_spec.get("podFailurePolicy") or {}).get("rules") or []),
-                    )
-                )
-        local = {name: f"127.0.0.1:{port}" for name, port in zip(addresses, free_ports(len(addresses)), strict=True)}
-        for _, plan in planned:
-            plan.env["JOBSET_LOCAL_ADDRESSES"] = json.dumps(local, separators=(",", ":"))
-        names = [replica.rtype for replica, _ in planned]
-        leader = "chief" if "chief" in names else next((n for n in ("worker", "node") if n in names), names[0])
-        self.chief = next(plan for replica, plan in planned if replica.rtype == leader and replica.index == 0)
-        return planned, jobs, pods
 
     def preparation_jobs(self) -> list[ProcessPlan]:
         """The batch Jobs that use the TFJob's volume (the data preparation), one process each."""

@@ -4,9 +4,9 @@ v1.9; a JobSet with JobSet v0.12's pod names, labels and hostnames, group restar
 successPolicy; a TrainJob as the JobSet Kubeflow Trainer v2.3 makes of it and its runtime.
 
     python -m scripts.localrun.run_local --workers 2 --dataset synthetic --epochs 1 -- --train-examples 2048
-    python -m scripts.localrun.run_local --kustomize k8s/overlays/jobset-sync --dataset synthetic --epochs 1
+    python -m scripts.localrun.run_local --kustomize k8s/engines/jobset/sync --dataset synthetic --epochs 1
 
-Reads `kubectl kustomize k8s/overlays/tfjob-sync` (or --kustomize DIR, or --manifest FILE), picks the TFJob,
+Reads `kubectl kustomize k8s/engines/tfjob/sync` (or --kustomize DIR, or --manifest FILE), picks the TFJob,
 JobSet or TrainJob, maps its volume to runs/<job-name>/, runs the data-preparation Job first for a dataset that
 needs one, then the group. Exit code: 0 Succeeded (Completed), 1 Failed, 2 the manifests cannot run, 128+n stopped
 by signal n.
@@ -25,12 +25,12 @@ from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
 from .console import Console
+from .engine_modules import local_run
 from .envvars import Problems
-from .jobset_rules import JobSetRules
 from .operator_rules import JobRules, Replica
 from .podplan import Planner, ProcessPlan, settings_of
 from .report import shown, summarize
-from .supervisor import Supervisor
+from .supervisor import Rules, Supervisor
 from .watchdog import Watchdog
 
 SYNTHETIC = "synthetic"
@@ -50,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--kustomize",
         type=pathlib.Path,
         default=tfjob_manifest.K8S_DIR,
-        help="kustomization to render with `kubectl kustomize`, e.g. k8s/overlays/jobset-sync (default: %(default)s)",
+        help="kustomization to render with `kubectl kustomize`, e.g. k8s/engines/jobset/sync (default: %(default)s)",
     )
     parser.add_argument("--manifest", type=pathlib.Path, help="rendered YAML to run instead of rendering --kustomize")
     parser.add_argument(
@@ -90,7 +90,7 @@ def load(args: argparse.Namespace) -> manifest_io.Manifests:
 
 
 def run_job(
-    rules: JobRules,
+    rules: Rules,
     processes: dict[str, tuple[Replica, ProcessPlan]],
     console: Console,
     watchdog: Watchdog,
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if manifests.kind == "TFJob":
             replicas = planner.replicas()
         else:
-            replicas, jobset_jobs, jobset_pods = planner.jobset_pods()
+            replicas, planned = local_run(manifests.kind).plan(planner)
         preparations = planner.preparation_jobs()
         if not problems.errors:
             chief_settings = settings_of(planner.chief)
@@ -169,11 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
     try:
-        if manifests.trainjob is not None:
-            console.say(
-                f"TrainJob {manifests.namespace}/{manifests.name}: runs as the JobSet {manifests.name} that Kubeflow "
-                f"Trainer v2 makes of it and its runtime {manifests.trainjob['spec']['runtimeRef'].get('name')}"
-            )
+        if manifests.made_from is not None:
+            console.say(local_run(manifests.made_from["kind"]).describe(manifests.made_from, manifests.job))
         console.say(
             f"{manifests.kind} {manifests.namespace}/{manifests.name}: {len(replicas)} "
             f"{'replica' if manifests.kind == 'TFJob' else 'pod'}(s); "
@@ -199,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
                 return code
-        rules: JobRules | JobSetRules
+        rules: Rules
         if manifests.kind == "TFJob":
             rules = JobRules(
                 manifests.name,
@@ -211,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
             )
         else:
-            rules = JobSetRules(
-                manifests.name, manifests.namespace, spec, [r for r, _ in replicas], jobset_jobs, jobset_pods
-            )
+            rules = local_run(manifests.kind).rules(manifests, replicas, planned)
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

@@ -41,7 +41,8 @@ def describe_exit(returncode: int) -> str:
 
 
 class Rules(Protocol):
-    """What the supervisor asks of an engine's rules (operator_rules.JobRules, jobset_rules.JobSetRules)."""
+    """What the supervisor asks of an engine's rules (operator_rules.JobRules; an engine folder's, such as
+    k8s/engines/jobset/local_rules.py's JobSetRules)."""
 
     kind: str
     name: str

@@ -157,7 +157,7 @@ engines=$(mktemp -d)
 render_engines "$engines/engines"
 image "$(deployment_image "$engines/engines/jobset" jobset-controller-manager)" 65532:65532 /manager \
   "$bin/jobset-$JOBSET_VERSION:/manager"
-image "$(deployment_image "$engines/engines/trainer" kubeflow-trainer-controller-manager)" 65532:65532 /manager \
+image "$(deployment_image "$engines/engines/trainjob" kubeflow-trainer-controller-manager)" 65532:65532 /manager \
   "$bin/trainer-controller-manager-$KUBEFLOW_TRAINER_VERSION:/manager"
 image "$(deployment_image "$engines/engines/kueue" kueue-controller-manager)" 65532:65532 /manager \
   "$bin/kueue-$KUEUE_VERSION:/manager"

@@ -5,7 +5,7 @@
 # kubeconfigs. One place for what each process is called and where its files lie.
 # shellcheck source=/dev/null
 source scripts/common/settings.sh
-load_settings  # k8s/base/settings.env and the node's own, scripts/node/settings.env
+load_settings  # every settings file, the node's own scripts/node/settings.env among them
 check_settings
 NODE_NAME=$CLUSTER_NAME
 # scripts/cluster/submit.py knows the local node by this context name, and imports the image into its containerd.
@@ -174,7 +174,7 @@ render_engines() {
   while read -r repo module version commit; do
     dir=$(module_dir "$module" "$version")
     if [ "$(module_commit "$module" "$version")" != "$commit" ]; then
-      echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in k8s/base/settings.env and scripts/node/settings.env" >&2
+      echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in the engine's k8s/engines/<engine>/settings.env and scripts/node/settings.env" >&2
       exit 1
     fi
     # kustomize takes no absolute root: each kustomization names the module's directory relative to itself.
@@ -239,7 +239,7 @@ kserve_install_script() {
   local script
   script=$(module_dir github.com/kserve/kserve "$KSERVE_VERSION")/install/$KSERVE_VERSION/kserve-standard-mode-full-install-with-manifests.sh
   if [ "$(sha256sum <"$script" | cut -d' ' -f1)" != "$KSERVE_INSTALL_SCRIPT_SHA256" ]; then
-    echo "error: $script does not have the sha256 KSERVE_INSTALL_SCRIPT_SHA256 pins: check KSERVE_VERSION and the sha256 in k8s/base/settings.env" >&2
+    echo "error: $script does not have the sha256 KSERVE_INSTALL_SCRIPT_SHA256 pins: check KSERVE_VERSION and the sha256 in scripts/pipeline/settings.env" >&2
     exit 1
   fi
   echo "$script"

@@ -1,7 +1,7 @@
 """`make tune-cluster`: the search space `make tune` reads, as a Katib Experiment whose trials are the project's job.
 
     python -m scripts.tune.cluster --search-space scripts/tune/search_space.yaml --study multi-worker-tune \\
-        --kustomize k8s/overlays/tfjob-sync --image IMG --workers 2 --dataset synthetic --epochs 3 -- ARGS
+        --kustomize k8s/engines/tfjob/sync --image IMG --workers 2 --dataset synthetic --epochs 3 -- ARGS
 
 The search space is checked against the trainer's options as `make tune` checks it, then rendered into an Experiment
 (Katib KATIB_VERSION, kubeflow.org/v1beta1) named after the study: its trials are the overlay's TFJob or TrainJob,

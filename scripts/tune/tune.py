@@ -56,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--study", required=True, help="the study's name: runs/<study>.study/ holds it, trials are <study>-N"
     )
-    parser.add_argument("--kustomize", default="k8s/overlays/tfjob-sync", help="the overlay each trial runs")
+    parser.add_argument("--kustomize", default="k8s/engines/tfjob/sync", help="the overlay each trial runs")
     parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
     parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
     parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")

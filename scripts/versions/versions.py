@@ -3,7 +3,7 @@ runs here; a warning for each pin past its support end, and for each pin bumped 
 
     python -m scripts.versions.versions [--on 2026-12-04] [--markdown]
 
-The versions come from where they are pinned (k8s/base/settings.env, constraints.txt, the Dockerfile); the dates
+The versions come from where they are pinned (the settings files' pins, constraints.txt, the Dockerfile); the dates
 from releases.yaml beside this file. Warnings never change the exit code (CI prints them and goes on); exit 2 only
 when releases.yaml itself cannot be read.
 """

@@ -1,4 +1,4 @@
-"""k8s/overlays/tfjob-async, the TFJob shape for asynchronous training: the same offline checks as tfjob-sync's
+"""k8s/engines/tfjob/async, the TFJob shape for asynchronous training: the same offline checks as tfjob-sync's
 (schemas, SDK model, webhook rules, the operator's TF_CONFIG for every replica), submit's and make's selection of
 it, and a real run of it under run-local."""
 
@@ -23,7 +23,7 @@ from trainer.context import parse_config
 from trainer.distribution.cluster import parse_tf_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ASYNC_DIR = ROOT / "k8s" / "overlays" / "tfjob-async"
+ASYNC_DIR = ROOT / "k8s" / "engines" / "tfjob" / "async"
 SETTINGS = project_settings.load()
 K8S_VERSION = SETTINGS["K3S_IMAGE"].split(":v", 1)[1].split("-", 1)[0]
 
@@ -110,9 +110,9 @@ def test_submit_dry_run_selects_the_async_kustomization():
 @pytest.mark.parametrize("target", ["run-local", "submit"])
 def test_make_strategy_async_selects_the_overlay_and_a_typo_is_refused(target):
     dry = subprocess.run(["make", "-n", target, "STRATEGY=async"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert "--kustomize k8s/overlays/tfjob-async " in dry.stdout, dry.stdout + dry.stderr
+    assert "--kustomize k8s/engines/tfjob/async " in dry.stdout, dry.stdout + dry.stderr
     default = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert "--kustomize k8s/overlays/tfjob-sync " in default.stdout
+    assert "--kustomize k8s/engines/tfjob/sync " in default.stdout
     typo = subprocess.run(
         ["make", "-n", target, "STRATEGY=asnyc"], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
@@ -161,7 +161,7 @@ def test_an_environment_override_reaches_the_async_shape_too():
     # Before: the overlay has no settings.env of its own, so JOB_NAME from the environment was ignored there.
     code = (
         "import pathlib; from scripts.common import manifest; "
-        "job = manifest.the_one(manifest.render(pathlib.Path('k8s/overlays/tfjob-async')), 'TFJob'); "
+        "job = manifest.the_one(manifest.render(pathlib.Path('k8s/engines/tfjob/async')), 'TFJob'); "
         "print(job['metadata']['name'])"
     )
     assert python_prints(code, {**os.environ, "JOB_NAME": "mine"}) == "mine"

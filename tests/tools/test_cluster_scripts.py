@@ -126,10 +126,12 @@ def k3d_up_with(
 
 
 def project_with_setting(tmp_path: pathlib.Path, key: str, value: str) -> pathlib.Path:
-    """A copy of the scripts and manifests whose settings.env has KEY=VALUE: an empty value there is one the
-    environment cannot give (the scripts keep the file's value over an empty variable)."""
+    """A copy of the scripts and manifests whose settings file that holds KEY has KEY=VALUE: an empty value there is
+    one the environment cannot give (the scripts keep the file's value over an empty variable)."""
+    from scripts.common import settings as project_settings
+
     root = copy_project(tmp_path / "project", files=(), folders=("scripts", "k8s"))
-    settings = root / "k8s" / "base" / "settings.env"
+    settings = root / project_settings.home(key)
     lines = settings.read_text().splitlines()
     assert any(line.startswith(f"{key}=") for line in lines)
     settings.write_text("\n".join(f"{key}={value}" if line.startswith(f"{key}=") else line for line in lines) + "\n")
@@ -155,7 +157,7 @@ def without_scratch(call: str) -> str:
         (
             "trainjob",
             [
-                "-k SCRATCH/engines/trainer",
+                "-k SCRATCH/engines/trainjob",
                 "-k github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={KUBEFLOW_TRAINER_COMMIT}",
             ],
         ),

@@ -114,7 +114,7 @@ def namespaces(objects: list[dict]) -> list[str]:
 
 
 def test_trainer_keeps_its_own_namespace_and_runs_jobset_in_it(engines):
-    objects = render(engines, "trainer")
+    objects = render(engines, "trainjob")
     # JobSet's Namespace goes; kubeflow-system, which every other object lives in, stays.
     assert namespaces(objects) == ["kubeflow-system"]
     assert {obj["metadata"].get("namespace") for obj in objects if obj["kind"] != "Namespace"} == {"kubeflow-system"}

@@ -4,7 +4,7 @@ and pod template against the Kubernetes schemas, the kubeflow-trainer-api models
 runtime, and the JobSet and Trainer v2 webhook rules read from their source (scripts/cluster/admission.py).
 
 What is checked: the fixtures in fixtures/engines (written from FIELD-NOTES before the overlays existed) and every
-JobSet/TrainJob overlay that `kubectl kustomize k8s/overlays/<engine>-<strategy>` renders. No cluster is involved.
+JobSet/TrainJob overlay that `kubectl kustomize k8s/engines/<engine>/<strategy>` renders. No cluster is involved.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ SETTINGS = project_settings.load()
 K8S_VERSION = re.search(r":v(\d+\.\d+\.\d+)", SETTINGS["K3S_IMAGE"]).group(1)
 CUSTOM_KINDS = ("JobSet", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "TFJob")
 OVERLAYS = sorted(
-    path.parent.relative_to(ROOT).as_posix()
-    for path in ROOT.glob("k8s/overlays/*/kustomization.yaml")
-    if path.parent.name.split("-")[0] in ("jobset", "trainjob")
+    tfjob_manifest.overlay(engine, strategy).relative_to(ROOT).as_posix()
+    for engine in ("jobset", "trainjob")
+    if engine in tfjob_manifest.ENGINES
+    for strategy in tfjob_manifest.STRATEGIES
 )
 SOURCES = sorted(p.name for p in FIXTURES.glob("*.yaml")) + OVERLAYS
 
@@ -318,8 +319,8 @@ def test_the_submitted_jobs_engine_labels_and_the_chief_are_what_the_follower_se
     )
 
 
-# Kueue's example queues (k8s/examples/kueue-queues.yaml) against Kueue's CRDs at KUEUE_VERSION.
-KUEUE_EXAMPLE = ROOT / "k8s" / "examples" / "kueue-queues.yaml"
+# Kueue's example queues (k8s/engines/kueue/queues.yaml) against Kueue's CRDs at KUEUE_VERSION.
+KUEUE_EXAMPLE = ROOT / "k8s" / "engines" / "kueue" / "queues.yaml"
 
 
 def kueue_objects() -> list[dict]:
@@ -398,14 +399,15 @@ def test_the_tfjob_with_the_documented_scheduling_policy_passes_the_crd_schema_a
 
 
 def with_kueue(overlay: str, tmp_path: pathlib.Path) -> tuple[list[dict], list[dict]]:
-    """The overlay rendered as is and with k8s/components/kueue added (in a copy of k8s/, as a user would add it)."""
+    """The overlay rendered as is and with k8s/engines/kueue/component added (in a copy of k8s/, as a user would
+    add it)."""
     shutil.copytree(ROOT / "k8s", tmp_path / "k8s")
-    user = tmp_path / "k8s" / "overlays" / "with-kueue"
+    engine, name = pathlib.Path(overlay).parts[-2:]
+    user = tmp_path / "k8s" / "engines" / engine / "with-kueue"
     user.mkdir()
-    name = pathlib.Path(overlay).name
-    (user / "kustomization.yaml").write_text(f"resources:\n- ../{name}\ncomponents:\n- ../../components/kueue\n")
+    (user / "kustomization.yaml").write_text(f"resources:\n- ../{name}\ncomponents:\n- ../../kueue/component\n")
     renders = []
-    for directory in (tmp_path / "k8s" / "overlays" / name, user):
+    for directory in (tmp_path / "k8s" / "engines" / engine / name, user):
         result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True)
         renders.append([doc for doc in yaml.safe_load_all(result.stdout) if doc])
     return renders[0], renders[1]
@@ -428,12 +430,12 @@ def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(ov
 
 @pytest.mark.parametrize("engine", ["jobset", "trainjob"])
 def test_each_shipped_kueue_example_is_its_sync_overlay_with_the_component(engine, tmp_path):
-    _, queued = with_kueue(f"k8s/overlays/{engine}-sync", tmp_path)
-    example = ROOT / "k8s" / "examples" / f"{engine}-sync-kueue"
+    _, queued = with_kueue(f"k8s/engines/{engine}/sync", tmp_path)
+    example = ROOT / "k8s" / "engines" / engine / "sync-kueue"
     rendered = subprocess.run(["kubectl", "kustomize", str(example)], capture_output=True, text=True, check=True)
     assert [doc for doc in yaml.safe_load_all(rendered.stdout) if doc] == queued
     assert (
-        f"make submit ENGINE={engine} KUSTOMIZATION=k8s/examples/{engine}-sync-kueue"
+        f"make submit ENGINE={engine} KUSTOMIZATION=k8s/engines/{engine}/sync-kueue"
         in (example / "kustomization.yaml").read_text()
     )
 

@@ -1,4 +1,4 @@
-"""The TFJob overlay (k8s/overlays/tfjob-sync), rendered by the real renderer and checked against the real schemas,
+"""The TFJob overlay (k8s/engines/tfjob/sync), rendered by the real renderer and checked against the real schemas,
 the Kubeflow SDK's TFJob model, the training operator's webhook rules, the settings and the
 trainer's exit codes. No cluster is involved: these are the checks that can run offline."""
 
@@ -92,10 +92,12 @@ def test_renders_every_object_and_no_settings_configmap(rendered):
         "Service",
         "TFJob",
     ]
-    # The one ConfigMap is the pods' environment (every setting); the replacements' source stays out.
+    # The one ConfigMap is the pods' environment: the trainer's variables and the four settings the manifests expand,
+    # no pin and no tool's setting; the replacements' source stays out.
     settings = tfjob_manifest.the_one(rendered, "ConfigMap")
     assert settings["metadata"]["name"] == f"{SETTINGS['JOB_NAME']}-settings"
-    assert settings["data"] == project_settings.load_file(project_settings.SETTINGS_FILE)  # the template's keys alone
+    expanded = {key: SETTINGS[key] for key in ("JOB_NAME", "MODEL_ROOT", "WORKERS", "TFJOB_PORT")}
+    assert settings["data"] == {**project_settings.load_file(project_settings.TRAINER_FILE), **expanded}
 
 
 def test_every_core_object_is_valid_against_the_kubernetes_schemas_strictly(rendered):

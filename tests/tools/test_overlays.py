@@ -13,9 +13,11 @@ import subprocess
 import kubernetes_validate
 import pytest
 
+import engines_here
 from scripts.common import manifest
 from scripts.common import settings as project_settings
 from scripts.localrun import manifests as local_manifests
+from scripts.localrun.engine_modules import local_run
 from scripts.localrun.envvars import Problems
 from scripts.localrun.podplan import Planner, settings_of
 
@@ -35,8 +37,10 @@ def rendered(rendered_overlays) -> dict[tuple[str, str], list[dict]]:
 
 
 def test_the_overlays_are_exactly_one_per_engine_and_strategy():
-    assert sorted(p.name for p in (ROOT / "k8s" / "overlays").iterdir()) == sorted(f"{e}-{s}" for e, s in OVERLAYS)
-    assert not (ROOT / "k8s-async").exists()
+    for engine in manifest.ENGINES:
+        overlays = sorted(p.parent.name for p in (ROOT / "k8s" / "engines" / engine).glob("*sync/kustomization.yaml"))
+        assert set(overlays) >= set(manifest.STRATEGIES), (engine, overlays)
+    assert not (ROOT / "k8s" / "overlays").exists() and not (ROOT / "k8s-async").exists()
 
 
 @pytest.mark.parametrize("engine, strategy", OVERLAYS)
@@ -73,7 +77,7 @@ def test_every_engine_runs_the_same_trainer_pod(rendered):
             assert container["envFrom"] == [{"configMapRef": {"name": f"{SETTINGS['JOB_NAME']}-settings"}}]
 
 
-@pytest.mark.parametrize("engine", ["jobset", "trainjob"])
+@pytest.mark.parametrize("engine", [engine for (engine,) in engines_here.present(("jobset",), ("trainjob",))])
 def test_the_status_service_selects_the_chiefs_pod(rendered, engine):
     for strategy, chief_job in (("sync", "node" if engine == "trainjob" else "worker"), ("async", "chief")):
         service = manifest.the_one(rendered[engine, strategy], "Service", component="training")
@@ -86,6 +90,7 @@ def test_the_status_service_selects_the_chiefs_pod(rendered, engine):
         assert service["metadata"]["name"] == f"{SETTINGS['JOB_NAME']}-status"
 
 
+@engines_here.needs("trainjob")
 def test_the_trainjob_runtime_is_plain_ml_with_the_names_trainer_v2_requires(rendered):
     for strategy in manifest.STRATEGIES:
         objects = rendered["trainjob", strategy]
@@ -109,21 +114,21 @@ def test_the_trainjob_runtime_is_plain_ml_with_the_names_trainer_v2_requires(ren
 def overlay_pods_env(k8s: pathlib.Path, engine: str, strategy: str, tmp_path: pathlib.Path) -> dict[str, dict]:
     """What the kubelet would give each trainer pod and the data Job of an overlay of the k8s/ tree `k8s`, by
     run-local's planner (the same resolution rules: envFrom, then env)."""
-    objects = manifest.render(k8s / "overlays" / f"{engine}-{strategy}")
+    objects = manifest.render(k8s / "engines" / engine / strategy)
     parsed = local_manifests.parse(objects, engine)
     problems = Problems()
     planner = Planner(parsed, tmp_path / f"{engine}-{strategy}", problems)
-    pods = planner.replicas() if engine == "tfjob" else planner.jobset_pods()[0]
+    pods = planner.replicas() if engine == "tfjob" else local_run(parsed.kind).plan(planner)[0]
     plans = {f"{engine}-{strategy} {plan.name}": plan for _, plan in pods}
     plans.update({f"{engine}-{strategy} {plan.name}": plan for plan in planner.preparation_jobs()})
     assert not problems.errors, problems.errors
     return plans
 
 
-def test_one_line_in_settings_env_adds_a_trainer_setting_to_every_engines_pods_and_the_data_job(tmp_path):
+def test_one_line_in_trainer_env_adds_a_trainer_setting_to_every_engines_pods_and_the_data_job(tmp_path):
     k8s = tmp_path / "k8s"
     shutil.copytree(ROOT / "k8s", k8s)
-    with (k8s / "base" / "settings.env").open("a") as settings:
+    with (k8s / "base" / "trainer.env").open("a") as settings:
         settings.write("TRAINER_PER_WORKER_BATCH_SIZE=96\n")
     seen = {}
     for engine, strategy in OVERLAYS:
@@ -132,16 +137,18 @@ def test_one_line_in_settings_env_adds_a_trainer_setting_to_every_engines_pods_a
             if "prepare-data" not in name:
                 assert settings_of(plan).per_worker_batch_size == 96, name  # the trainer's own parser reads it
     # Every pod of every overlay: per engine, sync 2 workers + the data Job, async 5 tasks + the data Job.
-    assert len(seen) == 3 * (3 + 6), sorted(seen)
+    assert len(seen) == len(manifest.ENGINES) * (3 + 6), sorted(seen)
     assert set(seen.values()) == {"96"}, {name: value for name, value in seen.items() if value != "96"}
     assert any("prepare-data" in name for name in seen)
     # Without the line, nothing sets it: the value came from that one line.
-    plain = overlay_pods_env(ROOT / "k8s", "jobset", "sync", tmp_path / "plain")
+    plain = overlay_pods_env(ROOT / "k8s", manifest.ENGINES[-1], "sync", tmp_path / "plain")
     assert {plan.env.get("TRAINER_PER_WORKER_BATCH_SIZE") for plan in plain.values()} == {None}
 
 
 @pytest.mark.parametrize("target", ["run-local", "submit"])
-@pytest.mark.parametrize("engine, strategy", [("jobset", "sync"), ("trainjob", "async"), ("tfjob", "async")])
+@pytest.mark.parametrize(
+    "engine, strategy", engines_here.present(("jobset", "sync"), ("trainjob", "async"), ("tfjob", "async"))
+)
 def test_make_picks_the_overlay_from_engine_and_strategy(target, engine, strategy):
     dry = subprocess.run(
         ["make", "-n", target, f"ENGINE={engine}", f"STRATEGY={strategy}"],
@@ -150,7 +157,7 @@ def test_make_picks_the_overlay_from_engine_and_strategy(target, engine, strateg
         cwd=ROOT,
         timeout=60,
     )
-    assert f"--kustomize k8s/overlays/{engine}-{strategy} " in dry.stdout, dry.stdout + dry.stderr
+    assert f"--kustomize k8s/engines/{engine}/{strategy} " in dry.stdout, dry.stdout + dry.stderr
 
 
 @pytest.mark.parametrize("target", ["run-local", "submit", "k3d-up"])
@@ -159,19 +166,20 @@ def test_make_refuses_an_unknown_engine_naming_the_choices(target):
         ["make", "-n", target, "ENGINE=jobsets"], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert typo.returncode != 0
-    assert "ENGINE=jobsets is not an engine: use one of tfjob jobset trainjob" in typo.stderr
+    assert f"ENGINE=jobsets is not an engine: use one of {' '.join(manifest.ENGINES)} (" in typo.stderr
     assert "k3d-up.sh" not in typo.stdout
 
 
 def test_make_k3d_up_passes_the_engine_to_the_install_script():
-    dry = subprocess.run(["make", "-n", "k3d-up", "ENGINE=trainjob"], capture_output=True, text=True, cwd=ROOT)
-    assert "ENGINE=trainjob scripts/cluster/k3d-up.sh" in dry.stdout, dry.stdout + dry.stderr
+    engine = manifest.ENGINES[-1]
+    dry = subprocess.run(["make", "-n", "k3d-up", f"ENGINE={engine}"], capture_output=True, text=True, cwd=ROOT)
+    assert f"ENGINE={engine} scripts/cluster/k3d-up.sh" in dry.stdout, dry.stdout + dry.stderr
 
 
 def test_an_environment_override_reaches_every_overlay(monkeypatch):
     # make exports its settings; run-local and submit render a copy of k8s/ whose base/settings.env holds them.
     monkeypatch.setenv("JOB_NAME", "mine")
-    for engine, strategy in (("jobset", "async"), ("trainjob", "sync")):
+    for engine, strategy in engines_here.present(("tfjob", "async"), ("jobset", "async"), ("trainjob", "sync")):
         objects = manifest.render(manifest.overlay(engine, strategy))
         assert manifest.the_one(objects, ENGINE_KIND[engine])["metadata"]["name"] == "mine"
         assert manifest.the_one(objects, "ConfigMap")["data"]["JOB_NAME"] == "mine"

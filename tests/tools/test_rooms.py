@@ -17,6 +17,7 @@ import yaml
 
 from project_copy import VENV, copy_project
 from rooms import imported_modules, run_quick_tests
+from scripts.common import engine_folders
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tests that belong to a room, outside its folder, go with it.
@@ -274,6 +275,43 @@ def test_the_template_passes_make_test_and_runs_without_the_harness(tmp_path):
     tested = subprocess.run([*MAKE_IN_A_COPY, "test"], **run, env=environment)
     assert tested.returncode == 0, tested.stdout[-5000:] + tested.stderr[-2000:]
     assert re.search(r"=+ \d+ passed", tested.stdout), tested.stdout[-2000:]
+
+    job = ["run-local", "DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 256 --test-examples 64"]
+    trained = subprocess.run([*MAKE_IN_A_COPY, *job], **run)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert (project / "runs/multi-worker/models/multi-worker/metrics.json").is_file(), trained.stdout[-3000:]
+
+
+# The optional engines: each k8s/engines/<engine>/ with an engine.env but the default's. Deleting one deletes the
+# engines built on it (engine.env's ENGINE_REQUIRES); the template's checks below must still pass without them.
+OPTIONAL_ENGINES = [name for name in engine_folders.names() if name != engine_folders.DEFAULT]
+TEMPLATE_CHECKS = (
+    "tests/tools/test_engine_folders.py",
+    "tests/tools/test_overlays.py",
+    "tests/tools/test_manifests.py",
+    "tests/tools/test_run_local_manifest.py",
+    "tests/trainer/test_config.py",
+)
+
+
+@pytest.mark.slow  # copies the project, runs its checks and a two-worker make run-local: make test-slow
+@pytest.mark.parametrize("engine", OPTIONAL_ENGINES)
+def test_the_template_renders_runs_and_passes_its_checks_without_an_optional_engine(tmp_path, engine):
+    project = without_harness_rooms(tmp_path)
+    gone = engine_folders.dependents(engine)
+    for name in gone:
+        shutil.rmtree(project / "k8s" / "engines" / name)
+    run = {"cwd": project, "capture_output": True, "text": True, "timeout": 600}
+
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], **run
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:]
+    refused = subprocess.run([*MAKE_IN_A_COPY, "-n", "run-local", f"ENGINE={engine}"], **run)
+    assert refused.returncode != 0 and f"ENGINE={engine} is not an engine" in refused.stderr, refused.stderr
+    tests = run_quick_tests(project, *TEMPLATE_CHECKS)
+    assert tests.returncode == 0, tests.stdout[-5000:]
+    assert re.search(r"\d+ passed", tests.stdout) and "error" not in tests.stdout.splitlines()[-1], tests.stdout
 
     job = ["run-local", "DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 256 --test-examples 64"]
     trained = subprocess.run([*MAKE_IN_A_COPY, *job], **run)

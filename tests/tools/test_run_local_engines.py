@@ -24,7 +24,7 @@ SMALL = ["--train-examples", "1024", "--test-examples", "256", "--threads", "1"]
 def start(job_dir: pathlib.Path, console: pathlib.Path, overlay: str, *trainer_flags: str) -> subprocess.Popen:
     with console.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "scripts.localrun.run_local", "--kustomize", f"k8s/overlays/{overlay}"]
+            [sys.executable, "-m", "scripts.localrun.run_local", "--kustomize", f"k8s/engines/{overlay}"]
             + ["--job-dir", str(job_dir), "--workers", "2", "--dataset", "synthetic", "--epochs", "1", "--"]
             + list(trainer_flags),
             stdout=out,
@@ -42,7 +42,7 @@ def metrics(job_dir: pathlib.Path) -> dict:
 @pytest.mark.parametrize("strategy", ["sync", "async"])
 def test_each_shape_completes_and_sync_workers_end_with_identical_weights(tmp_path, engine, strategy):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
-    proc = start(job_dir, console, f"{engine}-{strategy}", *SMALL)
+    proc = start(job_dir, console, f"{engine}/{strategy}", *SMALL)
     assert wait_for_runner(proc, console) == 0, console.read_text()[-5000:]
     result = runner_status(job_dir)
     assert (result["kind"], result["state"]) == ("JobSet", "Completed")
@@ -83,7 +83,7 @@ def live_pod(runner: subprocess.Popen, replicated_job: str, index: int) -> psuti
 def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every_step(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     flags = ["--train-examples", "8192", "--test-examples", "256", "--checkpoint-every", "16", "--log-every", "16"]
-    proc = start(job_dir, console, "jobset-sync", *flags)
+    proc = start(job_dir, console, "jobset/sync", *flags)
     chief_log = job_dir / "run-local" / "logs" / "worker-0.log"
     deadline = time.monotonic() + 180
     while not (chief_log.exists() and "step 32/" in chief_log.read_text()):
@@ -108,7 +108,7 @@ def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every
 
 def test_a_bad_model_flag_is_refused_before_any_pod_starts(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
-    proc = start(job_dir, console, "jobset-sync", *SMALL, "--model", "no-such-model")
+    proc = start(job_dir, console, "jobset/sync", *SMALL, "--model", "no-such-model")
     assert wait_for_runner(proc, console, timeout=120) == 2, console.read_text()[-5000:]
     assert "--model: unknown model 'no-such-model'" in console.read_text()
     assert not list(job_dir.glob("run-local/logs/*.log"))  # no replica started
@@ -118,7 +118,7 @@ def test_a_bad_model_flag_is_refused_before_any_pod_starts(tmp_path):
 def test_a_permanent_error_in_the_trainer_fails_the_jobset_at_once_without_a_restart(tmp_path):
     # The runner's flag check passes --download; the trainer refuses it in a group of workers (exit 2).
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
-    proc = start(job_dir, console, "jobset-sync", *SMALL, "--download")
+    proc = start(job_dir, console, "jobset/sync", *SMALL, "--download")
     assert wait_for_runner(proc, console, timeout=120) == 1, console.read_text()[-5000:]
     result = runner_status(job_dir)
     assert result["state"] == "Failed"

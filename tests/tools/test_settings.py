@@ -16,6 +16,7 @@ import sys
 import pytest
 import yaml
 
+import engines_here
 from kubernetes_ranges import outside_ranges
 from multiworker import python_prints
 from scripts.common import settings as project_settings
@@ -103,12 +104,13 @@ def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that
     assert other_minor and all("the run here was on another minor" in line for line in other_minor)
 
 
+@engines_here.needs("jobset", "trainjob")
 def test_both_engines_that_run_on_jobset_install_the_pinned_jobset():
     # ENGINE=jobset applies k8s/engines/jobset; Trainer v2 applies it too (its ./jobset), so one cluster never holds
     # two JobSets; the image the install runs is the pinned release's.
     engines = ROOT / "k8s" / "engines"
-    under_trainer = yaml.safe_load((engines / "trainer" / "jobset" / "kustomization.yaml").read_text())
-    assert (engines / "trainer" / "jobset" / under_trainer["resources"][0]).resolve() == engines / "jobset"
+    under_trainer = yaml.safe_load((engines / "trainjob" / "jobset" / "kustomization.yaml").read_text())
+    assert (engines / "trainjob" / "jobset" / under_trainer["resources"][0]).resolve() == engines / "jobset"
     jobset = yaml.safe_load((engines / "jobset" / "kustomization.yaml").read_text())
     assert [image["newTag"] for image in jobset["images"]] == [SETTINGS["JOBSET_VERSION"]]
     assert all(ref.endswith("?ref=JOBSET_COMMIT") for ref in jobset["resources"])
@@ -403,3 +405,47 @@ def test_the_scripts_refuse_the_same_values_from_the_settings_file(tmp_path, key
     edited.write_text("".join(f"{k}={value if k == key else v}\n" for k, v in SETTINGS.items()))
     with pytest.raises(project_settings.SettingsError, match=re.escape(says)):
         project_settings.load(edited, environ={})
+
+
+# Settings by owner: the forker's two files hold names, data, resources and the engine; each pin lives with what
+# installs it; a key a fork still sets in the old place is refused naming its new one.
+PINNED = re.compile(r"_(VERSION|COMMIT|SHA256|DIGEST|TESTED_KUBERNETES|TESTED_AT_VERSION)$|^K3S_IMAGE$|^RUN_HERE_")
+
+
+def test_the_forkers_files_hold_no_pin_and_about_thirty_keys():
+    forker = project_settings.load_file(project_settings.SETTINGS_FILE)
+    trainer = project_settings.load_file(project_settings.TRAINER_FILE)
+    assert not [key for key in {**forker, **trainer} if PINNED.search(key)]
+    assert len(forker) <= 30 and {"ENGINE", "JOB_NAME", "WORKERS", "WORKER_CPU_REQUEST"} <= set(forker)
+    assert all(key.startswith("TRAINER_") for key in trainer)
+    for key in SETTINGS:
+        if PINNED.search(key) and key != "TF_SERVING_VERSION" and not key.startswith("NODE_"):
+            assert project_settings.home(key) not in ("k8s/base/settings.env", "k8s/base/trainer.env"), key
+
+
+def check_in_a_copy(tmp_path: pathlib.Path, file: str, line: str) -> subprocess.CompletedProcess:
+    root = tmp_path / "project"
+    for folder in ("scripts", "k8s", "trainer"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    with (root / file).open("a") as settings:
+        settings.write(line + "\n")
+    check = [sys.executable, "-B", "-m", "scripts.common.settings", "--check"]
+    return subprocess.run(check, cwd=root, capture_output=True, text=True, timeout=60)
+
+
+def test_a_pin_a_fork_still_sets_in_its_settings_file_is_refused_naming_its_new_home(tmp_path):
+    refused = check_in_a_copy(tmp_path, "k8s/base/settings.env", "JOBSET_VERSION=v0.13.0")
+    assert refused.returncode == 2
+    assert "JOBSET_VERSION is set in k8s/base/settings.env and in k8s/engines/jobset/settings.env" in refused.stderr
+
+
+def test_a_trainer_variable_in_the_settings_file_is_refused_naming_trainer_env(tmp_path):
+    refused = check_in_a_copy(tmp_path, "k8s/base/settings.env", "TRAINER_PER_WORKER_BATCH_SIZE=128")
+    assert refused.returncode == 2
+    assert "TRAINER_PER_WORKER_BATCH_SIZE belong in k8s/base/trainer.env" in refused.stderr, refused.stderr
+
+
+def test_a_moved_pin_still_wins_from_the_environment_and_make_s_command_line():
+    assert project_settings.load(environ={"JOBSET_VERSION": "v0.13.0"})["JOBSET_VERSION"] == "v0.13.0"
+    dry = dry_make("k3d-up", "KUEUE_VERSION=v0.20.0", "ENGINE=jobset")
+    assert "KUEUE_VERSION='v0.20.0'" in dry.stdout, dry.stdout + dry.stderr

@@ -383,17 +383,17 @@ def test_make_status_and_delete_look_for_the_job_of_the_engine_asked_for(target)
     plan = subprocess.run(
         ["make", "-n", target, "ENGINE=jobset", "STRATEGY=async"], cwd=root, capture_output=True, text=True, check=True
     ).stdout
-    assert f"-m scripts.cluster.submit --{target} --kustomize k8s/overlays/jobset-async" in plan
+    assert f"-m scripts.cluster.submit --{target} --kustomize k8s/engines/jobset/async" in plan
 
 
-@pytest.mark.parametrize("overlay", ["jobset-sync", "trainjob-async", "tfjob-sync"])
+@pytest.mark.parametrize("overlay", ["jobset/sync", "trainjob/async", "tfjob/sync"])
 def test_a_bad_setting_that_reaches_the_pod_through_its_config_map_is_refused_before_the_cluster(overlay, monkeypatch):
     root = pathlib.Path(__file__).resolve().parents[2]
-    objects = tfjob_manifest.render(root / "k8s" / "overlays" / overlay)
+    objects = tfjob_manifest.render(root / "k8s" / "engines" / overlay)
     (settings,) = [obj for obj in objects if obj["kind"] == "ConfigMap" and "TRAINER_DATASET" in obj.get("data", {})]
     settings["data"]["TRAINER_EPOCHS"] = "three"
     monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: objects)
-    args = submit.parse_args(["--image", "img:1", "--kustomize", str(root / "k8s" / "overlays" / overlay)])
+    args = submit.parse_args(["--image", "img:1", "--kustomize", str(root / "k8s" / "engines" / overlay)])
     with pytest.raises(tfjob_manifest.ManifestError, match="TRAINER_EPOCHS: expected int, got 'three'"):
         submit.build_objects(args)
     settings["data"]["TRAINER_EPOCHS"] = "3"

@@ -20,7 +20,7 @@ from scripts.tune import space as spaces
 
 EXAMPLE = ROOT / "scripts" / "tune" / "search_space.yaml"
 PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")  # Katib's TrialTemplateParamReplaceFormatRegex
-OVERLAYS = {"TFJob": "k8s/overlays/tfjob-sync", "TrainJob": "k8s/overlays/trainjob-sync"}
+OVERLAYS = {"TFJob": "k8s/engines/tfjob/sync", "TrainJob": "k8s/engines/trainjob/sync"}
 
 
 def tool_argv(space: pathlib.Path = EXAMPLE, kind: str = "TFJob") -> list[str]:
@@ -166,9 +166,9 @@ def test_the_same_command_follows_its_experiment_and_another_is_refused(capsys, 
 @pytest.mark.parametrize(
     ("overlay", "complaint"),
     [
-        ("k8s/overlays/jobset-sync", "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials"),
-        ("k8s/overlays/tfjob-async", "STRATEGY=async"),
-        ("k8s/overlays/trainjob-async", "STRATEGY=async"),
+        ("k8s/engines/jobset/sync", "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials"),
+        ("k8s/engines/tfjob/async", "STRATEGY=async"),
+        ("k8s/engines/trainjob/async", "STRATEGY=async"),
     ],
 )
 def test_an_engine_or_strategy_katib_cannot_run_as_trials_is_refused(capsys, monkeypatch, overlay, complaint):

@@ -276,7 +276,7 @@ def test_make_passes_images_to_both_commands_through_the_environment():
     )
     assert dry.returncode == 0, dry.stderr
     assert '--dataset image_folder --epochs 3 --images "$IMAGES"' in dry.stdout
-    assert "scripts.cluster.upload_images --kustomize k8s/overlays/tfjob-sync" in dry.stdout
+    assert "scripts.cluster.upload_images --kustomize k8s/engines/tfjob/sync" in dry.stdout
     missing = subprocess.run(["make", "upload-images"], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and "make upload-images needs IMAGES=path/to/folder" in missing.stderr
 
@@ -294,7 +294,7 @@ def test_run_local_reads_a_local_images_folder_where_it_is_by_its_absolute_path(
             "--dataset",
             "image_folder",
             "--kustomize",
-            str(ROOT / "k8s" / "overlays" / "tfjob-sync"),
+            str(ROOT / "k8s" / "engines" / "tfjob" / "sync"),
         ]
     )
     objects = run_local.load(args)

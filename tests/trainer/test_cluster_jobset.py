@@ -14,7 +14,7 @@ from trainer.distribution.cluster import from_environment, from_jobset, parse_tf
 
 
 def pod(replicated_job: str, index: int, tasks: str, job_index: int = 0, **extra: str) -> dict[str, str]:
-    """A JobSet pod's variables as k8s/overlays/jobset-* set them (labels through the downward API)."""
+    """A JobSet pod's variables as k8s/engines/jobset/* set them (labels through the downward API)."""
     return {
         "JOBSET_NAME": "mw",
         "JOBSET_REPLICATED_JOB": replicated_job,

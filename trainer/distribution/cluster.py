@@ -293,7 +293,7 @@ class JobSetShape:
 
 def parse_jobset_tasks(text: str) -> tuple[JobSetShape, ...]:
     """JOBSET_TASKS (<replicatedJob>=<pods per Job>[x<Jobs>], comma-separated) as shapes, in order."""
-    example = "e.g. worker=2, or chief=1,ps=1,worker=2,evaluator=1 (see k8s/overlays/jobset-*)"
+    example = "e.g. worker=2, or chief=1,ps=1,worker=2,evaluator=1 (see k8s/engines/jobset/*)"
     shapes: list[JobSetShape] = []
     for entry in (e.strip() for e in text.split(",")):
         name, sep, size = entry.partition("=")
@@ -343,10 +343,10 @@ def from_jobset(environ: Mapping[str, str], strategy: str = "auto") -> Cluster:
         raise _jobset_fail(
             "JOBSET_TASKS",
             "missing: no label gives a pod the size of its group",
-            "set env JOBSET_TASKS in the pod template, e.g. worker=$(WORKERS) (k8s/overlays/jobset-sync)",
+            "set env JOBSET_TASKS in the pod template, e.g. worker=$(WORKERS) (k8s/engines/jobset/sync)",
         )
     shapes = {shape.replicated_job: shape for shape in parse_jobset_tasks(tasks_text)}
-    downward = "from the pod's label jobset.sigs.k8s.io/{label} (env valueFrom fieldRef, k8s/overlays/jobset-sync)"
+    downward = "from the pod's label jobset.sigs.k8s.io/{label} (env valueFrom fieldRef, k8s/engines/jobset/sync)"
     own = environ.get("JOBSET_REPLICATED_JOB", "")
     if not own:
         raise _jobset_fail("JOBSET_REPLICATED_JOB", "missing", "set it " + downward.format(label="replicatedjob-name"))
@@ -387,7 +387,7 @@ def from_jobset(environ: Mapping[str, str], strategy: str = "auto") -> Cluster:
     except ClusterConfigError as error:
         raise ClusterConfigError(
             f"JobSet pod: the group that JOBSET_TASKS={tasks_text} describes cannot run: {error}. In a JobSet, each "
-            f"TF_CONFIG list is a replicated job of that name (k8s/overlays/jobset-async has the async shape)"
+            f"TF_CONFIG list is a replicated job of that name (k8s/engines/jobset/async has the async shape)"
         ) from None
 
 

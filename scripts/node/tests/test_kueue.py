@@ -1,7 +1,7 @@
 """Gang admission on the local node's real Kueue: a JobSet, and a TrainJob, in the LocalQueue waits, suspended and
 without a pod, while another workload holds the quota it needs, and runs to Succeeded once that quota frees.
-The queues are the shipped example's (k8s/examples/kueue-queues.yaml), each job its shipped Kueue example's
-(k8s/examples/jobset-sync-kueue, k8s/examples/trainjob-sync-kueue).
+The queues are the shipped example's (k8s/engines/kueue/queues.yaml), each job its shipped Kueue example's
+(k8s/engines/jobset/sync-kueue, k8s/engines/trainjob/sync-kueue).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def holder_admitted() -> bool:
 
 @pytest.fixture
 def queues():
-    kubectl("apply", "--server-side", "-f", str(ROOT / "k8s/examples/kueue-queues.yaml"))
+    kubectl("apply", "--server-side", "-f", str(ROOT / "k8s/engines/kueue/queues.yaml"))
     yield
     kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"], "--ignore-not-found", check=False)
 

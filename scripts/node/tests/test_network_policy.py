@@ -37,7 +37,7 @@ serve({STATUS_PORT})
 
 def rendered_job(job_name: str) -> list[dict]:
     environment = {**os.environ, "JOB_NAME": job_name}
-    with project_settings.kustomization(ROOT / "k8s/overlays/tfjob-sync", environment) as overlay:
+    with project_settings.kustomization(ROOT / "k8s/engines/tfjob/sync", environment) as overlay:
         rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True)
     return list(yaml.safe_load_all(rendered.stdout))
 

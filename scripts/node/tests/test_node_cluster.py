@@ -46,14 +46,14 @@ def test_the_real_admission_admits_every_overlay_s_pods_and_refuses_one_that_bre
     import yaml
 
     checked = 0
-    for overlay in sorted((ROOT / "k8s" / "overlays").iterdir()):
+    for overlay in sorted((ROOT / "k8s" / "engines").glob("*/*sync")):
         rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True)
         for obj in yaml.safe_load_all(rendered.stdout):
             for template in pod_templates(obj):
                 pod = {
                     "apiVersion": "v1",
                     "kind": "Pod",
-                    "metadata": {"name": f"{overlay.name}-{checked}"},
+                    "metadata": {"name": f"{overlay.parent.name}-{overlay.name}-{checked}"},
                     "spec": template["spec"],
                 }
                 # A server-side dry run goes through the real admission chain, PodSecurity included, and stores nothing.

@@ -1,5 +1,5 @@
 """The local node's settings against the template's: the k3s pin is the node's Kubernetes, and the run that vouches
-for a Kubernetes minor past an engine's tested range (RUN_HERE_*, k8s/base/settings.env) is this node's suite."""
+for a Kubernetes minor past an engine's tested range (RUN_HERE_*, scripts/common/settings.env) is this node's suite."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_the_run_that_vouches_for_a_minor_is_this_nodes_suite():
 
 
 def test_the_nodes_keys_live_in_its_own_settings_file_and_reach_every_reader():
-    # kustomize turns k8s/base/settings.env into every pod's environment; the node's keys stay out of it, and the
-    # scripts (load_file with no path, as load and --check use it) still read them.
+    # The node's keys stay out of the forker's file (each key in its owner's), and the scripts (load_file with no
+    # path, as load and --check use it) still read them.
     base, node = (project_settings.load_file(path) for path in (project_settings.SETTINGS_FILE, ROOM / "settings.env"))
     assert node and not base.keys() & node.keys()
     assert node.items() <= SETTINGS.items()

@@ -141,7 +141,7 @@ def test_katib_keeps_every_field_tune_cluster_sends(tfjob_search):
         "--study",
         "tune-tf",
         "--kustomize",
-        "k8s/overlays/tfjob-sync",
+        "k8s/engines/tfjob/sync",
         "--image",
         project_image(),
         "--dataset",

@@ -1,0 +1,22 @@
+"""Each optional engine's part of the local runner, from its folder: k8s/engines/<engine>/local_run.py, imported
+only when a manifest of the engine's kind runs, so a fork that deleted the folder loses nothing else. The default
+engine's, the TFJob's, is this room's own (podplan.Planner.replicas, operator_rules).
+
+A local_run module either runs its object (`validate(job)`, `plan(planner)` -> the replicas and what its rules
+need, `rules(manifests, replicas, planned)`) or turns it into another engine's object that runs
+(`as_run(job, docs)`, `describe(made_from, job)`: a TrainJob becomes the JobSet Trainer would make of it)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from scripts.common.manifest import ENGINE_KINDS, ManifestError
+
+
+def local_run(kind: str) -> ModuleType:
+    """The local_run module of the engine folder whose kind this is."""
+    name = ENGINE_KINDS.get(kind)
+    if name is None:
+        raise ManifestError(f"{kind} is no engine's kind here: run one of {', '.join(ENGINE_KINDS)} (k8s/engines/)")
+    return importlib.import_module(f"k8s.engines.{name}.local_run")

@@ -1,0 +1,17 @@
+"""A test of an optional engine skips where a fork deleted the engine's folder (k8s/engines/<engine>/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.common import engine_folders
+
+
+def needs(*engines: str) -> pytest.MarkDecorator:
+    missing = sorted(set(engines) - set(engine_folders.names()))
+    return pytest.mark.skipif(bool(missing), reason=f"the engine folders {missing} are deleted (k8s/engines/)")
+
+
+def present(*pairs: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The parameters whose engine (their first item) this checkout holds."""
+    return [pair for pair in pairs if pair[0] in engine_folders.names()]
