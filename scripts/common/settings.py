@@ -101,7 +101,11 @@ RULES: dict[str, tuple[str, str]] = {
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
     # The pause image's tags carry no v: 3.10.1.
     "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
-    "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    **dict.fromkeys(
+        ("NODE_IP", "NODE_AGENT_IP", "NODE_AGENT_GATEWAY"),
+        (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    ),
+    "NODE_LINK_RATE": (r"([0-9]+[kmg]?bit)?", "a rate in tc's units such as 1gbit or 100mbit, or empty: unlimited"),
     **dict.fromkeys(
         ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST", "DATA_CPU_REQUEST", "SERVE_CPU_REQUEST"),
         (_CPU, "a CPU quantity such as 1, 0.5 or 250m"),

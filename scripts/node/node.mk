@@ -3,9 +3,9 @@
 # the template's targets (run-local, submit against k3d or your cluster) never call these.
 .PHONY: cluster-up cluster-down test-cluster
 
-cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows; KATIB=1: Katib) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
+cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows; KATIB=1: Katib; NODES=2: a second node) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) KATIB=$(KATIB) ENGINE=$(ENGINE) PY=$(PY) scripts/node/up.sh
+	@$(SETTINGS_ENV) KUEUE=$(KUEUE) SERVE=$(SERVE) KATIB=$(KATIB) NODES=$(NODES) ENGINE=$(ENGINE) PY=$(PY) scripts/node/up.sh
 
 cluster-down: ## stop the local node: no process, container, mount or state left (the built parts stay)
 	@$(CHECK_SETTINGS)
