@@ -14,8 +14,8 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
 # kubelet and the engines' controllers (CI runs it; scripts/node/tests/). The node stays up after it: make cluster-down ends it.
 test-cluster: install image ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
-	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1
-	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1
+	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1 NODES=2
+	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1 NODES=2
 	@# Requests sized for a 2-core node that also runs the engines' controllers. Two test files at once: the suite
 	@# mostly waits on controllers and pods, and each file keeps to its own jobs, names and namespaces.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
