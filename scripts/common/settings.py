@@ -77,6 +77,9 @@ RULES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("K3S_IMAGE", "TRAINING_OPERATOR_IMAGE"), _IMAGE_REFERENCE_RULE),
     **dict.fromkeys(("NODE_POD_CIDR", "NODE_SERVICE_CIDR"), (_CIDR, "an IPv4 range such as 10.244.0.0/16")),
     "VOLUME_SIZE": (r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?", "a quantity such as 2Gi"),
+    "VOLUME_ACCESS_MODE": (r"ReadWriteOnce|ReadWriteMany", "ReadWriteOnce or ReadWriteMany"),
+    "VOLUME_STORAGE_CLASS": (r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", "a StorageClass name (kubectl get storageclass)"),
+    "SPREAD_OVER_NODES": (r"[01]", "1 (a job's pods spread over the nodes) or 0 (wherever they fit)"),
     "IMAGE_NAME": (_IMAGE, "an image name: lower-case letters, digits and . _ - /"),
     "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
     # The trainer's choices (tests/tools/test_settings.py holds them to its options), or empty: its default.

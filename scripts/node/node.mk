@@ -16,7 +16,9 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 test-cluster: install image ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
 	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1 NODES=2
 	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1 NODES=2
-	@# Requests sized for a 2-core node that also runs the engines' controllers. Two test files at once: the suite
-	@# mostly waits on controllers and pods, and each file keeps to its own jobs, names and namespaces.
+	@# Requests sized for a 2-core node that also runs the engines' controllers. Every job's pods spread over the two
+	@# nodes, on a volume both mount. Two test files at once: the suite mostly waits on controllers and pods, and each
+	@# file keeps to its own jobs, names and namespaces.
 	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
+	  VOLUME_ACCESS_MODE=ReadWriteMany VOLUME_STORAGE_CLASS=local-path-shared \
 	  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest -m cluster scripts/node/tests -n 2 --dist loadfile

@@ -92,6 +92,11 @@ def pods(selector: str) -> list[dict]:
     return json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout)["items"]
 
 
+def nodes_of(selector: str) -> set[str]:
+    """The nodes the pods SELECTOR picks ran on."""
+    return {pod["spec"].get("nodeName") for pod in pods(selector)}
+
+
 def chief_status(*make_args: str) -> dict | None:
     """The chief's live /status as `make status` prints it (through the API server's service proxy)."""
     printed = make("status", *make_args, check=False).stdout
