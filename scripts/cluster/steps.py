@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import shutil
 import subprocess
 import tempfile
@@ -70,29 +71,38 @@ def import_image_to_cluster(context: str, image: str, container_tool: str) -> No
     if context == f"k3d-{settings['CLUSTER_NAME']}":
         import_image(image, settings["CLUSTER_NAME"], container_tool)
     elif context == f"node-{settings['CLUSTER_NAME']}" and "NODE_RUN" in settings:  # the local node's room is here
-        import_image_to_node(image, container_tool, f"{settings['NODE_RUN']}/containerd.sock")
+        # Every node's containerd: node 0's in NODE_RUN, the agent's (make cluster-up NODES=2) in a folder of it.
+        run_dir = pathlib.Path(settings["NODE_RUN"])
+        sockets = [run_dir / "containerd.sock", *sorted(run_dir.glob("*/containerd.sock"))]
+        import_image_to_node(image, container_tool, [str(socket) for socket in sockets])
     else:
         print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {image}")
 
 
-def import_image_to_node(image: str, container_tool: str, containerd_socket: str) -> None:
-    """Copies the locally built image into the local node's containerd (make cluster-up)."""
+def import_image_to_node(image: str, container_tool: str, containerd_sockets: list[str]) -> None:
+    """Copies the locally built image into each local node's containerd (make cluster-up), from one archive."""
     if container_tool not in ("podman", "buildah"):
         raise StepError(f"the local node imports images built with podman or buildah, not {container_tool or 'docker'}")
-    ctr = ["ctr", "--address", containerd_socket, "-n", "k8s.io", "images"]
     # The node keeps the local image's ID as a label: an image already there is not copied again.
     inspect = [container_tool, "inspect", "--type", "image", "--format", "{{.FromImageID}}", image]
     if container_tool == "podman":
         inspect = ["podman", "image", "inspect", "--format", "{{.Id}}", image]
     image_id = run(inspect, quiet=True).stdout.strip()
     name = kubelet_name(image)
-    held = run([*ctr, "ls", "-q", f'name=={name},labels."{IMAGE_ID_LABEL}"=={image_id}'], quiet=True).stdout
-    if name in held.split():
-        print(f"the node already holds {image} (image {image_id[:12]}); not importing it again")
+    lacking = []
+    for socket in containerd_sockets:
+        ctr = ["ctr", "--address", socket, "-n", "k8s.io", "images"]
+        held = run([*ctr, "ls", "-q", f'name=={name},labels."{IMAGE_ID_LABEL}"=={image_id}'], quiet=True).stdout
+        if name in held.split():
+            print(f"the node at {socket} already holds {image} (image {image_id[:12]}); not importing it again")
+        else:
+            lacking.append(ctr)
+    if not lacking:
         return
     with _docker_archive(image, container_tool) as archive:
-        run([*ctr, "import", archive])
-    run([*ctr, "label", name, f"{IMAGE_ID_LABEL}={image_id}"], quiet=True)
+        for ctr in lacking:
+            run([*ctr, "import", archive])
+            run([*ctr, "label", name, f"{IMAGE_ID_LABEL}={image_id}"], quiet=True)
 
 
 def import_image(image: str, cluster: str, container_tool: str) -> None:

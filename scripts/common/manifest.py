@@ -72,8 +72,14 @@ def setting_env_name(name: str) -> str:
 
 
 def render(k8s_dir: pathlib.Path = K8S_DIR) -> list[Manifest]:
-    """Every object `kubectl kustomize k8s_dir` renders, in its order."""
-    return [doc for doc in yaml.safe_load_all(render_text(k8s_dir)) if doc]
+    """Every object `kubectl kustomize k8s_dir` renders, in its order; with SPREAD_OVER_NODES=0, no pod is spread
+    over the nodes (k8s/base/trainer-pod.yaml's topologySpreadConstraints gone)."""
+    objects = [doc for doc in yaml.safe_load_all(render_text(k8s_dir)) if doc]
+    if settings.load().get("SPREAD_OVER_NODES") == "0":
+        for obj in objects:
+            for template in pod_templates(obj):
+                template["spec"].pop("topologySpreadConstraints", None)
+    return objects
 
 
 def of_kind(objects: Iterable[Manifest], kind: str) -> list[Manifest]:

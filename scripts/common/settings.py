@@ -82,6 +82,9 @@ RULES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("K3S_IMAGE", "TRAINING_OPERATOR_IMAGE"), _IMAGE_REFERENCE_RULE),
     **dict.fromkeys(("NODE_POD_CIDR", "NODE_SERVICE_CIDR"), (_CIDR, "an IPv4 range such as 10.244.0.0/16")),
     "VOLUME_SIZE": (r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?", "a quantity such as 2Gi"),
+    "VOLUME_ACCESS_MODE": (r"ReadWriteOnce|ReadWriteMany", "ReadWriteOnce or ReadWriteMany"),
+    "VOLUME_STORAGE_CLASS": (r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", "a StorageClass name (kubectl get storageclass)"),
+    "SPREAD_OVER_NODES": (r"[01]", "1 (a job's pods spread over the nodes) or 0 (wherever they fit)"),
     "IMAGE_NAME": (_IMAGE, "an image name: lower-case letters, digits and . _ - /"),
     "IMAGE_TF_FLAVOUR": (r"(cpu|tf|gpu)?", "cpu, tf, gpu or empty"),
     # The trainer's choices (tests/tools/test_settings.py holds them to its options), or empty: its default.
@@ -106,7 +109,11 @@ RULES: dict[str, tuple[str, str]] = {
     "TF_SERVING_VERSION": (r"[0-9]+\.[0-9]+\.[0-9]+", "a TensorFlow Serving release such as 2.21.0"),
     # The pause image's tags carry no v: 3.10.1.
     "NODE_PAUSE_VERSION": (r"[0-9]+\.[0-9]+(\.[0-9]+)?", "a pause image tag such as 3.10.1"),
-    "NODE_IP": (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    **dict.fromkeys(
+        ("NODE_IP", "NODE_AGENT_IP", "NODE_AGENT_GATEWAY"),
+        (r"[0-9]+(\.[0-9]+){3}", "an IPv4 address no other host uses, such as 10.243.255.1"),
+    ),
+    "NODE_LINK_RATE": (r"([0-9]+[kmg]?bit)?", "a rate in tc's units such as 1gbit or 100mbit, or empty: unlimited"),
     **dict.fromkeys(
         ("WORKER_CPU_REQUEST", "PS_EVALUATOR_CPU_REQUEST", "DATA_CPU_REQUEST", "SERVE_CPU_REQUEST"),
         (_CPU, "a CPU quantity such as 1, 0.5 or 250m"),

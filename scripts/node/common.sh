@@ -23,7 +23,8 @@ install_hint() {
   case $1 in
     ctr) echo "apt-get install containerd" ;;
     go) echo "install Go $(sed -n 's/^go //p' scripts/node/modules/kubernetes/go.mod) or newer: https://go.dev/dl/" ;;
-    ss) echo "apt-get install iproute2" ;;
+    ss | tc) echo "apt-get install iproute2" ;;
+    nsenter) echo "apt-get install util-linux" ;;
     kubectl) echo "install kubectl: https://kubernetes.io/docs/tasks/tools/" ;;
     *) echo "apt-get install $1" ;;
   esac
@@ -96,11 +97,12 @@ ca() {
     -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out "$PKI/$1.crt" 2>/dev/null
 }
 
-# kubeconfig NAME CERT: a kubeconfig for the client certificate CERT, with the CA and the key embedded.
+# kubeconfig NAME CERT [HOST]: a kubeconfig for the client certificate CERT, with the CA and the key embedded, that
+# reaches the API server at HOST (default 127.0.0.1).
 kubeconfig() {
   local file=$NODE_ROOT/$1.kubeconfig
   [ -f "$file" ] && return
-  kubectl config --kubeconfig "$file" set-cluster "$NODE_CONTEXT" --server "https://127.0.0.1:$NODE_API_PORT" \
+  kubectl config --kubeconfig "$file" set-cluster "$NODE_CONTEXT" --server "https://${3:-127.0.0.1}:$NODE_API_PORT" \
     --certificate-authority "$PKI/ca.crt" --embed-certs >/dev/null
   kubectl config --kubeconfig "$file" set-credentials "$2" --client-certificate "$PKI/$2.crt" \
     --client-key "$PKI/$2.key" --embed-certs >/dev/null
@@ -151,12 +153,33 @@ add_context() {
   echo "kubectl context: $NODE_CONTEXT (the current context is left as it was)"
 }
 
-# render_local_path DIR: local-path-provisioner's own deploy manifest, storing volumes under NODE_ROOT/storage and
-# marked the default class, as k3s ships it.
+# render_local_path DIR: local-path-provisioner's own deploy manifest with two classes: local-path, the default as
+# k3s ships it, each volume on the node that first mounts it (ReadWriteOnce), under NODE_ROOT/storage; and
+# local-path-shared, every access mode, its volumes under NODE_ROOT/shared, which every node sees (the nodes share the
+# VM's disk, standing in for NFS or a cloud file store: upstream's shared-filesystem mode).
 render_local_path() {
-  sed -e "s|/opt/local-path-provisioner|$NODE_ROOT/storage|" \
-    -e 's|^  name: local-path$|  name: local-path\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"|' \
-    "$1/deploy/local-path-storage.yaml"
+  awk -v storage="$NODE_ROOT/storage" -v shared="$NODE_ROOT/shared" '
+    /^  config.json: \|-$/ {
+      print
+      print "    {\"nodePathMap\": [], \"storageClassConfigs\": {"
+      print "      \"local-path\": {\"nodePathMap\": [{\"node\": \"DEFAULT_PATH_FOR_NON_LISTED_NODES\", \"paths\": [\"" storage "\"]}]},"
+      print "      \"local-path-shared\": {\"sharedFileSystemPath\": \"" shared "\"}}}"
+      skip = 1
+      next
+    }
+    skip && /^  [a-zA-Z.]+: / { skip = 0 }
+    !skip' "$1/deploy/local-path-storage.yaml" |
+    sed -e 's|^  name: local-path$|  name: local-path\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"|'
+  cat <<'EOF'
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local-path-shared
+provisioner: rancher.io/local-path
+volumeBindingMode: Immediate
+reclaimPolicy: Delete
+EOF
 }
 
 # module_commit MODULE VERSION: the commit the module proxy recorded for the version's tag.

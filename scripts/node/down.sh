@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/node/common.sh  # the settings, checked, and the node's names
+# shellcheck source=/dev/null
+source scripts/node/nodes.sh  # the agent's names, and down_agent
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "error: cluster-down stops root's containers and mounts: run it as root (sudo make cluster-down)" >&2
@@ -24,7 +26,9 @@ stop() {
   rm -f "$NODE_RUN/$1.pid"
 }
 
-# The kubelet first, so nothing restarts a container while the containers go.
+# The agent first (make cluster-up NODES=2), then node 0: the kubelet first, so nothing restarts a container while the
+# containers go.
+down_agent
 stop kubelet
 if [ -S "$NODE_RUN/containerd.sock" ] && running containerd; then
   for task in $(ctr --address "$NODE_RUN/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
@@ -59,7 +63,10 @@ if [ -x "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" ]; then
 fi
 # What kube-proxy's cleanup leaves: the CNI's masquerade chains and the kubelet's own KUBE- chains.
 rules=$(iptables-save)
-if [[ $rules == *CNI-* || $rules == *KUBE-* ]]; then grep -vE -- "CNI-|KUBE-" <<<"$rules" | iptables-restore; fi
+# DISTML-MASQ is the pods' masquerade (up.sh's pod_network).
+if [[ $rules == *CNI-* || $rules == *KUBE-* || $rules == *DISTML-* ]]; then
+  grep -vE -- "CNI-|KUBE-|DISTML-" <<<"$rules" | iptables-restore
+fi
 # kube-router's policy sets, once no rule refers to them.
 for set in $(ipset list -n 2>/dev/null); do
   [[ $set != KUBE-* && $set != kube-router-* ]] || ipset destroy "$set" 2>/dev/null || true

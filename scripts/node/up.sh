@@ -12,6 +12,8 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=/dev/null
 source scripts/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
+source scripts/node/nodes.sh  # node 0 and the agent: their names, places and network
+# shellcheck source=/dev/null
 source scripts/cluster/install-engines.sh
 
 # Every problem at once, each in one line with its fix: not root, a missing tool, a port another process holds.
@@ -21,7 +23,7 @@ preflight() {
     echo "error: cluster-up runs containers and sets up networking: run it as root (sudo make cluster-up)" >&2
     problems=1
   fi
-  for tool in go containerd runc ctr iptables ipset conntrack openssl buildah kubectl ss; do
+  for tool in go containerd runc ctr iptables ipset conntrack openssl buildah kubectl ss ${AGENT:+nsenter tc}; do
     if ! command -v "$tool" >/dev/null; then
       echo "error: $tool is not installed: $(install_hint "$tool")" >&2
       problems=1
@@ -58,14 +60,26 @@ network() {
   [[ $(ip -o addr show dev lo) == *" $NODE_IP/32 "* ]] || ip addr add "$NODE_IP/32" dev lo
   modprobe br_netfilter 2>/dev/null || true
   sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
-  mkdir -p "$NODE_ROOT/cni"
-  cat >"$NODE_ROOT/cni/10-distml.conflist" <<EOF
+}
+
+# pod_network K: node K's bridge (its CNI configuration, on node K's pod range) and its masquerade: pods reach
+# addresses outside the cluster's pod range as their node, and the other node's pods as themselves.
+pod_network() {
+  node "$1"
+  mkdir -p "$N_ROOT/cni"
+  cat >"$N_ROOT/cni/10-distml.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "distml", "plugins": [
-  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$NODE_POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
-            "dataDir": "$NODE_ROOT/cni/ipam"}},
+  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$N_RANGE"}]], "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": "$N_ROOT/cni/ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 EOF
+  "${N_IN[@]}" iptables -t nat -N DISTML-MASQ 2>/dev/null || true
+  "${N_IN[@]}" iptables -t nat -F DISTML-MASQ
+  "${N_IN[@]}" iptables -t nat -A DISTML-MASQ -d "$NODE_POD_CIDR" -j RETURN
+  "${N_IN[@]}" iptables -t nat -A DISTML-MASQ -j MASQUERADE
+  "${N_IN[@]}" iptables -t nat -C POSTROUTING -s "$N_RANGE" -j DISTML-MASQ 2>/dev/null ||
+    "${N_IN[@]}" iptables -t nat -A POSTROUTING -s "$N_RANGE" -j DISTML-MASQ
 }
 
 start_etcd() {
@@ -115,14 +129,15 @@ start_controllers() {
 }
 
 start_containerd() {
-  running containerd && return
-  mkdir -p "$NODE_ROOT/containerd" "$NODE_RUN"
-  cat >"$NODE_ROOT/containerd.toml" <<EOF
+  node "$1"
+  running "${N_PREFIX}containerd" && return
+  mkdir -p "$N_ROOT/containerd" "$N_RUN"
+  cat >"$N_ROOT/containerd.toml" <<EOF
 version = 2
-root = "$NODE_ROOT/containerd"
-state = "$NODE_RUN/containerd"
+root = "$N_ROOT/containerd"
+state = "$N_RUN/containerd"
 [grpc]
-  address = "$NODE_RUN/containerd.sock"
+  address = "$N_RUN/containerd.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:$NODE_PAUSE_VERSION"
   # The kubelet asks for negative OOM scores, which need CAP_SYS_RESOURCE; these VMs withhold it from root.
@@ -140,23 +155,25 @@ state = "$NODE_RUN/containerd"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$NODE_CNI_BIN"
-    conf_dir = "$NODE_ROOT/cni"
+    conf_dir = "$N_ROOT/cni"
 EOF
-  launch containerd containerd --config "$NODE_ROOT/containerd.toml"
-  wait_for "containerd" ctr --address "$NODE_RUN/containerd.sock" version
+  launch "${N_PREFIX}containerd" "${N_IN[@]}" containerd --config "$N_ROOT/containerd.toml"
+  wait_for "${N_PREFIX}containerd" ctr --address "$N_RUN/containerd.sock" version
 }
 
 import_images() {
   local archive
+  node "$1"
   for archive in "$NODE_CACHE"/images/*.tar; do
-    ctr --address "$NODE_RUN/containerd.sock" -n k8s.io images import "$archive" >/dev/null
+    ctr --address "$N_RUN/containerd.sock" -n k8s.io images import "$archive" >/dev/null
   done
 }
 
 start_kubelet() {
-  running kubelet && return
-  mkdir -p "$NODE_ROOT/kubelet"
-  cat >"$NODE_ROOT/kubelet.yaml" <<EOF
+  node "$1"
+  running "${N_PREFIX}kubelet" && return
+  mkdir -p "$N_ROOT/kubelet" "$N_ROOT/pod-logs"
+  cat >"$N_ROOT/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -164,12 +181,15 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $PKI/kubelet.crt
-tlsPrivateKeyFile: $PKI/kubelet.key
-containerRuntimeEndpoint: unix://$NODE_RUN/containerd.sock
+tlsCertFile: $PKI/${N_PREFIX}kubelet.crt
+tlsPrivateKeyFile: $PKI/${N_PREFIX}kubelet.key
+containerRuntimeEndpoint: unix://$N_RUN/containerd.sock
 # cgroup v1 is deprecated from 1.35 (KEP-5573); these VMs have it, and cgroupfs is how containerd runs runc here.
 failCgroupV1: false
 cgroupDriver: cgroupfs
+# Each node's pods under its own cgroup and log directory: a kubelet removes what it finds there and does not own.
+cgroupRoot: $N_CGROUP
+podLogsDir: $N_ROOT/pod-logs
 clusterDNS: [$NODE_IP]
 clusterDomain: cluster.local
 resolvConf: ""
@@ -180,33 +200,37 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 60
 EOF
-  launch kubelet "$K8S_BIN/kubelet" --config "$NODE_ROOT/kubelet.yaml" --kubeconfig "$NODE_ROOT/kubelet.kubeconfig" \
-    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --root-dir "$NODE_ROOT/kubelet"
-  wait_for "the node $NODE_NAME to be Ready" kube wait --for=condition=Ready "node/$NODE_NAME" --timeout=5s
+  launch "${N_PREFIX}kubelet" "${N_IN[@]}" "$K8S_BIN/kubelet" --config "$N_ROOT/kubelet.yaml" \
+    --kubeconfig "$NODE_ROOT/${N_PREFIX}kubelet.kubeconfig" --hostname-override "$N_NAME" --node-ip "$N_IP" \
+    --root-dir "$N_ROOT/kubelet"
+  wait_for "the node $N_NAME to be Ready" kube wait --for=condition=Ready "node/$N_NAME" --timeout=5s
 }
 
 start_proxy() {
-  running proxy && return
-  cat >"$NODE_ROOT/kube-proxy.yaml" <<EOF
+  node "$1"
+  running "${N_PREFIX}proxy" && return
+  cat >"$N_ROOT/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-clientConnection: {kubeconfig: $NODE_ROOT/proxy.kubeconfig}
-hostnameOverride: $NODE_NAME
+clientConnection: {kubeconfig: $NODE_ROOT/${N_PREFIX}proxy.kubeconfig}
+hostnameOverride: $N_NAME
 mode: iptables
 clusterCIDR: $NODE_POD_CIDR
 # A VM's conntrack table is the host's to size.
 conntrack: {maxPerCore: 0}
 EOF
-  launch proxy "$K8S_BIN/kube-proxy" --config "$NODE_ROOT/kube-proxy.yaml"
+  launch "${N_PREFIX}proxy" "${N_IN[@]}" "$K8S_BIN/kube-proxy" --config "$N_ROOT/kube-proxy.yaml"
 }
 
-# NetworkPolicies are enforced by kube-router's firewall alone, in the iptables kube-proxy uses, on the bridge's
-# forwarded traffic (br_netfilter above).
+# NetworkPolicies are enforced by kube-router's firewall alone, in the iptables kube-proxy uses: on the bridge's
+# forwarded traffic (br_netfilter above) and on what the other node routes in.
 start_policy() {
-  running policy && return
-  launch policy "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" --kubeconfig "$NODE_ROOT/policy.kubeconfig" \
-    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
-    --hostname-override "$NODE_NAME" --service-cluster-ip-range "$NODE_SERVICE_CIDR" --metrics-port 0
+  node "$1"
+  running "${N_PREFIX}policy" && return
+  launch "${N_PREFIX}policy" "${N_IN[@]}" "$BIN/kube-router-$NODE_KUBE_ROUTER_VERSION" \
+    --kubeconfig "$NODE_ROOT/${N_PREFIX}policy.kubeconfig" --run-firewall=true --run-router=false \
+    --run-service-proxy=false --enable-cni=false --enable-ipv6=false --hostname-override "$N_NAME" \
+    --service-cluster-ip-range "$NODE_SERVICE_CIDR" --metrics-port 0
 }
 
 start_dns() {
@@ -231,7 +255,7 @@ EOF
 install_storage() {
   local provisioner
   provisioner=$(module_dir github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION")
-  mkdir -p "$NODE_ROOT/storage"
+  mkdir -p "$NODE_ROOT/storage" "$NODE_ROOT/shared"
   render_local_path "$provisioner" | kube apply -f - >/dev/null
   kube -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s
 }
@@ -308,6 +332,11 @@ recover() {
 
 engine=${ENGINE:-tfjob}
 PY=${PY:-.venv/bin/python}  # make cluster-up passes the venv's (make install)
+case ${NODES:-1} in
+  1) AGENT= ;;
+  2) AGENT=1 ;;
+  *) echo "error: NODES=${NODES} is not 1 or 2: the local cluster has the host's node and at most one agent" >&2; exit 1 ;;
+esac
 check_engine "$engine"
 preflight
 recover
@@ -315,15 +344,28 @@ scripts/node/build.sh
 echo "starting the node $NODE_NAME (logs in $NODE_ROOT/logs)"
 make_pki
 network
+pod_network 0
 start_etcd
 start_apiserver
 start_controllers
-start_containerd
-import_images
-start_kubelet
-start_proxy
+start_containerd 0
+import_images 0
+start_kubelet 0
+start_proxy 0
 start_dns
-start_policy
+start_policy 0
+if [[ -n $AGENT ]]; then
+  echo "starting the node $AGENT_NAME in the network namespace $AGENT_NETNS (link rate: ${NODE_LINK_RATE:-unlimited})"
+  agent_pki
+  agent_network
+  agent_cgroup
+  pod_network 1
+  start_containerd 1
+  import_images 1
+  start_kubelet 1
+  start_proxy 1
+  start_policy 1
+fi
 install_storage
 install_engines
 [[ -z ${SERVE:-} ]] || install_serving

@@ -405,30 +405,37 @@ def test_make_help_lists_each_target_by_name():
     assert {"help", "run-local", "test", "submit", "k3d-up"} <= set(names), result.stdout
 
 
-def test_the_local_node_imports_an_image_once_and_labels_it_with_the_local_image_s_id(monkeypatch):
+def test_the_local_nodes_import_an_image_once_from_one_archive_and_label_it_with_the_local_image_s_id(monkeypatch):
     from scripts.cluster import steps
 
-    node_images: dict[str, str] = {}  # name -> the id label, as the node's containerd holds them
+    node_images: dict[str, dict[str, str]] = {}  # socket -> name -> the id label, as each node's containerd holds them
     commands: list[list[str]] = []
 
     def run(command, stdin=None, check=True, quiet=False):
         commands.append(command)
         stdout = ""
+        socket = command[2] if command[0] == "ctr" else ""
+        held = node_images.setdefault(socket, {})
         if command[:2] == ["buildah", "inspect"]:
             stdout = "sha256:1234abcd\n"
         elif command[-3:-1] == ["images", "ls"] or command[-4:-2] == ["images", "ls"]:
             wanted = command[-1]
-            stdout = "".join(
-                f"{name}\n" for name, label in node_images.items() if f"=={name}," in wanted and label in wanted
-            )
+            stdout = "".join(f"{name}\n" for name, label in held.items() if f"=={name}," in wanted and label in wanted)
         elif "label" in command:
             name, label = command[-2], command[-1].split("=", 1)[1]
-            node_images[name] = label
+            held[name] = label
         return subprocess.CompletedProcess(command, 0, stdout=stdout, stderr="")
 
     monkeypatch.setattr(steps, "run", run)
-    steps.import_image_to_node("trainer:abc", "buildah", "/run/node.sock")
+    steps.import_image_to_node("trainer:abc", "buildah", ["/run/node.sock"])
     imports = [c for c in commands if "import" in c]
-    assert len(imports) == 1 and node_images == {"docker.io/library/trainer:abc": "sha256:1234abcd"}
-    steps.import_image_to_node("trainer:abc", "buildah", "/run/node.sock")
+    assert len(imports) == 1 and node_images["/run/node.sock"] == {"docker.io/library/trainer:abc": "sha256:1234abcd"}
+    steps.import_image_to_node("trainer:abc", "buildah", ["/run/node.sock"])
     assert len([c for c in commands if "import" in c]) == 1, "the same image is not copied twice"
+
+    # A second node (make cluster-up NODES=2): only it gets the image, from one archive.
+    commands.clear()
+    steps.import_image_to_node("trainer:abc", "buildah", ["/run/node.sock", "/run/agent/node.sock"])
+    assert [c[2] for c in commands if "import" in c] == ["/run/agent/node.sock"]
+    assert len([c for c in commands if c[:2] == ["buildah", "push"]]) == 1
+    assert node_images["/run/agent/node.sock"] == node_images["/run/node.sock"]

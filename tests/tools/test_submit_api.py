@@ -157,6 +157,8 @@ def cluster(monkeypatch):
         return follower_at(servers[-1].server_port, Cluster.clock, Cluster.lines)
 
     monkeypatch.setattr(cluster_steps, "run", run)
+    # The claim's check against the cluster: tests/tools/test_volume_claim.py.
+    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
     monkeypatch.setattr(submit, "follower", follower)
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     yield Cluster
@@ -217,6 +219,8 @@ def test_every_config_map_the_job_s_pods_read_is_applied_before_the_job(cluster,
         return recorded(command, stdin=stdin, check=check, quiet=quiet)
 
     monkeypatch.setattr(cluster_steps, "run", run)
+    # The claim's check against the cluster: tests/tools/test_volume_claim.py.
+    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
     assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_SUCCEEDED, capsys.readouterr()
     wanted = config_map_refs(cluster.api.job)
     assert wanted, "the TFJob's pods read no ConfigMap: the test looks in the wrong place"

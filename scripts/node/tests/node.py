@@ -4,11 +4,14 @@ project's make targets with KUBE_CONTEXT set, and the node's containerd for what
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +24,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 SETTINGS = project_settings.load()
 CONTEXT = f"node-{SETTINGS['CLUSTER_NAME']}"
 NAMESPACE = SETTINGS["NAMESPACE"]
+# The cluster suite's two nodes (make cluster-up NODES=2, scripts/node/nodes.sh): the host's and the agent.
+NODES = (SETTINGS["CLUSTER_NAME"], f"{SETTINGS['CLUSTER_NAME']}-agent")
 # A short job: the synthetic dataset needs no download (no network here), two workers as the card says.
 SHORT_JOB = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 2048 --test-examples 512"]
 
@@ -85,6 +90,11 @@ def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 300, poll
 
 def pods(selector: str) -> list[dict]:
     return json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout)["items"]
+
+
+def nodes_of(selector: str) -> set[str]:
+    """The nodes the pods SELECTOR picks ran on."""
+    return {pod["spec"].get("nodeName") for pod in pods(selector)}
 
 
 def chief_status(*make_args: str) -> dict | None:
@@ -174,3 +184,23 @@ def fetch_model(destination: pathlib.Path, job_name: str | None = None, namespac
     )
     assert fetched.returncode == 0, fetched.stderr
     return destination / "model"
+
+
+@functools.cache
+def image_built() -> None:
+    """make image once per session, unless make test-cluster built it just before (CLUSTER_SUITE_IMAGE names it), and
+    the image in every node's containerd, as make submit imports it: a test's own pods name it before any submit
+    may have run. A lock keeps pytest-xdist's workers from building at once. Every make call then takes it as built."""
+    with open(f"/tmp/distml-cluster-suite-{CONTEXT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.environ.get("CLUSTER_SUITE_IMAGE") != project_image():
+            make("image", image_as_built=False)
+        imported = subprocess.run(
+            [sys.executable, "-m", "scripts.cluster.import_image", project_image()],
+            cwd=ROOT,
+            env=make_environment(),
+            capture_output=True,
+            text=True,
+        )
+        if imported.returncode != 0:
+            pytest.fail(f"importing {project_image()} into the node failed:\n{imported.stdout}{imported.stderr}")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from scripts.node.tests.node import SHORT_JOB, clear_model_dir, fetch_model, make, pods
+from scripts.node.tests.node import NODES, SHORT_JOB, clear_model_dir, fetch_model, make, nodes_of, pods
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +32,8 @@ def test_each_engine_and_shape_trains_to_succeeded_and_leaves_its_model_on_the_v
     submitted = make("submit", *job, *SHORT_JOB)
     assert "succeeded; the model is on volume" in submitted.stdout, submitted.stdout[-3000:]
     assert "Succeeded" in make("status", *job).stdout
+    # Spread over the suite's two nodes (k8s/base/trainer-pod.yaml), on a ReadWriteMany volume both mount.
+    assert nodes_of(f"{job_label}={job_name}") == set(NODES)
 
     model_dir = fetch_model(tmp_path / "artifacts", job_name)
     metrics = json.loads((model_dir / "metrics.json").read_text())

@@ -1,8 +1,9 @@
-"""The job's NetworkPolicy, enforced by the local node's policy controller (kube-router's firewall): the TF port
-admits only the job's own pods, the status port every pod of the namespace and none of another.
+"""The job's NetworkPolicy, enforced by each node's policy controller (kube-router's firewall): the TF port admits
+only the job's own pods, on either node, the status port every pod of the namespace and none of another.
 
-A listener stands in for a worker: a pod with the job's labels, listening on both ports, so that each probe's
-answer depends on the policy alone. The probes are connects from pods that are and are not the job's.
+A listener on each node stands in for a worker: a pod with the job's labels, listening on both ports, so that each
+probe's answer depends on the policy alone. The probes are connects from pods that are and are not the job's, on the
+listener's node and on the other: pod traffic between the nodes is routed, not masqueraded, so the policy sees pods.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ import pytest
 import yaml
 
 from scripts.common import settings as project_settings
-from scripts.node.tests.node import NAMESPACE, ROOT, SETTINGS, connects, kubectl, project_image, wait_until
+from scripts.node.tests.node import (
+    NAMESPACE,
+    NODES,
+    ROOT,
+    SETTINGS,
+    connects,
+    image_built,
+    kubectl,
+    project_image,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -42,14 +53,15 @@ def rendered_job(job_name: str) -> list[dict]:
     return list(yaml.safe_load_all(rendered.stdout))
 
 
-def pod(name: str, namespace: str, labels: dict, command: str, template: dict) -> dict:
-    """A pod as restricted as the job's own (its pod and container security contexts), running COMMAND."""
+def pod(name: str, namespace: str, labels: dict, command: str, template: dict, node: str = NODES[0]) -> dict:
+    """A pod on NODE as restricted as the job's own (its pod and container security contexts), running COMMAND."""
     container = template["spec"]["containers"][0]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
+            "nodeName": node,
             "securityContext": template["spec"].get("securityContext", {}),
             "containers": [
                 {
@@ -66,50 +78,64 @@ def pod(name: str, namespace: str, labels: dict, command: str, template: dict) -
 
 @pytest.fixture(scope="module")
 def listener_and_probes():
+    image_built()  # a module's fixture runs before the autouse one that builds and imports it
     objects = rendered_job(JOB)
     policy = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == f"{JOB}-training")
     template = objects[[o["kind"] for o in objects].index("TFJob")]["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     job_labels = policy["spec"]["podSelector"]["matchLabels"]
     idle = "import time; time.sleep(3600)"
+    nodes = kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+    assert sorted(nodes) == sorted(NODES), f"the cluster suite runs on two nodes: make cluster-up NODES=2 ({nodes})"
     kubectl("create", "namespace", OTHER_NAMESPACE)
     kubectl("wait", "-n", OTHER_NAMESPACE, "--for=create", "serviceaccount/default", "--timeout=60s")
-    created = [
-        {**policy, "metadata": {**policy["metadata"], "namespace": NAMESPACE}},
-        pod(f"{JOB}-listener", NAMESPACE, job_labels, LISTENER, template),
-        pod(f"{JOB}-peer", NAMESPACE, job_labels, idle, template),
-        pod(f"{JOB}-outsider", NAMESPACE, {"app.kubernetes.io/component": "probe"}, idle, template),
-        pod(f"{JOB}-stranger", OTHER_NAMESPACE, job_labels, idle, template),
-    ]
+    created = [{**policy, "metadata": {**policy["metadata"], "namespace": NAMESPACE}}]
+    for index, node in enumerate(NODES):
+        created += [
+            pod(f"{JOB}-listener-{index}", NAMESPACE, job_labels, LISTENER, template, node),
+            pod(f"{JOB}-peer-{index}", NAMESPACE, job_labels, idle, template, node),
+            pod(f"{JOB}-outsider-{index}", NAMESPACE, {"app.kubernetes.io/component": "probe"}, idle, template, node),
+        ]
+    created.append(pod(f"{JOB}-stranger", OTHER_NAMESPACE, job_labels, idle, template))
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": created}))
     for item in created[1:]:
         namespace = item["metadata"]["namespace"]
         kubectl("wait", "-n", namespace, "--for=condition=Ready", f"pod/{item['metadata']['name']}", "--timeout=180s")
-    listener_ip = json.loads(kubectl("get", "-n", NAMESPACE, "pod", f"{JOB}-listener", "-o", "json").stdout)["status"][
-        "podIP"
-    ]
-    yield listener_ip
+    listeners = []
+    for index in range(len(NODES)):
+        listener = json.loads(kubectl("get", "-n", NAMESPACE, "pod", f"{JOB}-listener-{index}", "-o", "json").stdout)
+        listeners.append(listener["status"]["podIP"])
+    yield listeners
     kubectl("delete", "-n", NAMESPACE, "networkpolicy", f"{JOB}-training", "--wait=false", check=False)
-    for name in ("listener", "peer", "outsider"):
-        kubectl("delete", "-n", NAMESPACE, "pod", f"{JOB}-{name}", "--wait=false", check=False)
+    for item in created[1:-1]:
+        kubectl("delete", "-n", NAMESPACE, "pod", item["metadata"]["name"], "--wait=false", check=False)
     kubectl("delete", "namespace", OTHER_NAMESPACE, "--wait=false", check=False)
 
 
-def test_the_tf_port_admits_only_the_job_s_pods_and_the_status_port_only_the_namespace_s(listener_and_probes):
-    listener = listener_and_probes
-    peer, outsider, stranger = f"{JOB}-peer", f"{JOB}-outsider", f"{JOB}-stranger"
-    # The listener answers: a pod of the job reaches both ports.
+@pytest.mark.parametrize("listener_node", [0, 1], ids=["on-the-host-node", "on-the-agent"])
+def test_the_tf_port_admits_only_the_job_s_pods_from_either_node_and_the_status_port_only_the_namespace_s(
+    listener_and_probes, listener_node
+):
+    listener = listener_and_probes[listener_node]
+    other_node = 1 - listener_node
+    peer, outsider, stranger = f"{JOB}-peer-{listener_node}", f"{JOB}-outsider-{listener_node}", f"{JOB}-stranger"
+    remote_peer, remote_outsider = f"{JOB}-peer-{other_node}", f"{JOB}-outsider-{other_node}"
+    # The listener answers: a pod of the job reaches both ports, from its node and from the other.
     assert wait_until("the job's peer to reach the TF port", lambda: connects(peer, NAMESPACE, listener, TF_PORT), 60)
     assert connects(peer, NAMESPACE, listener, STATUS_PORT)
-    # The policy controller applies the policy within its sync; from then on the outsider stays out.
+    assert connects(remote_peer, NAMESPACE, listener, TF_PORT), "the job's pod on the other node is refused"
+    # The policy controller applies the policy within its sync; from then on the outsiders stay out, on either node.
     wait_until(
         "the policy controller to refuse a pod outside the job on the TF port",
         lambda: not connects(outsider, NAMESPACE, listener, TF_PORT),
         90,
     )
     assert [connects(outsider, NAMESPACE, listener, TF_PORT) for _ in range(3)] == [False] * 3
+    assert [connects(remote_outsider, NAMESPACE, listener, TF_PORT) for _ in range(3)] == [False] * 3
     assert connects(outsider, NAMESPACE, listener, STATUS_PORT), "the namespace's pods may read the status"
+    assert connects(remote_outsider, NAMESPACE, listener, STATUS_PORT)
     # Another namespace's pod with the job's own labels is not the job's: both ports are closed to it.
     assert not connects(stranger, OTHER_NAMESPACE, listener, TF_PORT)
     assert not connects(stranger, OTHER_NAMESPACE, listener, STATUS_PORT)
-    # And the job's peer is still admitted under the enforced policy.
+    # And the job's peers are still admitted under the enforced policy, across the nodes too.
     assert connects(peer, NAMESPACE, listener, TF_PORT)
+    assert connects(remote_peer, NAMESPACE, listener, TF_PORT)

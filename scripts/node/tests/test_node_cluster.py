@@ -15,7 +15,17 @@ import numpy as np
 import pytest
 
 from pod_security import pod_templates
-from scripts.node.tests.node import ROOT, SETTINGS, SHORT_JOB, clear_model_dir, fetch_model, kubectl, make, wait_until
+from scripts.node.tests.node import (
+    NODES,
+    ROOT,
+    SETTINGS,
+    SHORT_JOB,
+    clear_model_dir,
+    fetch_model,
+    kubectl,
+    make,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -91,6 +101,8 @@ def test_submit_trains_on_the_cluster_and_the_fetched_model_answers_like_the_tra
     )["items"]
     assert len(pods) == int(SETTINGS["WORKERS"])
     assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
+    # One worker on each node: their TF_CONFIG addresses, the all-reduce and the chief's writes crossed nodes.
+    assert {pod["spec"]["nodeName"] for pod in pods} == set(NODES)
 
     model_dir = fetch_model(tmp_path / "artifacts")
     versions = sorted((model_dir / "serving").iterdir())
@@ -145,3 +157,18 @@ def test_a_pods_sandbox_is_removed_after_the_host_ran_ip_netns(restricted_namesp
     events = kubectl("get", "events", "-n", restricted_namespace, "--field-selector",
                      "involvedObject.name=sandbox-probe", "-o", "jsonpath={.items[*].reason}").stdout  # fmt: skip
     assert "FailedKillPod" not in events, events
+
+
+def test_a_read_write_once_claim_across_two_nodes_is_refused_before_anything_is_created() -> None:
+    job_name, claim = "e2e-rwo-refused", "e2e-rwo-volume"
+    job = [f"JOB_NAME={job_name}", f"VOLUME_CLAIM={claim}", "VOLUME_ACCESS_MODE=ReadWriteOnce"]
+    refused = make("submit", *job, "VOLUME_STORAGE_CLASS=local-path", *SHORT_JOB, check=False)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert f"the claim {claim} is ReadWriteOnce, and the job spreads its pods over this cluster's 2 nodes" in said, said
+    assert "VOLUME_ACCESS_MODE=ReadWriteMany" in said and "SPREAD_OVER_NODES=0" in said
+    # Nothing was created: no claim waiting to bind, no job, no policy.
+    assert kubectl("get", "pvc", claim, "--ignore-not-found", "-o", "name").stdout.strip() == ""
+    assert (
+        kubectl("get", "tfjob,networkpolicy", "-l", f"app.kubernetes.io/instance={job_name}", "-o", "name").stdout == ""
+    )

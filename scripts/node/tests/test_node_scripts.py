@@ -61,3 +61,18 @@ def test_cluster_up_names_a_port_another_process_holds_before_it_starts_anything
     assert f"error: port {port} is taken by another process (" in result.stderr, result.stderr
     assert "stop it, or run make cluster-down" in result.stderr
     assert not (tmp_path / "root").exists() and not (tmp_path / "run").exists(), "nothing started"
+
+
+def test_cluster_up_refuses_a_node_count_it_cannot_make_and_names_the_agents_tools(tmp_path):
+    path = with_real(path_with(tmp_path, {}), "id", "sed")
+    three = run_script(ROOM / "up.sh", path, NODES="3", **node_settings(tmp_path))
+    assert three.returncode == 1
+    assert "error: NODES=3 is not 1 or 2: the local cluster has the host's node and at most one agent" in three.stderr
+    assert not (tmp_path / "root").exists() and not (tmp_path / "run").exists(), "nothing started"
+    # NODES=2 runs the agent's processes in its network namespace (nsenter) and shapes its link (tc).
+    two = run_script(ROOM / "up.sh", path, NODES="2", **node_settings(tmp_path))
+    assert two.returncode == 1
+    for tool in ("nsenter", "tc"):
+        assert f"error: {tool} is not installed: " in two.stderr, two.stderr
+    one = run_script(ROOM / "up.sh", path, **node_settings(tmp_path))
+    assert "error: nsenter is not installed" not in one.stderr
