@@ -12,7 +12,7 @@ import pytest
 from scripts.common import manifest, volume_claim
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-OVERLAY = ROOT / "k8s/overlays/tfjob-sync"
+OVERLAY = ROOT / "k8s/engines/tfjob/sync"
 
 
 def node(name: str, ready: bool = True, cordoned: bool = False) -> dict:

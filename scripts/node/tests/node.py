@@ -107,18 +107,18 @@ def chief_status(*make_args: str) -> dict | None:
 
 
 def trainer_host_pid(pod: dict) -> int:
-    """The host PID of the pod's trainer container, from the node's containerd (the pod's status names the task)."""
+    """The host PID of the pod's trainer container, from its node's containerd (node 0's in NODE_RUN, the agent's in a
+    folder of it; the pod's status names the task)."""
     container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    tasks = subprocess.run(
-        ["ctr", "--address", f"{SETTINGS['NODE_RUN']}/containerd.sock", "-n", "k8s.io", "tasks", "ls"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for line in tasks.splitlines()[1:]:
-        task, pid, _status = line.split()
-        if task == container_id:
-            return int(pid)
+    run_dir = pathlib.Path(SETTINGS["NODE_RUN"])
+    for socket in [run_dir / "containerd.sock", *sorted(run_dir.glob("*/containerd.sock"))]:
+        tasks = subprocess.run(
+            ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "ls"], capture_output=True, text=True, check=True
+        ).stdout
+        for line in tasks.splitlines()[1:]:
+            task, pid, _status = line.split()
+            if task == container_id:
+                return int(pid)
     pytest.fail(f"no containerd task for {pod['metadata']['name']}'s container {container_id}")
 
 

@@ -32,8 +32,10 @@ def test_each_engine_and_shape_trains_to_succeeded_and_leaves_its_model_on_the_v
     submitted = make("submit", *job, *SHORT_JOB)
     assert "succeeded; the model is on volume" in submitted.stdout, submitted.stdout[-3000:]
     assert "Succeeded" in make("status", *job).stdout
-    # Spread over the suite's two nodes (k8s/base/trainer-pod.yaml), on a ReadWriteMany volume both mount.
-    assert nodes_of(f"{job_label}={job_name}") == set(NODES)
+    # Spread over the suite's two nodes (k8s/base/trainer-pod.yaml), on a ReadWriteMany volume both mount. (The async
+    # shape's ps and evaluator pods are deleted at its end, so what is left may be on one node.)
+    if strategy == "sync":
+        assert nodes_of(f"{job_label}={job_name}") == set(NODES)
 
     model_dir = fetch_model(tmp_path / "artifacts", job_name)
     metrics = json.loads((model_dir / "metrics.json").read_text())
