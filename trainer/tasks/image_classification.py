@@ -21,15 +21,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.base.errors import ConfigError, DataError
-from trainer.settings.options import Registry, option
-from trainer.task import Objective, Task, register
+from trainer.api import ConfigError, DataError, Objective, Registry, Task, option, register
 
 if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
-    from trainer.data.datasets import Source
+    from trainer.api import datasets
 
 ModelBuilder = Callable[[tuple[int, ...], int, Any], Any]  # -> keras.Model
 MODELS: Registry[ModelBuilder] = Registry()
@@ -71,7 +69,7 @@ class ImageClassification(Task):
     def describe(self) -> str:
         return str(self.options.model)
 
-    def build_model(self, source: Source) -> keras.Model:
+    def build_model(self, source: datasets.Source) -> keras.Model:
         images, _ = source.element_spec
         if source.num_classes < 2:
             raise DataError(
@@ -111,7 +109,7 @@ class ImageClassification(Task):
     def serving_endpoints(self, model: keras.Model) -> dict[str, tuple[Callable[..., Any], list[Any]]]:
         import tensorflow as tf
 
-        from trainer.data import images as image_files
+        from trainer.api import images as image_files
 
         shape = tuple(model.inputs[0].shape[1:])
 
