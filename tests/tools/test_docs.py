@@ -211,7 +211,9 @@ CONCEPT_ROW = re.compile(r"^\| `(trainer/[\w/.]*)` \|(.*)\|$")  # | `trainer/fil
 
 def concept_table(page: pathlib.Path = DESIGN_PAGE) -> dict[str, str]:
     """design.md's table of concepts: each row's file or room -> its job."""
-    return {match.group(1): match.group(2) for line in page.read_text().splitlines() if (match := CONCEPT_ROW.match(line))}
+    return {
+        match.group(1): match.group(2) for line in page.read_text().splitlines() if (match := CONCEPT_ROW.match(line))
+    }
 
 
 def unnamed_in(table: dict[str, str], trainer: pathlib.Path) -> list[str]:

@@ -136,4 +136,6 @@ def test_the_default_task_imports_only_what_a_fork_may_as_the_model_a_fork_copie
         and name.split(".")[0] not in FORK_LIBRARIES
         and name.split(".")[0] not in sys.stdlib_module_names
     }
-    assert not outside, f"the default task imports {sorted(outside)}: a fork may import only trainer.api from the trainer"
+    assert not outside, (
+        f"the default task imports {sorted(outside)}: a fork may import only trainer.api from the trainer"
+    )
