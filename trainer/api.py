@@ -6,18 +6,20 @@ nothing else from the trainer (a test holds them to it).
 
 `datasets` is the dataset interface (`datasets.register`, `Source`, `Generated`, `Arrays`, `arrays_spec`,
 `image_spec`, ...); `RecordFiles` and `glob_files` read your own TFRecord files in a dataset of yours, and
-`RecordOptions` and `TfdsOptions` are the built-in kinds' options (`config.group(RecordOptions)`). docs/fork.md walks
-through a task and a dataset.
+`RecordOptions` and `TfdsOptions` are the built-in kinds' options (`config.group(RecordOptions)`); `Registry` is a
+name -> builder table (a task's models by `--model`); `images` decodes image files with the input pipeline's ops (a
+task that serves image bytes). The default task, trainer/tasks/image_classification.py, imports only this module.
+docs/fork.md walks through a task and a dataset.
 """
 
 from __future__ import annotations
 
 from trainer.base.errors import ConfigError, DataError, UserError
-from trainer.data import datasets
+from trainer.data import datasets, images
 from trainer.data.tfds import TfdsOptions
 from trainer.data.tfrecord import RecordFiles, RecordOptions, glob_files
 from trainer.settings.config import Config
-from trainer.settings.options import option
+from trainer.settings.options import Registry, option
 from trainer.task import NoOptions, Objective, Task, register
 
 __all__ = [
@@ -28,11 +30,13 @@ __all__ = [
     "Objective",
     "RecordFiles",
     "RecordOptions",
+    "Registry",
     "Task",
     "TfdsOptions",
     "UserError",
     "datasets",
     "glob_files",
+    "images",
     "option",
     "register",
 ]

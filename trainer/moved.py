@@ -1,5 +1,6 @@
 """Import paths a released fork used that have since moved, kept working: `from trainer.config import Config` gets
-trainer.settings.config's Config. New forks import trainer.api, whose names never move. Installed by
+trainer.settings.config's Config. A fork updates trainer/ from upstream and never edits it (docs/design.md), so a
+move must not break its imports; new forks import trainer.api, whose names never move. Installed by
 trainer/__init__.py, so it holds before any fork module is imported."""
 
 from __future__ import annotations

@@ -140,6 +140,22 @@ def summary(
     return cell
 
 
+def by_outcome(
+    calls: list[tuple[float, str, str]], answered: str, refused: str
+) -> tuple[list[float], list[float], list[str]]:
+    """Each call's (seconds, status, failure) sorted into the answered calls' latencies, the shed calls' latencies
+    and the other calls' failures, as both load generators report them."""
+    latencies, shed, failures = [], [], []
+    for seconds, status, failure in calls:
+        if status == answered:
+            latencies.append(seconds)
+        elif status == refused:
+            shed.append(seconds)
+        else:
+            failures.append(failure)
+    return latencies, shed, failures
+
+
 def ghz_cell(
     ghz: pathlib.Path, target: str, protoset: pathlib.Path, message: pathlib.Path, clients: int, requests: int
 ) -> dict[str, Any]:
@@ -160,15 +176,11 @@ def ghz_cell(
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
         raise BenchError(f"ghz failed (exit {done.returncode}): {done.stderr[-2000:] or done.stdout[-2000:]}") from None
-    latencies, shed, failures = [], [], []
-    for call in report.get("details") or []:
-        seconds = call["latency"] / 1e9
-        if call["status"] == "OK":
-            latencies.append(seconds)
-        elif call["status"] == "ResourceExhausted":
-            shed.append(seconds)
-        else:
-            failures.append(f"{call['status']}: {call['error'][:200]}")
+    calls = [
+        (call["latency"] / 1e9, call["status"], f"{call['status']}: {call.get('error', '')[:200]}")
+        for call in report.get("details") or []
+    ]
+    latencies, shed, failures = by_outcome(calls, answered="OK", refused="ResourceExhausted")
     return summary("grpc_v2", clients, latencies, shed, failures, report["total"] / 1e9)
 
 
@@ -183,17 +195,9 @@ def hey_cell(hey: pathlib.Path, url: str, body: pathlib.Path, clients: int, requ
     if done.returncode != 0:
         raise BenchError(f"hey failed (exit {done.returncode}): {done.stderr[-2000:]}")
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    latencies, shed, failures = [], [], []
-    end = 0.0
-    for row in rows:
-        seconds = float(row["response-time"])
-        end = max(end, float(row["offset"]) + seconds)
-        if row["status-code"] == "200":
-            latencies.append(seconds)
-        elif row["status-code"] == "503":
-            shed.append(seconds)
-        else:
-            failures.append(f"HTTP {row['status-code']}")
+    calls = [(float(row["response-time"]), row["status-code"], f"HTTP {row['status-code']}") for row in rows]
+    latencies, shed, failures = by_outcome(calls, answered="200", refused="503")
+    end = max((float(row["offset"]) + float(row["response-time"]) for row in rows), default=0.0)
     # hey leaves out of its CSV the requests that got no answer (a refused or broken connection).
     failures += ["no answer (connection error)"] * (per_client * clients - len(rows))
     return summary("v1_json", clients, latencies, shed, failures, end or time.perf_counter() - started)

@@ -43,13 +43,13 @@ from typing import Any
 
 from scripts.common import manifest
 from scripts.common import settings as project_settings
-from scripts.common.cli import split_trainer_flags
 from scripts.common.kubectl import KubectlError, get, kubectl, seconds_between
 from scripts.common.kubectl import apply as kube_apply
 from scripts.common.pod_security import RESTRICTED_CONTAINER, RESTRICTED_POD
 from scripts.common.volume_layout import model_dir, select_command
 from trainer.base.errors import UserError
 
+from . import arguments
 from . import space as spaces
 from .trial import error_line
 
@@ -88,18 +88,11 @@ class ClusterStepError(RuntimeError):
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m scripts.tune.cluster",
-        description=__doc__.split("\n\n")[0],
-        epilog="Everything after -- goes to every trial's trainer (make tune-cluster's ARGS).",
-    )
-    parser.add_argument("--search-space", required=True, help="the search space file (SEARCH_SPACE=)")
+    parser = arguments.study_parser("python -m scripts.tune.cluster", __doc__, "tune-cluster")
     parser.add_argument("--study", required=True, help="the Experiment's name (STUDY=); trials are <study>-<suffix>")
     parser.add_argument("--kustomize", required=True, help="the overlay each trial runs (ENGINE=)")
     parser.add_argument("--image", required=True, help="the image `make image` built")
-    parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
-    parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
-    parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")
+    arguments.add_trial_shape(parser)
     parser.add_argument("--trials", type=int, help="trials in all (TRIALS=; default: the file's)")
     parser.add_argument("--parallel", type=int, help="trials at once (PARALLEL=; default: the file's)")
     parser.add_argument("--timeout", type=float, default=0, help="stop following after this many seconds (0: never)")
@@ -108,13 +101,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--replace", action="store_true", help="publish the best even where the published model is as good (REPLACE=)"
     )
     parser.add_argument("--dry-run", action="store_true", help="print the Experiment (JSON) and exit")
-    ours, trainer_flags = split_trainer_flags(argv)
-    args = parser.parse_args(ours)
-    args.trainer_flags = trainer_flags
-    for name in ("workers", "epochs", "trials", "parallel"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}")
+    args = arguments.parse(parser, argv)
     if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", args.study):
         parser.error(
             f"STUDY={args.study}: Katib names the Experiment and each trial's job after it (<study>-<8 letters>), so "

@@ -35,10 +35,11 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
-from scripts.common.cli import image_dir_of, split_trainer_flags
+from scripts.common.cli import image_dir_of
 from scripts.common.settings import SettingsError, load
 from trainer.base.errors import UserError
 
+from . import arguments
 from . import space as spaces
 from . import study as studies
 from . import trial as trials
@@ -47,19 +48,12 @@ SIGNAL_CHECK_SECONDS = 0.5  # how long the main thread waits on trials before it
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m scripts.tune.tune",
-        description=__doc__.split("\n\n")[0],
-        epilog="Everything after -- goes to every trial's trainer (make tune's ARGS).",
-    )
-    parser.add_argument("--search-space", required=True, help="the search space file (SEARCH_SPACE=)")
+    parser = arguments.study_parser("python -m scripts.tune.tune", __doc__, "tune")
     parser.add_argument(
         "--study", required=True, help="the study's name: runs/<study>.study/ holds it, trials are <study>-N"
     )
     parser.add_argument("--kustomize", default="k8s/engines/tfjob/sync", help="the overlay each trial runs")
-    parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
-    parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
-    parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")
+    arguments.add_trial_shape(parser)
     parser.add_argument("--images", help="a local image folder every trial trains on where it is (IMAGES=)")
     parser.add_argument("--trials", type=int, help="the trial budget, over the file's trials: (TRIALS=)")
     parser.add_argument("--parallel", type=int, help="trials at once, over the file's parallel: (PARALLEL=)")
@@ -67,13 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--replace", action="store_true", help="publish the best even where the published model is as good (REPLACE=)"
     )
-    ours, trainer_flags = split_trainer_flags(argv)
-    args = parser.parse_args(ours)
-    args.trainer_flags = trainer_flags
-    for name in ("workers", "epochs", "trials", "parallel"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}")
+    args = arguments.parse(parser, argv)
     args.image_dir = image_dir_of(parser, args.images)
     return args
 

@@ -203,3 +203,69 @@ def test_the_dataset_row_names_every_built_in_dataset_kind():
     built_in = sorted(name for name, build in DATASETS.items() if build.__module__.startswith("trainer.data."))
     unnamed = [name for name in built_in if f"`{name}`" not in meaning]
     assert built_in and unnamed == [], f"docs/trainer.md's --dataset row does not name the dataset kinds {unnamed}"
+
+
+DESIGN_PAGE = ROOT / "docs" / "design.md"
+CONCEPT_ROW = re.compile(r"^\| `(trainer/[\w/.]*)` \|(.*)\|$")  # | `trainer/file.py` or `trainer/room/` | job |
+
+
+def concept_table(page: pathlib.Path = DESIGN_PAGE) -> dict[str, str]:
+    """design.md's table of concepts: each row's file or room -> its job."""
+    return {
+        match.group(1): match.group(2) for line in page.read_text().splitlines() if (match := CONCEPT_ROW.match(line))
+    }
+
+
+def unnamed_in(table: dict[str, str], trainer: pathlib.Path) -> list[str]:
+    """The trainer's modules that no row names: by their own row, or by `name.py` in their room's row."""
+    unnamed = []
+    for path in sorted(trainer.rglob("*.py")):
+        relative = path.relative_to(trainer.parent).as_posix()
+        room = f"{path.parent.relative_to(trainer.parent).as_posix()}/"
+        # A package's __init__ is its room, which its folder's row names.
+        if path.name == "__init__.py" or relative in table:
+            continue
+        if f"`{path.name}`" not in table.get(room, ""):
+            unnamed.append(relative)
+    return unnamed
+
+
+def test_the_concept_table_names_every_module_of_the_trainer():
+    unnamed = unnamed_in(concept_table(), ROOT / "trainer")
+    assert unnamed == [], f"docs/design.md's table of concepts names no row for {unnamed}: add each with its job"
+
+
+def test_a_module_missing_from_the_concept_table_is_seen(tmp_path):
+    (tmp_path / "trainer" / "data").mkdir(parents=True)
+    for name in ("loop.py", "data/__init__.py", "data/pipeline.py", "data/new_kind.py", "new_story.py"):
+        (tmp_path / "trainer" / name).write_text("")
+    table = {"trainer/loop.py": " the one loop ", "trainer/data/": " `pipeline.py` (one worker's input) "}
+    assert unnamed_in(table, tmp_path / "trainer") == ["trainer/data/new_kind.py", "trainer/new_story.py"]
+
+
+FORK_PAGE = ROOT / "docs" / "fork.md"
+NUMBERS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def files_the_example_needs() -> set[str]:
+    """The example, this page, trainer.api and each file that defines a name the example imports from it."""
+    import importlib
+    import inspect
+
+    api = importlib.import_module("trainer.api")
+    (line,) = [
+        line for line in (ROOT / "examples" / "regression.py").read_text().splitlines() if "from trainer.api" in line
+    ]
+    names = [name.strip() for name in line.split(" import ", 1)[1].split(",")]
+    defining = {pathlib.Path(inspect.getfile(getattr(api, name))).relative_to(ROOT).as_posix() for name in names}
+    return {"docs/fork.md", "examples/regression.py", "trainer/api.py", *defining}
+
+
+def test_fork_md_reading_list_is_what_the_example_needs():
+    text = FORK_PAGE.read_text()
+    match = re.search(r"read (\w+) files, what the example below needs: this page,(.*?)\. Then", text, re.S)
+    assert match, "docs/fork.md no longer says which files a forker reads"
+    listed = {"docs/fork.md", *re.findall(r"`([\w/]+\.py)`", match.group(2))}
+    needed = files_the_example_needs()
+    assert listed == needed, f"fork.md lists {sorted(listed)}; examples/regression.py needs {sorted(needed)}"
+    assert match.group(1) == NUMBERS[len(needed)], f"fork.md says {match.group(1)} files; the list has {len(needed)}"

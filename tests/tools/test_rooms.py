@@ -1,6 +1,6 @@
 """Each optional tool room can be deleted: a copy of the project without scripts/bench (or scripts/cluster,
-scripts/tune or scripts/versions) and its tests still imports every remaining module, runs a small set of quick
-tests, and runs run-local."""
+scripts/pipeline, scripts/tune or scripts/versions) and its tests still imports every remaining module, runs a small
+set of quick tests, and runs run-local; every optional room design.md names is one a test deletes."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ ROOM_TESTS = {
         "tests/tools/test_upload_images.py",
     ],
     "node": [],  # its tests are in scripts/node/tests/, deleted with it
+    "pipeline": [
+        "tests/serving/test_pipeline.py",
+        "tests/serving/test_pipeline_submit.py",
+        "tests/serving/test_cluster_pipeline.py",
+        "scripts/node/tests/test_serving_pipeline.py",
+    ],
     "tune": ["tests/tools/test_tune.py", "tests/tools/test_tune_space.py", "tests/tools/test_tune_cluster.py"],
     "versions": ["tests/tools/test_versions.py"],
 }
@@ -44,6 +50,42 @@ for name in names:
     importlib.import_module(name)
 print(len(names))
 """
+
+
+# The trainer's optional rooms, each deleted by its own test (they train without it, which these rooms' test cannot).
+TRAINER_ROOM_TESTS = {
+    "trainer/ps": "tests/trainer/test_trainer_rooms.py",
+    "trainer/serving": "tests/serving/test_serving_room.py",
+}
+DESIGN_PAGE = ROOT / "docs" / "design.md"
+
+
+def optional_rooms_named(page: pathlib.Path = DESIGN_PAGE) -> list[str]:
+    """The folders of design.md's layer row of optional features."""
+    (row,) = [line for line in page.read_text().splitlines() if line.startswith("| optional features |")]
+    return [folder.rstrip("/") for folder in re.findall(r"`([\w/]+/)`", row.split("|")[2])]
+
+
+def test_every_optional_room_the_docs_name_is_one_a_test_deletes():
+    named = optional_rooms_named()
+    assert "scripts/pipeline" in named and "trainer/ps" in named, named
+    deleted_here = {folder for room in ROOM_TESTS for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"])}
+    undeleted = [
+        folder
+        for folder in named
+        if folder not in deleted_here
+        and '"' + '" / "'.join(folder.split("/")) + '"' not in read_if_there(TRAINER_ROOM_TESTS.get(folder))
+    ]
+    assert undeleted == [], f"docs/design.md names optional rooms no test deletes: {undeleted} (add them to ROOM_TESTS)"
+
+
+def read_if_there(test: str | None) -> str:
+    return (ROOT / test).read_text() if test and (ROOT / test).exists() else ""
+
+
+def test_every_test_a_room_takes_with_it_is_there():
+    missing = [test for tests in ROOM_TESTS.values() for test in tests if not (ROOT / test).exists()]
+    assert missing == [], f"ROOM_TESTS names tests that are gone: {missing}"
 
 
 def copy_without(room: str, target: pathlib.Path) -> pathlib.Path:

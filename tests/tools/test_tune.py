@@ -169,12 +169,21 @@ def wait_gone(folder: pathlib.Path, timeout: float = 60) -> None:
 SPACE = "sampler: random\nseed: 3\nparameters:\n  learning-rate: {type: float, min: 1.0e-3, max: 1.0e-2, log: true}\n"
 
 
+def tuned_until(
+    tmp_path: pathlib.Path, pattern: str, *variables: str
+) -> tuple[pathlib.Path, subprocess.Popen, list[str]]:
+    """make tune of SPACE started in a copy of the project and read up to its line matching `pattern`: the copy, the
+    make process still running, and the lines read."""
+    project = copy(tmp_path)
+    tuner, lines = start_tune(project, SPACE, *variables), []
+    read_until(tuner, pattern, lines)
+    return project, tuner, lines
+
+
 @pytest.mark.slow
 def test_a_study_killed_mid_trial_resumes_without_rerunning_a_finished_trial(tmp_path):
-    project = copy(tmp_path)
     variables = ("STUDY=crash", "TRIALS=2", "EPOCHS=3")
-    first, lines = start_tune(project, SPACE, *variables), []
-    read_until(first, r"trial 1 started", lines)
+    project, first, _ = tuned_until(tmp_path, r"trial 1 started", *variables)
     tuner_of(first).kill()  # SIGKILL: no handler runs, as in a crash or an OOM kill
     first.wait(60)
     wait_gone(project / "runs" / "crash-1")  # the trial's run-local and replicas died with the tuner
@@ -195,10 +204,8 @@ def test_a_study_killed_mid_trial_resumes_without_rerunning_a_finished_trial(tmp
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_trial_and_the_same_command_runs_it_again(tmp_path):
-    project = copy(tmp_path)
     variables = ("STUDY=stopped", "TRIALS=1", "EPOCHS=3")
-    first, lines = start_tune(project, SPACE, *variables), []
-    read_until(first, r"trial 0 started", lines)
+    project, first, lines = tuned_until(tmp_path, r"trial 0 started", *variables)
     interrupt_a_trial_thread(tuner_of(first))
     rest, _ = first.communicate(timeout=120)
     output = "".join(lines) + rest

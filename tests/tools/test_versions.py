@@ -12,6 +12,7 @@ import sys
 
 import yaml
 
+from python_module import run_module
 from scripts.common.settings import load_file
 from scripts.versions.versions import RELEASES, constraint, last_day, markdown, read_releases, release_files, rows
 
@@ -24,14 +25,7 @@ def every_release():
 
 
 def versions(*flags: str, **environment: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "scripts.versions.versions", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **environment},
-    )
+    return run_module("scripts.versions.versions", *flags, env={**os.environ, **environment}, timeout=60)
 
 
 def test_every_pin_is_listed_at_the_version_its_file_pins():

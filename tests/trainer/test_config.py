@@ -2,12 +2,11 @@
 
 import dataclasses
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from multiworker import ROOT
+from python_module import run_module
 from trainer.base.errors import ConfigError
 from trainer.context import parse_config, read_core
 from trainer.data import catalog
@@ -140,14 +139,7 @@ def test_log_interval_is_a_whole_number_of_calls():
 
 
 def run_trainer(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "trainer", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", **(env or {})},
-    )
+    return run_module("trainer", *args, env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=120)
 
 
 def test_cli_bad_choice_exits_2_with_choices():

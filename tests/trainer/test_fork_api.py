@@ -111,3 +111,31 @@ def test_a_fork_written_against_an_earlier_layout_still_loads_and_builds_its_mod
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"loaded {flags[1]} {flags[3]}"), result.stdout
+
+
+# What a fork's module may import besides trainer.api: the standard library and the libraries a task is written in.
+FORK_LIBRARIES = {"tensorflow", "keras", "numpy"}
+
+
+def top_level_imports(path: pathlib.Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_the_default_task_imports_only_what_a_fork_may_as_the_model_a_fork_copies():
+    default_task = ROOT / "trainer" / "tasks" / "image_classification.py"
+    outside = {
+        name
+        for name in top_level_imports(default_task)
+        if name != "trainer.api"
+        and name.split(".")[0] not in FORK_LIBRARIES
+        and name.split(".")[0] not in sys.stdlib_module_names
+    }
+    assert not outside, (
+        f"the default task imports {sorted(outside)}: a fork may import only trainer.api from the trainer"
+    )

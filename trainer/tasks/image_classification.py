@@ -7,8 +7,10 @@ the class id and the class's name (the dataset's names, else the id). The export
 (`serve_image_bytes`: PNG, JPEG, GIF or BMP bytes, decoded and resized by the same ops as the input pipeline,
 trainer/data/images.py) and lists the classes (`class_names`).
 
-To add a model: write a function (input_shape, num_classes, options) -> keras.Model below and decorate it with
-@model("name"). Its hyperparameters are this task's Options.
+It imports only trainer.api, as a fork's task does: it is the model a fork copies (docs/fork.md). To add a model,
+copy it into modules/ under a task name of yours, write a function (input_shape, num_classes, options) ->
+keras.Model there and decorate it with @model("name"); its hyperparameters are the task's Options. trainer/ itself
+is updated from upstream, never edited (docs/design.md).
 
 Keras and TensorFlow are imported where they are used, not at the top: the flags are parsed (and a bad one refused)
 with this module imported, and that stays a fraction of a second. Your own task module may import them at the top;
@@ -21,15 +23,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.base.errors import ConfigError, DataError
-from trainer.settings.options import Registry, option
-from trainer.task import Objective, Task, register
+from trainer.api import ConfigError, DataError, Objective, Registry, Task, option, register
 
 if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
-    from trainer.data.datasets import Source
+    from trainer.api import datasets
 
 ModelBuilder = Callable[[tuple[int, ...], int, Any], Any]  # -> keras.Model
 MODELS: Registry[ModelBuilder] = Registry()
@@ -57,7 +57,7 @@ class ImageClassification(Task):
         if options.model not in MODELS:
             raise ConfigError(
                 f"--model: unknown model {options.model!r}; choose one of {', '.join(sorted(MODELS))} "
-                f"or register a new one in trainer/tasks/image_classification.py"
+                f"or add one to your copy of this task (docs/fork.md)"
             )
 
     def __init__(self, options: ImageClassificationOptions) -> None:
@@ -71,7 +71,7 @@ class ImageClassification(Task):
     def describe(self) -> str:
         return str(self.options.model)
 
-    def build_model(self, source: Source) -> keras.Model:
+    def build_model(self, source: datasets.Source) -> keras.Model:
         images, _ = source.element_spec
         if source.num_classes < 2:
             raise DataError(
@@ -111,7 +111,7 @@ class ImageClassification(Task):
     def serving_endpoints(self, model: keras.Model) -> dict[str, tuple[Callable[..., Any], list[Any]]]:
         import tensorflow as tf
 
-        from trainer.data import images as image_files
+        from trainer.api import images as image_files
 
         shape = tuple(model.inputs[0].shape[1:])
 

@@ -46,3 +46,8 @@ def test_a_load_generator_that_is_not_the_pinned_build_is_refused(tmp_path, monk
     else:
         assert "go is not on PATH" in message
     assert message.count("\n") == 2  # one line for each tool
+
+
+def test_each_call_is_an_answer_a_shed_request_or_a_failure():
+    calls = [(0.1, "200", "HTTP 200"), (0.2, "503", "HTTP 503"), (0.3, "500", "HTTP 500"), (0.4, "200", "HTTP 200")]
+    assert load_tools.by_outcome(calls, answered="200", refused="503") == ([0.1, 0.4], [0.2], ["HTTP 500"])
