@@ -70,6 +70,7 @@ def test_every_optional_room_the_docs_name_is_one_a_test_deletes():
     named = optional_rooms_named()
     assert "scripts/pipeline" in named and "trainer/ps" in named, named
     deleted_here = {folder for room in ROOM_TESTS for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"])}
+    deleted_here |= {f"k8s/engines/{engine}" for engine in OPTIONAL_ENGINES}  # the engine room test's
     undeleted = [
         folder
         for folder in named
