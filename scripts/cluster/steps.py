@@ -71,12 +71,16 @@ def import_image_to_cluster(context: str, image: str, container_tool: str) -> No
     if context == f"k3d-{settings['CLUSTER_NAME']}":
         import_image(image, settings["CLUSTER_NAME"], container_tool)
     elif context == f"node-{settings['CLUSTER_NAME']}" and "NODE_RUN" in settings:  # the local node's room is here
-        # Every node's containerd: node 0's in NODE_RUN, the agent's (make cluster-up NODES=2) in a folder of it.
-        run_dir = pathlib.Path(settings["NODE_RUN"])
-        sockets = [run_dir / "containerd.sock", *sorted(run_dir.glob("*/containerd.sock"))]
-        import_image_to_node(image, container_tool, [str(socket) for socket in sockets])
+        import_image_to_node(image, container_tool, node_sockets(settings["NODE_RUN"]))
     else:
         print(f"not the project's k3d cluster: skipping the image import; the cluster must be able to pull {image}")
+
+
+def node_sockets(node_run: str) -> list[str]:
+    """Every local node's containerd socket: node 0's in NODE_RUN, the agent's (make cluster-up NODES=2) in a folder
+    of it."""
+    run_dir = pathlib.Path(node_run)
+    return [str(socket) for socket in [run_dir / "containerd.sock", *sorted(run_dir.glob("*/containerd.sock"))]]
 
 
 def import_image_to_node(image: str, container_tool: str, containerd_sockets: list[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from scripts.cluster.steps import node_sockets
 from scripts.common import settings as project_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -110,10 +111,9 @@ def trainer_host_pid(pod: dict) -> int:
     """The host PID of the pod's trainer container, from its node's containerd (node 0's in NODE_RUN, the agent's in a
     folder of it; the pod's status names the task)."""
     container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    run_dir = pathlib.Path(SETTINGS["NODE_RUN"])
-    for socket in [run_dir / "containerd.sock", *sorted(run_dir.glob("*/containerd.sock"))]:
+    for socket in node_sockets(SETTINGS["NODE_RUN"]):
         tasks = subprocess.run(
-            ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "ls"], capture_output=True, text=True, check=True
+            ["ctr", "--address", socket, "-n", "k8s.io", "tasks", "ls"], capture_output=True, text=True, check=True
         ).stdout
         for line in tasks.splitlines()[1:]:
             task, pid, _status = line.split()
