@@ -3,6 +3,7 @@ log lines, the outcome, and on failure the events and the last log lines of ever
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
@@ -273,12 +274,38 @@ class JobFollower:
             except api_errors() as error:
                 self.out(f"(no logs: {error})")
 
-    def chief_status(self, service: str, port_name: str = "status") -> dict[str, Any] | None:
-        """The chief's /status JSON through the API server's service proxy; None if unreachable."""
+    def chief_status(self, port_name: str = "status") -> dict[str, Any] | None:
+        """The chief's /status JSON; None while no chief runs or it does not answer yet."""
         try:
-            response = self.core.connect_get_namespaced_service_proxy_with_path(
-                f"{service}:{port_name}", self.namespace, "status", _preload_content=False
-            )
-            return json.loads(response.data)
-        except (*api_errors(), ValueError):  # not running yet, or finished: the caller says so
+            running = [pod for pod in self.pods(chief_only=True) if pod.status.phase == "Running"]
+        except LostContact:
             return None
+        for pod in running[:1]:
+            for container in pod.spec.containers:
+                for port in container.ports or []:
+                    if port.name == port_name:
+                        return pod_status(self.core, self.namespace, pod.metadata.name, port.container_port)
+        return None
+
+
+def pod_status(core: Any, namespace: str, pod: str, port: int, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """GET /status from a pod's port through a port-forward, None if it does not answer with JSON. The pod's kubelet
+    connects inside the pod's network: the API server's own route to another node's pods, which a NetworkPolicy
+    meets as a stranger, is not taken (the service proxy's is)."""
+    from kubernetes.stream import portforward
+    from websocket import WebSocketException
+
+    try:
+        forward = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
+        connection = http.client.HTTPConnection("localhost")
+        connection.sock = forward.socket(port)
+        connection.sock.settimeout(timeout_s)
+        try:
+            connection.request("GET", "/status")
+            response = connection.getresponse()
+            return json.loads(response.read()) if response.status == 200 else None
+        finally:
+            connection.close()
+            forward.close()
+    except (*api_errors(), WebSocketException, http.client.HTTPException, ValueError):
+        return None  # not running yet, or finished: the caller says so

@@ -226,7 +226,7 @@ def show_status(objects: list[dict], namespace: str) -> int:
     for pod in watcher.pods():
         restarts = sum(status.restart_count for status in (pod.status.container_statuses or []))
         print(f"pod {pod.metadata.name}: {pod.status.phase}, restarts {restarts}")
-    status = watcher.chief_status(f"{SETTINGS['JOB_NAME']}-status")
+    status = watcher.chief_status()
     print("chief status: " + (json.dumps(status) if status is not None else "not reachable (chief not running)"))
     return EXIT_SUCCEEDED
 

@@ -85,7 +85,13 @@ def read_if_there(test: str | None) -> str:
 
 
 def test_every_test_a_room_takes_with_it_is_there():
-    missing = [test for tests in ROOM_TESTS.values() for test in tests if not (ROOT / test).exists()]
+    # A test whose folder is gone went with a room (the template without its harness has no scripts/node/tests/).
+    missing = [
+        test
+        for tests in ROOM_TESTS.values()
+        for test in tests
+        if (ROOT / test).parent.exists() and not (ROOT / test).exists()
+    ]
     assert missing == [], f"ROOM_TESTS names tests that are gone: {missing}"
 
 

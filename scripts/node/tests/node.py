@@ -99,7 +99,7 @@ def nodes_of(selector: str) -> set[str]:
 
 
 def chief_status(*make_args: str) -> dict | None:
-    """The chief's live /status as `make status` prints it (through the API server's service proxy)."""
+    """The chief's live /status as `make status` prints it (through a port-forward to the chief's pod)."""
     printed = make("status", *make_args, check=False).stdout
     for line in printed.splitlines():
         if line.startswith("chief status: {"):

@@ -1,5 +1,6 @@
 """The job's NetworkPolicy, enforced by each node's policy controller (kube-router's firewall): the TF port admits
-only the job's own pods, on either node, the status port every pod of the namespace and none of another.
+only the job's own pods, on either node, the status port every pod of the namespace and none of another; and
+make status reads a chief's status on either node.
 
 A listener on each node stands in for a worker: a pod with the job's labels, listening on both ports, so that each
 probe's answer depends on the policy alone. The probes are connects from pods that are and are not the job's, on the
@@ -12,11 +13,14 @@ import json
 import os
 import subprocess
 
+import kubernetes
 import pytest
 import yaml
 
+from scripts.cluster.job_follower import pod_status
 from scripts.common import settings as project_settings
 from scripts.node.tests.node import (
+    CONTEXT,
     NAMESPACE,
     NODES,
     ROOT,
@@ -36,13 +40,20 @@ JOB = "netcheck"
 OTHER_NAMESPACE = f"netcheck-other-{os.getpid()}"
 TF_PORT, STATUS_PORT = int(SETTINGS["TFJOB_PORT"]), int(SETTINGS["TRAINER_STATUS_PORT"])
 LISTENER = f"""
-import socket, threading
-def serve(port):
+import http.server, json, socket, threading
+def accept(port):
     server = socket.create_server(("", port))
     while True:
         server.accept()[0].close()
-threading.Thread(target=serve, args=({TF_PORT},), daemon=True).start()
-serve({STATUS_PORT})
+class Status(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({{"state": "running", "path": self.path}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+threading.Thread(target=accept, args=({TF_PORT},), daemon=True).start()
+http.server.ThreadingHTTPServer(("", {STATUS_PORT}), Status).serve_forever()
 """
 
 
@@ -139,3 +150,36 @@ def test_the_tf_port_admits_only_the_job_s_pods_from_either_node_and_the_status_
     # And the job's peers are still admitted under the enforced policy, across the nodes too.
     assert connects(peer, NAMESPACE, listener, TF_PORT)
     assert connects(remote_peer, NAMESPACE, listener, TF_PORT)
+
+
+@pytest.mark.parametrize("listener_node", [0, 1], ids=["on-the-host-node", "on-the-agent"])
+def test_make_status_reads_a_chief_on_either_node_under_the_policy_which_refuses_the_service_proxy_on_the_agent(
+    listener_and_probes, listener_node
+):
+    listener = f"{JOB}-listener-{listener_node}"
+    outsider = f"{JOB}-outsider-{listener_node}"
+    kubernetes.config.load_kube_config(context=CONTEXT)
+    core = kubernetes.client.CoreV1Api()
+    wait_until(
+        "the policy controller to refuse a pod outside the job on the TF port",
+        lambda: not connects(outsider, NAMESPACE, listener_and_probes[listener_node], TF_PORT),
+        90,
+    )
+    # make status's read: a port-forward, which the chief's kubelet opens inside the pod, on either node.
+    assert pod_status(core, NAMESPACE, listener, STATUS_PORT) == {"state": "running", "path": "/status"}
+    # What make status read through before: the API server's proxy, whose connection to the agent's pods comes from
+    # the host's address on the agent's link, which the status rule (the namespace's pods) does not admit.
+    through_proxy = subprocess.run(
+        [
+            "kubectl",
+            "--context",
+            CONTEXT,
+            "get",
+            "--raw",
+            "--request-timeout=20s",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{listener}:{STATUS_PORT}/proxy/status",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (through_proxy.returncode == 0) == (listener_node == 0), through_proxy.stdout + through_proxy.stderr

@@ -93,7 +93,7 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
     submitted = start_make("submit", *JOB, *LONG_JOB, log=submit_log)
     try:
         first = running_past(restarts=0, step=0)
-        # make status: the chief's live status, through the API server's service proxy.
+        # make status: the chief's live status, through a port-forward to the chief, on either node.
         live = chief_status(*JOB)
         assert live is not None, "make status shows no chief status"
         assert live["state"] == "running" and live["total_steps"] == TOTAL_STEPS and live["workers"] == 2
