@@ -274,6 +274,21 @@ class JobFollower:
             except api_errors() as error:
                 self.out(f"(no logs: {error})")
 
+    def lost_nodes(self, pods: list[Any]) -> dict[str, str]:
+        """The nodes PODS run on that are not Ready, each with its Ready condition; none when nodes cannot be read."""
+        lost = {}
+        for name in sorted({pod.spec.node_name for pod in pods if pod.spec.node_name}):
+            try:
+                node = self.core.read_node(name)
+            except api_errors():
+                return {}  # a namespace's user may not read nodes: nothing to say
+            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+            if ready is None:
+                lost[name] = "no Ready condition"
+            elif ready.status != "True":
+                lost[name] = f"Ready={ready.status} since {ready.last_transition_time}: {ready.message}"
+        return lost
+
     def chief_status(self, port_name: str = "status") -> dict[str, Any] | None:
         """The chief's /status JSON; None while no chief runs or it does not answer yet."""
         try:

@@ -26,6 +26,15 @@ stop() {
   rm -f "$NODE_RUN/$1.pid"
 }
 
+# make agent-down: the agent alone, as a machine that loses its power: its processes, containers and link stop, and
+# the API server keeps its Node and pods, which nothing confirms gone (docs/cluster.md, "A lost node").
+if [[ ${1:-} == --agent ]]; then
+  down_agent
+  echo "the node $AGENT_NAME is down; the API server still lists it and its pods: make status says what to do"
+  echo "(make cluster-up NODES=2 brings it back)"
+  exit 0
+fi
+
 # The agent first (make cluster-up NODES=2), then node 0: the kubelet first, so nothing restarts a container while the
 # containers go.
 down_agent

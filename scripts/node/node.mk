@@ -1,7 +1,7 @@
 # The local node's make targets, included by the Makefile: a single-node Kubernetes built here from pinned modules
 # (scripts/node/settings.env), and the cluster suite run on it. Deleting scripts/node/ removes them with the node;
 # the template's targets (run-local, submit against k3d or your cluster) never call these.
-.PHONY: cluster-up cluster-down test-cluster
+.PHONY: cluster-up cluster-down agent-down test-cluster
 
 cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows; KATIB=1: Katib; NODES=2: a second node) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
@@ -11,14 +11,22 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/node/down.sh
 
+agent-down: ## the agent node (NODES=2) lost, as a machine that loses its power: its processes, containers and link stop; the API keeps its Node and pods (make cluster-up NODES=2 brings it back)
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) scripts/node/down.sh --agent
+
+# Requests sized for a 2-core node that also runs the engines' controllers. Every job's pods spread over the two nodes,
+# on a volume both mount. Two test files at once: the suite mostly waits on controllers and pods, and each file keeps to
+# its own jobs, names and namespaces.
+CLUSTER_SUITE = KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m \
+  DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m VOLUME_ACCESS_MODE=ReadWriteMany VOLUME_STORAGE_CLASS=local-path-shared \
+  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest scripts/node/tests
+
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
 # kubelet and the engines' controllers (CI runs it; scripts/node/tests/). The node stays up after it: make cluster-down ends it.
 test-cluster: install image ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
 	$(MAKE) --no-print-directory cluster-up ENGINE=tfjob SERVE=1 NODES=2
 	$(MAKE) --no-print-directory cluster-up ENGINE=trainjob KUEUE=1 KATIB=1 NODES=2
-	@# Requests sized for a 2-core node that also runs the engines' controllers. Every job's pods spread over the two
-	@# nodes, on a volume both mount. Two test files at once: the suite mostly waits on controllers and pods, and each
-	@# file keeps to its own jobs, names and namespaces.
-	KUBE_CONTEXT=node-$(CLUSTER_NAME) WORKER_CPU_REQUEST=200m PS_EVALUATOR_CPU_REQUEST=100m DATA_CPU_REQUEST=100m SERVE_CPU_REQUEST=100m \
-	  VOLUME_ACCESS_MODE=ReadWriteMany VOLUME_STORAGE_CLASS=local-path-shared \
-	  CLUSTER_SUITE_IMAGE=$(IMAGE) $(PY) -m pytest -m cluster scripts/node/tests -n 2 --dist loadfile
+	$(CLUSTER_SUITE) -m "cluster and not node_loss" -n 2 --dist loadfile
+	@# A lost node last and alone: the other tests' pods run on it.
+	$(CLUSTER_SUITE) -m node_loss -s

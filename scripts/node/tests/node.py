@@ -20,6 +20,7 @@ import pytest
 
 from scripts.cluster.steps import node_sockets
 from scripts.common import settings as project_settings
+from trainer.artifacts.layout import STATUS
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SETTINGS = project_settings.load()
@@ -29,6 +30,16 @@ NAMESPACE = SETTINGS["NAMESPACE"]
 NODES = (SETTINGS["CLUSTER_NAME"], f"{SETTINGS['CLUSTER_NAME']}-agent")
 # A short job: the synthetic dataset needs no download (no network here), two workers as the card says.
 SHORT_JOB = ["DATASET=synthetic", "EPOCHS=1", "ARGS=--train-examples 2048 --test-examples 512"]
+CHECKPOINT_EVERY = 50
+# Long enough to be hit and recover: three epochs of 256 steps at the group's batch of 2 x 64. Each fault waits for
+# a checkpoint past the last, so the faults take a few checkpoints' steps, on a machine of any speed.
+LONG_JOB = [
+    "DATASET=synthetic",
+    "EPOCHS=3",
+    f"ARGS=--train-examples 32768 --test-examples 512 --checkpoint-every {CHECKPOINT_EVERY}",
+]
+STEPS_PER_EPOCH = 256
+TOTAL_STEPS = 3 * STEPS_PER_EPOCH
 
 
 def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -204,3 +215,24 @@ def image_built() -> None:
         )
         if imported.returncode != 0:
             pytest.fail(f"importing {project_image()} into the node failed:\n{imported.stdout}{imported.stderr}")
+
+
+def status_on_disk(job_name: str) -> dict | None:
+    """The chief's status.json, as it writes it on the volume."""
+    model_dir = model_dir_on_node(job_name)
+    try:
+        return json.loads((model_dir / STATUS).read_text()) if model_dir else None
+    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or read mid-replace
+        return None
+
+
+def running_past(restarts: int, step: int, job_name: str) -> dict:
+    """The chief's status once it trains after RESTARTS restarts and has checkpointed beyond STEP."""
+
+    def check() -> dict | None:
+        status = status_on_disk(job_name)
+        if not status or status.get("state") != "running" or status["restarts"] < restarts:
+            return None
+        return status if status.get("checkpoint_step", 0) > step else None
+
+    return wait_until(f"the chief to checkpoint past step {step} after {restarts} restart(s)", check, 600, poll_s=0.5)

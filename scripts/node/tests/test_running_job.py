@@ -1,5 +1,5 @@
-"""One job followed while it runs, as a user watches it: `make status` reads the chief's live status through the
-API server, a second `make submit` is refused, a worker process SIGKILLed and then one sent SIGTERM inside their
+"""One job followed while it runs, as a user watches it: `make status` reads the chief's live status (a port-forward
+to its pod), a second `make submit` is refused, a worker process SIGKILLed and then one sent SIGTERM inside their
 containers are brought back by the training operator's restart rules (SIGTERM: the group checkpoints and exits 143,
 which ExitCode retries), the group resumes from its checkpoint, `make logs` follows the chief to the end, and the
 job finishes at the step it planned. Under JobSet, a worker pod deleted restarts the group, which resumes and
@@ -22,55 +22,27 @@ import signal
 import pytest
 
 from scripts.node.tests.node import (
+    LONG_JOB,
     NAMESPACE,
+    STEPS_PER_EPOCH,
+    TOTAL_STEPS,
     chief_status,
     clear_model_dir,
     fetch_model,
     kubectl,
     make,
-    model_dir_on_node,
     pods,
+    running_past,
     start_make,
     trainer_host_pid,
     wait_until,
 )
-from trainer.artifacts.layout import STATUS
 
 pytestmark = pytest.mark.cluster
 
 JOB_NAME = "e2e-faults"
 JOB = ["ENGINE=tfjob", "STRATEGY=sync", f"JOB_NAME={JOB_NAME}"]
-CHECKPOINT_EVERY = 50
-# Long enough to be hit and recover: three epochs of 1024 steps at the group's batch of 2 x 64.
-LONG_JOB = [
-    "DATASET=synthetic",
-    "EPOCHS=3",
-    f"ARGS=--train-examples 131072 --test-examples 512 --checkpoint-every {CHECKPOINT_EVERY}",
-]
-STEPS_PER_EPOCH = 1024
-TOTAL_STEPS = 3 * STEPS_PER_EPOCH
 WORKER_1 = f"training.kubeflow.org/job-name={JOB_NAME},training.kubeflow.org/replica-index=1"
-
-
-def status_on_disk(job_name: str = JOB_NAME) -> dict | None:
-    """The chief's status.json, as it writes it on the volume."""
-    model_dir = model_dir_on_node(job_name)
-    try:
-        return json.loads((model_dir / STATUS).read_text()) if model_dir else None
-    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or read mid-replace
-        return None
-
-
-def running_past(restarts: int, step: int, job_name: str = JOB_NAME) -> dict:
-    """The chief's status once it trains after RESTARTS restarts and has checkpointed beyond STEP."""
-
-    def check() -> dict | None:
-        status = status_on_disk(job_name)
-        if not status or status.get("state") != "running" or status["restarts"] < restarts:
-            return None
-        return status if status.get("checkpoint_step", 0) > step else None
-
-    return wait_until(f"the chief to checkpoint past step {step} after {restarts} restart(s)", check, 600, poll_s=0.5)
 
 
 def running_worker_1(selector: str = WORKER_1) -> dict:
@@ -92,7 +64,7 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
     submit_log = tmp_path / "submit.log"
     submitted = start_make("submit", *JOB, *LONG_JOB, log=submit_log)
     try:
-        first = running_past(restarts=0, step=0)
+        first = running_past(restarts=0, step=0, job_name=JOB_NAME)
         # make status: the chief's live status, through a port-forward to the chief, on either node.
         live = chief_status(*JOB)
         assert live is not None, "make status shows no chief status"
@@ -106,14 +78,14 @@ def test_a_running_job_is_watched_refused_a_second_time_survives_a_killed_worker
 
         # The fault: the worker's process SIGKILLed inside its container (exit 137, which ExitCode retries). The chief
         # loses its peer and restarts too.
-        first = running_past(restarts=0, step=first["checkpoint_step"])
+        first = running_past(restarts=0, step=first["checkpoint_step"], job_name=JOB_NAME)
         os.kill(trainer_host_pid(running_worker_1()), signal.SIGKILL)
-        second = running_past(restarts=first["restarts"] + 1, step=first["checkpoint_step"])
+        second = running_past(restarts=first["restarts"] + 1, step=first["checkpoint_step"], job_name=JOB_NAME)
 
         # SIGTERM, as the kubelet sends it on a deletion (to the container's init, tini, which forwards it): the group
         # checkpoints and every worker exits 143; the pods are Failed, not deleted, so ExitCode recreates them.
         os.kill(trainer_host_pid(running_worker_1()), signal.SIGTERM)
-        running_past(restarts=second["restarts"] + 1, step=second["checkpoint_step"])
+        running_past(restarts=second["restarts"] + 1, step=second["checkpoint_step"], job_name=JOB_NAME)
 
         logs = start_make("logs", *JOB, log=tmp_path / "logs.log")
         assert submitted.wait(timeout=1200) == 0, submit_log.read_text()[-3000:]
