@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scripts.common import kubectl as project_kubectl
 from scripts.common import manifest
 
 Manifest = dict[str, Any]
@@ -43,7 +44,12 @@ def schedulable_nodes(nodes: Manifest) -> list[str]:
     return names
 
 
-def check(objects: list[Manifest], namespace: str, kubectl: Kubectl) -> None:
+def ask(*args: str) -> str:
+    """The project's kubectl (scripts/common/kubectl.py), as the tools outside the cluster room call it."""
+    return project_kubectl.kubectl(*args).stdout
+
+
+def check(objects: list[Manifest], namespace: str, kubectl: Kubectl = ask) -> None:
     """VolumeClaimError unless the rendered job's claim can serve its pods on the cluster KUBECTL reaches."""
     claims = manifest.of_kind(objects, "PersistentVolumeClaim")
     if not claims:
