@@ -1,7 +1,8 @@
 """Whether the job's volume can serve the pods where they will run, asked of the cluster before anything is created:
 the claim's StorageClass exists, a claim that exists already is the one the settings ask for (a claim's mode and class
 cannot change), and a ReadWriteOnce claim is never asked to serve pods spread over several nodes, which would pin
-every pod to the node that holds it or leave the others waiting on a Multi-Attach error (docs/cluster.md).
+every pod to the node that holds it or leave the others waiting on a Multi-Attach error (docs/cluster.md). Each
+command that creates the claim asks first: make submit, make upload-images, make tune-cluster, make submit-pipeline.
 """
 
 from __future__ import annotations
