@@ -1,4 +1,4 @@
-"""The cluster-side steps before a TFJob starts: image import, apply, data preparation.
+"""The cluster-side steps before a TFJob starts: the volume claim's check, image import, apply, data preparation.
 
 They shell out to the tools the user already has (kubectl, k3d, the container tool that
 built the image), so what runs is what docs/cluster.md tells the user to run by hand.
@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from scripts.common import settings as project_settings
+from scripts.common import volume_claim
 
 Manifest = dict[str, Any]
 
@@ -63,6 +64,14 @@ def check_context() -> str:
             f"to use with KUBE_CONTEXT= (kubectl config get-contexts lists them)"
         )
     return name
+
+
+def check_volume_claim(objects: list[Manifest], namespace: str) -> None:
+    """StepError, before anything is created, unless the job's claim can serve its pods on this cluster."""
+    try:
+        volume_claim.check(objects, namespace, lambda *args: run(kubectl(*args), quiet=True).stdout)
+    except volume_claim.VolumeClaimError as error:
+        raise StepError(str(error)) from None
 
 
 def import_image_to_cluster(context: str, image: str, container_tool: str) -> None:

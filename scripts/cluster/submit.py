@@ -26,7 +26,6 @@ import sys
 
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
-from scripts.common import volume_claim
 
 from . import admission, engines, job_follower, upload_images
 from . import steps as cluster_steps
@@ -332,23 +331,13 @@ def delete_earlier_job(watcher: job_follower.JobFollower, state: str | None) -> 
         watcher.sleep(OLD_JOB_POLL_S)
 
 
-def check_volume_claim(objects: list[dict], namespace: str) -> None:
-    """StepError, before anything is created, unless the job's claim can serve its pods on this cluster."""
-    try:
-        volume_claim.check(
-            objects, namespace, lambda *args: cluster_steps.run(cluster_steps.kubectl(*args), quiet=True).stdout
-        )
-    except volume_claim.VolumeClaimError as error:
-        raise cluster_steps.StepError(str(error)) from None
-
-
 def submit(objects: list[dict], args: argparse.Namespace) -> int:
     context = cluster_steps.check_context()
     print(f"kubectl context: {context}, namespace: {args.namespace}")
     watcher = follower(objects, args.namespace)
     kind, name = watcher.kind, watcher.name
     earlier = earlier_job(watcher)
-    check_volume_claim(objects, args.namespace)
+    cluster_steps.check_volume_claim(objects, args.namespace)
     cluster_steps.import_image_to_cluster(context, args.image, container_tool())
     # A TrainJob's runtime goes first: Trainer's webhook refuses a TrainJob whose runtime does not exist yet. The
     # NetworkPolicies go before any pod of the job exists, so no pod is ever reachable beyond them.

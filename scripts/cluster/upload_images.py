@@ -10,8 +10,8 @@ interrupted upload (Ctrl-C, a killed pod) leaves no half-written file under a fi
 finishes the job. Files on the volume that the folder does not hold are listed and left, or removed with --prune.
 
 Exit codes: 0 the volume holds the folder; 2 bad input (the folder, a setting, no kubectl), named with its fix;
-3 a cluster step failed (no context, the pod did not start, the copy stopped); 130 interrupted (what was copied
-stays: run it again to finish).
+3 a cluster step failed (no context, a claim the job could not use, the pod did not start, the copy stopped);
+130 interrupted (what was copied stays: run it again to finish).
 """
 
 from __future__ import annotations
@@ -298,13 +298,17 @@ def synchronise(pod: str, args: argparse.Namespace, folder: pathlib.Path, files:
 
 
 def upload(args: argparse.Namespace) -> int:
-    """The folder and the tools checked before the cluster is touched; then the claim, the helper pod, the copy."""
+    """The folder and the tools checked before the cluster is touched, and the claim against the cluster before
+    anything is created; then the claim, the helper pod, the copy."""
     folder = folder_of(args.images)
     files, hidden = files_of(folder)
     dest = volume_dir(folder.name)
     manifest.require_kubectl("the folder cannot be copied to the volume")
     steps.check_context()
     objects = manifest.render(args.kustomize)
+    # The one helper pod would fit a ReadWriteOnce claim anywhere, but the claim outlives it: it is the claim of the
+    # job that trains on the copy, so it is checked for that job's pods, before the copy lands on the wrong claim.
+    steps.check_volume_claim(objects, args.namespace)
     steps.apply(manifest.of_kind(objects, "PersistentVolumeClaim"), args.namespace)
     pod = helper_pod(objects, args.image, f"{SETTINGS['JOB_NAME']}-upload-images")
     name = pod["metadata"]["name"]

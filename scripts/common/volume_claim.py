@@ -1,7 +1,8 @@
 """Whether the job's volume can serve the pods where they will run, asked of the cluster before anything is created:
 the claim's StorageClass exists, a claim that exists already is the one the settings ask for (a claim's mode and class
 cannot change), and a ReadWriteOnce claim is never asked to serve pods spread over several nodes, which would pin
-every pod to the node that holds it or leave the others waiting on a Multi-Attach error (docs/cluster.md).
+every pod to the node that holds it or leave the others waiting on a Multi-Attach error (docs/cluster.md). Each
+command that creates the claim asks first: make submit, make upload-images, make tune-cluster, make submit-pipeline.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scripts.common import kubectl as project_kubectl
 from scripts.common import manifest
 
 Manifest = dict[str, Any]
@@ -43,7 +45,12 @@ def schedulable_nodes(nodes: Manifest) -> list[str]:
     return names
 
 
-def check(objects: list[Manifest], namespace: str, kubectl: Kubectl) -> None:
+def ask(*args: str) -> str:
+    """The project's kubectl (scripts/common/kubectl.py), as the tools outside the cluster room call it."""
+    return project_kubectl.kubectl(*args).stdout
+
+
+def check(objects: list[Manifest], namespace: str, kubectl: Kubectl = ask) -> None:
     """VolumeClaimError unless the rendered job's claim can serve its pods on the cluster KUBECTL reaches."""
     claims = manifest.of_kind(objects, "PersistentVolumeClaim")
     if not claims:

@@ -218,6 +218,15 @@ def workflow(
     }
 
 
+def created_objects(workflow: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the Workflow's steps apply or create, as its resource templates hold them (not what they delete)."""
+    return [
+        yaml.safe_load(template["resource"]["manifest"])
+        for template in workflow["spec"]["templates"]
+        if template.get("resource", {}).get("action") in ("apply", "create")
+    ]
+
+
 # The containers Argo adds to a container template's pod (its executor: `init` and `wait`, workflow/common/common.go),
 # whose security context comes from the controller's configuration and is empty by default: without this patch a
 # namespace enforcing Pod Security "restricted" refuses the selection's pod. Their root stays writable (Argo sets no

@@ -3,11 +3,13 @@
   python -m scripts.pipeline.submit workflow --image IMG [--engine tfjob] [--models cnn dropout batch_norm] ...
   python -m scripts.pipeline.submit serving --image IMG [--runtime project|tf-serving]
 
-The Makefile imports the image first (scripts/cluster/import_image.py, as make submit does). `workflow` applies the
-service account the Workflow's pods run as, creates the Workflow, then prints each step as it starts and ends: exit 0
-once it Succeeded, with each step's time; 1 when it Failed or Errored, naming the step and Argo's message; 1 after
---timeout-s, with the Workflow left running. `serving` applies the predictor's NetworkPolicy, the ServingRuntime and
-the InferenceService, and waits until it is Ready (exit 1 after --timeout-s, with its conditions).
+The Makefile imports the image first (scripts/cluster/import_image.py, as make submit does). `workflow` checks the
+volume claim the Workflow applies against the cluster as make submit does (scripts/common/volume_claim.py: exit 2
+naming the fix), applies the service account the Workflow's pods run as, creates the Workflow, then prints each step
+as it starts and ends: exit 0 once it Succeeded, with each step's time; 1 when it Failed or Errored, naming the step
+and Argo's message; 1 after --timeout-s, with the Workflow left running. `serving` applies the predictor's
+NetworkPolicy, the ServingRuntime and the InferenceService, and waits until it is Ready (exit 1 after --timeout-s,
+with its conditions).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from typing import Any
 
 from scripts.common import kubectl as kube
-from scripts.common import manifest
+from scripts.common import manifest, volume_claim
 from scripts.common import settings as project_settings
 from scripts.common.kubectl import KubectlError, kubectl
 
@@ -156,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(args.image, args.runtime, settings, args.timeout_s or 600)
         namespace = settings["NAMESPACE"]
         workflow = cluster.workflow_of(args, settings)
+        # The claim the Workflow applies, checked before anything is created: the variants spread as make submit's job.
+        volume_claim.check(cluster.created_objects(workflow), namespace)
         apply(cluster.rbac(settings), namespace)
         name = create(workflow, namespace)
         print(f"Workflow {name} created in {namespace} (context {context}); following it", flush=True)

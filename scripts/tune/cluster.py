@@ -20,8 +20,8 @@ pruned (said). What Katib cannot run is refused: a JobSet, the async shape, a wo
 (docs/tuning.md says why).
 
 Exit code: 0 the best model was published, 1 no trial succeeded or the Experiment failed, 2 the search space or
-the flags cannot run on the cluster, 3 a cluster step failed, 4 stopped following (Ctrl-C, --timeout) while the
-Experiment goes on.
+the flags cannot run on the cluster, 3 a cluster step failed (or the volume claim cannot serve the trials there,
+refused before anything is created), 4 stopped following (Ctrl-C, --timeout) while the Experiment goes on.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from scripts.common import manifest
+from scripts.common import manifest, volume_claim
 from scripts.common import settings as project_settings
 from scripts.common.kubectl import KubectlError, get, kubectl, seconds_between
 from scripts.common.kubectl import apply as kube_apply
@@ -321,7 +321,9 @@ def say(line: str) -> None:
 
 def prepare(objects: list[dict[str, Any]], namespace: str) -> None:
     """What every trial shares, applied once: the volume, the settings, the NetworkPolicies, a TrainJob's runtime,
-    and the dataset on the volume (the data Job, run to its end). The namespace gets Katib's collector."""
+    and the dataset on the volume (the data Job, run to its end). The namespace gets Katib's collector. First of all,
+    the claim is checked against the cluster, as make submit checks it: each trial spreads its pods as the job does."""
+    volume_claim.check(objects, namespace)
     kubectl("label", "namespace", namespace, "katib.kubeflow.org/metrics-collector-injection=enabled", "--overwrite")
     shared = ("NetworkPolicy", "ConfigMap", "PersistentVolumeClaim", "TrainingRuntime")
     kube_apply([obj for obj in objects if obj["kind"] in shared], namespace, FIELD_MANAGER)
@@ -601,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     except TuneClusterError as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClusterStepError, KubectlError, subprocess.CalledProcessError) as error:
+    except (ClusterStepError, volume_claim.VolumeClaimError, KubectlError, subprocess.CalledProcessError) as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
         return EXIT_CLUSTER
     say(f"published trial {best}'s model on the volume: make serve-cluster serves it")

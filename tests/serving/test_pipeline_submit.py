@@ -1,11 +1,16 @@
-"""make submit-pipeline's command line and how it follows a Workflow (scripts/pipeline/submit.py), without a cluster:
-the Workflow's status is fed in as Argo writes it. The real Argo is scripts/node/tests/test_serving_pipeline.py's."""
+"""make submit-pipeline's command line, its check of the volume claim, and how it follows a Workflow
+(scripts/pipeline/submit.py), without a cluster: the Workflow's status is fed in as Argo writes it. The real Argo is
+scripts/node/tests/test_serving_pipeline.py's."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.pipeline import submit
+import claim_cluster
+from scripts.common import kubectl as project_kubectl
+from scripts.common import manifest
+from scripts.common.settings import load
+from scripts.pipeline import cluster, submit
 
 
 def test_the_trainers_flags_after_the_separator_reach_the_workflow():
@@ -61,3 +66,26 @@ def test_a_failed_workflow_exits_1_naming_the_failed_step_and_argos_message(monk
     captured = capsys.readouterr()
     assert "  train-x: Failed: TFJob failed" in captured.out
     assert "error: the Workflow wf failed: child failed; train-x: TFJob failed" in captured.err
+
+
+def test_a_claim_the_variants_cannot_share_over_the_nodes_is_refused_before_anything_is_made(monkeypatch, capsys):
+    calls: list[tuple[str, ...]] = []
+    two_nodes = claim_cluster.cluster([claim_cluster.node("a"), claim_cluster.node("b")])
+    kubectl = claim_cluster.project_kubectl(two_nodes, calls)
+    monkeypatch.setattr(project_kubectl, "kubectl", kubectl)
+    monkeypatch.setattr(submit, "kubectl", kubectl)
+    monkeypatch.setattr(submit, "follow", lambda name, namespace, timeout_s: 0)
+    argv = ["workflow", "--image", "img:1", "--models", "cnn", "dropout"]
+    assert submit.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: the claim training-volume is ReadWriteOnce" in err and "SPREAD_OVER_NODES=0" in err, err
+    assert calls == [], "the service account or the Workflow was created before the claim's check"
+    # The settings' mode and class reach the claim the Workflow applies; a ReadWriteMany one passes.
+    monkeypatch.setenv("VOLUME_ACCESS_MODE", "ReadWriteMany")
+    monkeypatch.setenv("VOLUME_STORAGE_CLASS", "local-path-shared")
+    (claim,) = manifest.of_kind(
+        cluster.created_objects(cluster.workflow_of(submit.parse(argv), load())), "PersistentVolumeClaim"
+    )
+    assert (claim["spec"]["accessModes"], claim["spec"]["storageClassName"]) == (["ReadWriteMany"], "local-path-shared")
+    assert submit.main(argv) == 0
+    assert [call[0] for call in calls] == ["apply", "create"], calls

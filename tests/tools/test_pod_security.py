@@ -271,7 +271,7 @@ def test_make_submit_applies_the_network_policies_with_the_first_objects(
 
     monkeypatch.setattr(cluster_steps, "run", run)
     # The claim's check against the cluster: tests/tools/test_volume_claim.py.
-    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
+    monkeypatch.setattr(cluster_steps, "check_volume_claim", lambda objects, namespace: None)
     monkeypatch.setattr(submit, "follower", lambda objects, namespace: RecordingJob(objects, events))
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     args = submit.parse_args(["--image", "img:1", "--dataset", "mnist", "--tensorboard"])

@@ -158,7 +158,7 @@ def cluster(monkeypatch):
 
     monkeypatch.setattr(cluster_steps, "run", run)
     # The claim's check against the cluster: tests/tools/test_volume_claim.py.
-    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
+    monkeypatch.setattr(cluster_steps, "check_volume_claim", lambda objects, namespace: None)
     monkeypatch.setattr(submit, "follower", follower)
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     yield Cluster
@@ -220,7 +220,7 @@ def test_every_config_map_the_job_s_pods_read_is_applied_before_the_job(cluster,
 
     monkeypatch.setattr(cluster_steps, "run", run)
     # The claim's check against the cluster: tests/tools/test_volume_claim.py.
-    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
+    monkeypatch.setattr(cluster_steps, "check_volume_claim", lambda objects, namespace: None)
     assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_SUCCEEDED, capsys.readouterr()
     wanted = config_map_refs(cluster.api.job)
     assert wanted, "the TFJob's pods read no ConfigMap: the test looks in the wrong place"

@@ -236,7 +236,7 @@ def cluster(request, monkeypatch):
 
     monkeypatch.setattr(cluster_steps, "run", run)
     # The claim's check against the cluster: tests/tools/test_volume_claim.py.
-    monkeypatch.setattr(submit, "check_volume_claim", lambda objects, namespace: None)
+    monkeypatch.setattr(cluster_steps, "check_volume_claim", lambda objects, namespace: None)
     monkeypatch.setattr(submit, "follower", follower)
     monkeypatch.setattr(submit, "container_tool", lambda: "docker")
     monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: Cluster.objects)

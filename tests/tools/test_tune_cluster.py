@@ -1,7 +1,7 @@
 """make tune-cluster's Experiment (scripts/tune/cluster.py), rendered offline with --dry-run: the search space the
 local tuner reads becomes Katib's parameters, each trial is the project's TFJob or TrainJob under its own name and
-model dir with the searched flags, and what Katib cannot search is refused or said. The real Katib runs it in
-scripts/node/tests/test_tuning.py."""
+model dir with the searched flags, and what Katib cannot search is refused or said; a claim the trials cannot share
+is refused before anything is made. The real Katib runs it in scripts/node/tests/test_tuning.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import subprocess
 
 import pytest
 
+import claim_cluster
+from scripts.common import kubectl as project_kubectl
 from scripts.common import manifest
 from scripts.common.settings import ROOT, load
 from scripts.tune import cluster
@@ -240,3 +242,24 @@ def test_an_image_folder_on_the_volume_is_not_looked_for_on_this_machine(capsys)
     code, out, err = dry_run(capsys, "--dataset", "image_folder", "--", "--image-dir", "/mnt/volume/images/pets")
     assert code == 0, err
     assert "/mnt/volume/images/pets" in out
+
+
+def test_a_claim_the_trials_cannot_share_over_the_nodes_is_refused_before_anything_is_made(capsys, monkeypatch):
+    calls: list[tuple[str, ...]] = []
+    two_nodes = claim_cluster.cluster([claim_cluster.node("a"), claim_cluster.node("b")])
+    kubectl = claim_cluster.project_kubectl(two_nodes, calls)
+    monkeypatch.setattr(project_kubectl, "kubectl", kubectl)
+    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    monkeypatch.setattr(cluster, "DATA_TIMEOUT_S", 0)  # a data Job created unchecked is not waited for
+    code = cluster.main(tool_argv())
+    err = capsys.readouterr().err
+    assert code == cluster.EXIT_CLUSTER and "the claim training-volume is ReadWriteOnce" in err, err
+    assert "2 nodes (a, b)" in err and "SPREAD_OVER_NODES=0" in err
+    # Only the question whether the Experiment exists: no label, no claim, no data Job.
+    assert [call[:2] for call in calls] == [("get", "experiment")], calls
+    # The claim the trials share is the settings'.
+    monkeypatch.setenv("VOLUME_ACCESS_MODE", "ReadWriteMany")
+    monkeypatch.setenv("VOLUME_STORAGE_CLASS", "local-path-shared")
+    _, objects, _, _ = cluster.build(cluster.parse_args(tool_argv()), load())
+    claim = manifest.the_one(objects, "PersistentVolumeClaim")["spec"]
+    assert (claim["accessModes"], claim["storageClassName"]) == (["ReadWriteMany"], "local-path-shared")

@@ -1,7 +1,8 @@
 """make upload-images without a cluster: the comparison by sha256, the refusals of a folder that is not one, the
 receiving end's write-beside-then-rename (an interrupted copy leaves no half file under its name), the helper pod's
 security, the whole command against a kubectl stand-in that runs the pod's commands here (a local folder stands in
-for the volume), and make submit IMAGES= setting the dataset and its folder on the volume."""
+for the volume) and refusing a claim the job could not use, and make submit IMAGES= setting the dataset and its
+folder on the volume."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import sys
 import tarfile
 
 import pytest
+import yaml
 
+from claim_cluster import cluster, node
 from pod_security import all_problems
 from scripts.cluster import on_volume, submit, upload_images
 from scripts.common import manifest
@@ -174,19 +177,26 @@ case " $* " in
   *" kustomize "*) exec "$REAL_KUBECTL" "$@" ;;
   *" config get-contexts "*) echo "$STUB_CONTEXTS" ;;
   *" get pod "*) echo '{"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}' ;;
-  *" apply "* | *" create "*) cat >/dev/null ;;
+  *" get storageclass "*) echo "$STUB_CLASSES" ;;
+  *" get nodes "*) echo "$STUB_NODES" ;;
+  *" apply "*) cat >"$STUB_LOG.applied" ;;
+  *" create "*) cat >/dev/null ;;
 esac
 """
 
 
-def run_upload(tmp_path: pathlib.Path, folder: pathlib.Path, *flags: str, contexts: str = "stub") -> tuple:
-    """python -m scripts.cluster.upload_images against the stand-in; (its result, the summary's four numbers)."""
+def run_upload(
+    tmp_path: pathlib.Path, folder: pathlib.Path, *flags: str, contexts: str = "stub", nodes: int = 1, **settings: str
+) -> tuple:
+    """python -m scripts.cluster.upload_images against the stand-in, a cluster of NODES Ready nodes, with these
+    settings; (its result, the summary's four numbers)."""
     bin_dir = tmp_path / "bin"
     if not bin_dir.exists():
         bin_dir.mkdir()
         (bin_dir / "kubectl").write_text(STUB)
         (bin_dir / "kubectl").chmod(0o755)
     mount = tmp_path / "mnt"
+    answers = cluster([node(f"node-{number}") for number in range(nodes)])
     environ = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -194,9 +204,12 @@ def run_upload(tmp_path: pathlib.Path, folder: pathlib.Path, *flags: str, contex
         "REAL_KUBECTL": shutil.which("kubectl") or "kubectl",
         "STUB_LOG": str(tmp_path / "kubectl.log"),
         "STUB_CONTEXTS": contexts,
+        "STUB_NODES": answers("get", "nodes"),
+        "STUB_CLASSES": answers("get", "storageclass"),
         "KUBE_CONTEXT": "stub",
         "MOUNT_PATH": str(mount),
         "IMAGES_ROOT": str(mount / "images"),
+        **settings,
     }
     command = [sys.executable, "-m", "scripts.cluster.upload_images", "--image", "trainer:1", "--images", str(folder)]
     result = subprocess.run([*command, *flags], capture_output=True, text=True, env=environ, cwd="/", timeout=120)
@@ -240,6 +253,22 @@ def test_an_upload_without_kubectl_or_its_context_says_so_before_copying_anythin
     no_kubectl = subprocess.run(command, capture_output=True, text=True, env=environ, cwd="/", timeout=60)
     assert no_kubectl.returncode == 2 and "kubectl is not on PATH" in no_kubectl.stderr, no_kubectl.stderr
     assert not (tmp_path / "mnt").exists()
+
+
+def test_an_upload_refuses_a_claim_the_job_cannot_share_over_the_nodes_before_it_creates_anything(tmp_path):
+    folder = image_folder(tmp_path / "local")
+    refused, _ = run_upload(tmp_path, folder, nodes=2)
+    assert refused.returncode == 3 and "the claim training-volume is ReadWriteOnce" in refused.stderr, refused.stderr
+    assert "SPREAD_OVER_NODES=0" in refused.stderr
+    log = (tmp_path / "kubectl.log").read_text()
+    assert " apply " not in log and " create " not in log and not (tmp_path / "mnt").exists(), log
+    # The claim it creates has the settings' mode and class, which the check asked about.
+    shared, numbers = run_upload(
+        tmp_path, folder, nodes=2, VOLUME_ACCESS_MODE="ReadWriteMany", VOLUME_STORAGE_CLASS="local-path-shared"
+    )
+    assert shared.returncode == 0 and numbers[:2] == (8, 8), shared.stderr
+    (claim,) = yaml.safe_load_all((tmp_path / "kubectl.log.applied").read_text())
+    assert (claim["spec"]["accessModes"], claim["spec"]["storageClassName"]) == (["ReadWriteMany"], "local-path-shared")
 
 
 def test_submit_with_images_trains_image_folder_on_the_volumes_copy_in_the_trainers_and_the_data_job(tmp_path):

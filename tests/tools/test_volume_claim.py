@@ -1,43 +1,18 @@
-"""make submit's check of the job's volume against the cluster, before it creates anything: the claim's class must
+"""The check of the job's volume against the cluster, before a command creates anything: the claim's class must
 exist, an existing claim must be the one asked for, and a ReadWriteOnce claim must not serve pods spread over nodes.
 The cluster is a fake kubectl answering as the API server does (its JSON); the job is the real rendered overlay."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 
 import pytest
 
+from claim_cluster import cluster, node
 from scripts.common import manifest, volume_claim
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "k8s/engines/tfjob/sync"
-
-
-def node(name: str, ready: bool = True, cordoned: bool = False) -> dict:
-    return {
-        "metadata": {"name": name},
-        "spec": {"unschedulable": True} if cordoned else {},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
-
-
-def cluster(
-    nodes: list[dict], classes: tuple[str, ...] = ("local-path", "local-path-shared"), claim: dict | None = None
-):
-    """A kubectl that answers as a cluster with NODES, these StorageClasses and (maybe) the claim already there."""
-
-    def kubectl(*args: str) -> str:
-        if args[:2] == ("get", "nodes"):
-            return json.dumps({"items": nodes})
-        if args[:2] == ("get", "storageclass"):
-            return json.dumps({"items": [{"metadata": {"name": name}} for name in classes]})
-        if args[:2] == ("get", "pvc"):
-            return json.dumps(claim) if claim else ""
-        raise AssertionError(f"unexpected kubectl {args}")
-
-    return kubectl
 
 
 def job(monkeypatch, **settings: str) -> list[dict]:
