@@ -325,6 +325,59 @@ def test_k3d_up_katib_applies_its_module_zip_only_with_the_recorded_sha256(tmp_p
     assert not [a for a in applies if "katib" in a]
 
 
+# local-path-provisioner v0.0.30's deploy manifest as its module zip holds it, byte for byte.
+LOCAL_PATH_MANIFEST = ROOT / "tests" / "tools" / "fixtures" / "local-path-storage-v0.0.30.yaml"
+
+
+def render_local_path(manifest: pathlib.Path, storage: str, shared: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [shutil.which("bash"), str(CLUSTER_SCRIPTS / "render-local-path.sh"), str(manifest), storage, shared],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def local_path_objects(text: str) -> dict[tuple[str, str], dict]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in yaml.safe_load_all(text) if obj}
+
+
+def test_the_local_path_renderer_adds_the_shared_class_to_upstreams_manifest_and_changes_nothing_else(tmp_path):
+    """Both clusters' storage (make k3d-up NODES=2, make cluster-up) from one script: upstream's objects as published,
+    but for local-path made the default (as k3s ships it) and one config per class, local-path-shared's on the
+    folder every node mounts."""
+    rendered = render_local_path(LOCAL_PATH_MANIFEST, "/node/storage", "/every/node/shared")
+    assert rendered.returncode == 0, rendered.stderr
+    objects, upstream = local_path_objects(rendered.stdout), local_path_objects(LOCAL_PATH_MANIFEST.read_text())
+    assert set(objects) == set(upstream) | {("StorageClass", "local-path-shared")}
+    default, shared = objects["StorageClass", "local-path"], objects["StorageClass", "local-path-shared"]
+    assert default["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert default["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert shared["provisioner"] == default["provisioner"] == "rancher.io/local-path"
+    assert "annotations" not in shared["metadata"]  # one default class
+    config = objects["ConfigMap", "local-path-config"]["data"]
+    assert json.loads(config["config.json"]) == {
+        "nodePathMap": [],
+        "storageClassConfigs": {
+            "local-path": {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/node/storage"]}]},
+            "local-path-shared": {"sharedFileSystemPath": "/every/node/shared"},
+        },
+    }
+    upstream_config = upstream["ConfigMap", "local-path-config"]["data"]
+    assert {k: v for k, v in config.items() if k != "config.json"} == {
+        k: v for k, v in upstream_config.items() if k != "config.json"
+    }
+    del default["metadata"]["annotations"]
+    for key, obj in upstream.items():
+        if key != ("ConfigMap", "local-path-config"):
+            assert objects[key] == obj, key
+    # A manifest of another layout (a version bumped without looking) is refused, not half rendered into a class.
+    other = tmp_path / "other.yaml"
+    other.write_text(LOCAL_PATH_MANIFEST.read_text().replace("config.json: |-", "config.yaml: |-"))
+    refused = render_local_path(other, "/node/storage", "/every/node/shared")
+    assert refused.returncode == 1 and "check LOCAL_PATH_PROVISIONER_VERSION" in refused.stderr
+
+
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):
     result, applies, _ = k3d_up_with(tmp_path / "a", "trainjob", standalone_jobset=True)
     assert result.returncode == 1 and applies == []
