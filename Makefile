@@ -147,9 +147,9 @@ image: ## build the trainer image tagged with the git revision (CONTAINER_TOOL=d
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/image/build-image.sh
 
-k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue; KATIB=1: also Katib)
+k3d-up: ## create the k3d cluster and install the engine (ENGINE=tfjob: the training operator; jobset; trainjob; SERVE=1: also cert-manager, KServe and Argo Workflows; KUEUE=1: also Kueue; KATIB=1: also Katib; NODES=2: an agent node and the class local-path-shared on a folder both mount)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) KATIB=$(KATIB) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
+	@$(SETTINGS_ENV) SERVE=$(SERVE) KUEUE=$(KUEUE) KATIB=$(KATIB) NODES=$(NODES) ENGINE=$(ENGINE) scripts/cluster/k3d-up.sh
 
 k3d-down: ## delete the k3d cluster
 	@$(CHECK_SETTINGS)

@@ -8,7 +8,8 @@
 #             commit KUBEFLOW_TRAINER_COMMIT, with that JobSet; then its runtimes at that commit)
 # SERVE=1 adds cert-manager, KServe and Argo Workflows (install_serving below); KUEUE=1 adds Kueue KUEUE_VERSION
 # (k8s/engines/kueue, at the commit KUEUE_COMMIT) for gang admission of a JobSet or TrainJob (docs/cluster.md); KATIB=1
-# adds Katib KATIB_VERSION (k8s/engines/katib) for make tune-cluster (docs/tuning.md).
+# adds Katib KATIB_VERSION (k8s/engines/katib) for make tune-cluster (docs/tuning.md). NODES=2 adds an agent node and
+# the StorageClass local-path-shared, whose volumes every node mounts (install_shared_storage below; docs/cluster.md).
 # The versions, commits, checksums and the Kubernetes minors their CI tests are pinned in the settings file: nothing
 # is installed from a moving tag or an unchecked download (docs/security.md).
 # Idempotent: a second run finds the cluster and the engine in place, changes nothing and succeeds.
@@ -28,6 +29,17 @@ check_engine "$engine"
 operator_source="github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_COMMIT}"
 trainer_runtimes="github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${KUBEFLOW_TRAINER_COMMIT}"
 context="k3d-${CLUSTER_NAME}"
+# NODES=2: k3d's agent node beside the server, and one host folder at the same path in both (SHARED_PATH).
+case ${NODES:-1} in
+  1) agent= ;;
+  2) agent=1 ;;
+  *) echo "error: NODES=${NODES} is not 1 or 2: the k3d cluster has its server node and at most one agent (NODES=2)" >&2; exit 2 ;;
+esac
+SHARED_PATH=/var/lib/distml-shared
+# k3d-down.sh names the same folder.
+[[ -z $agent ]] || shared_dir=${K3D_SHARED_DIR:-$HOME/.local/share/distml/k3d-$CLUSTER_NAME-shared}
+# Where k3s keeps local-path's volumes (its --default-local-storage-path), which the class keeps under NODES=2.
+K3S_STORAGE_PATH=/var/lib/rancher/k3s/storage
 
 missing=0
 require() {
@@ -50,7 +62,20 @@ if ! docker info >/dev/null 2>&1; then
   exit 1
 fi
 
+# Whether both node containers (k3d names them k3d-NAME-server-0, k3d-NAME-agent-0) mount the shared folder.
+shared_on_both_nodes() {
+  local node mounts
+  for node in "k3d-$CLUSTER_NAME-server-0" "k3d-$CLUSTER_NAME-agent-0"; do
+    mounts=$(docker inspect --format '{{range .Mounts}}{{.Destination}} {{end}}' "$node" 2>/dev/null) || return 1
+    [[ " $mounts " == *" $SHARED_PATH "* ]] || return 1
+  done
+}
+
 if k3d cluster get "$CLUSTER_NAME" >/dev/null 2>&1; then
+  if [[ -n $agent ]] && ! shared_on_both_nodes; then
+    echo "error: cluster $CLUSTER_NAME exists without NODES=2's agent node and shared folder, which k3d cannot add to a cluster: make k3d-down, then make k3d-up NODES=2" >&2
+    exit 1
+  fi
   # "SERVERS" reads running/total, e.g. 0/1 after a reboot.
   servers=$(k3d cluster list "$CLUSTER_NAME" --no-headers | awk '{print $2}')
   if [ "${servers%%/*}" = "0" ]; then
@@ -67,7 +92,13 @@ else
     --kubeconfig-switch-context=false)
   # K3D_GPUS (e.g. all) hands the host's GPUs to the node containers (docker run --gpus).
   [[ -z ${K3D_GPUS:-} ]] || create+=(--gpus "$K3D_GPUS")
-  echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE${K3D_GPUS:+ and GPUs $K3D_GPUS}"
+  if [[ -n $agent ]]; then
+    # k3s's bundled local-path provisioner off: k3s re-applies its ConfigMap, so it cannot keep a second class;
+    # upstream's, installed with both classes, takes its place (install_shared_storage).
+    mkdir -p "$shared_dir"
+    create+=(--agents 1 --volume "$shared_dir:$SHARED_PATH@all" --k3s-arg "--disable=local-storage@server:*")
+  fi
+  echo "creating cluster $CLUSTER_NAME with $K3S_IMAGE${K3D_GPUS:+ and GPUs $K3D_GPUS}${agent:+, an agent node and the shared folder $shared_dir}"
   "${create[@]}"
 fi
 echo "kubectl context: $context (the current context is left as it was)"
@@ -116,6 +147,24 @@ install_tuning() {
   install_katib "$engines/katib"
 }
 
+# NODES=2: upstream's local-path provisioner in place of k3s's, with local-path as k3s has it and local-path-shared
+# on the shared folder, rendered by the script the local node uses too; its manifest from the Go module zip, applied
+# only with the recorded sha256.
+install_shared_storage() {
+  local zip=$scratch/local-path.zip module
+  echo "installing local-path-provisioner $LOCAL_PATH_PROVISIONER_VERSION: the classes local-path (the default) and local-path-shared (in $shared_dir)"
+  scripts/cluster/checked-download.sh \
+    "https://proxy.golang.org/github.com/rancher/local-path-provisioner/@v/$LOCAL_PATH_PROVISIONER_VERSION.zip" \
+    "$LOCAL_PATH_PROVISIONER_MODULE_ZIP_SHA256" "$zip"
+  python3 -m zipfile -e "$zip" "$scratch/local-path-module"  # the Python that checked the settings
+  module=$scratch/local-path-module/github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION
+  scripts/cluster/render-local-path.sh "$module/deploy/local-path-storage.yaml" "$K3S_STORAGE_PATH" "$SHARED_PATH" \
+    >"$scratch/local-path.yaml"
+  kube apply -f "$scratch/local-path.yaml"
+  kube -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s
+}
+
+[[ -z $agent ]] || install_shared_storage
 install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"
 if [[ -n ${KUEUE:-} ]]; then
   echo "ready: kubectl --context $context apply -f k8s/engines/kueue/queues.yaml (docs/cluster.md)"
@@ -128,4 +177,5 @@ if [[ -n ${KATIB:-} ]]; then
   install_tuning
   echo "ready: make tune-cluster ENGINE=$engine"
 fi
-echo "ready: make submit ENGINE=$engine"
+# Two nodes: a job's pods spread over both, so its volume must be one both mount (docs/cluster.md).
+echo "ready: make submit ENGINE=$engine${agent:+ VOLUME_ACCESS_MODE=ReadWriteMany VOLUME_STORAGE_CLASS=local-path-shared}"

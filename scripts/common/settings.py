@@ -91,6 +91,8 @@ RULES: dict[str, tuple[str, str]] = {
     "TRAINER_ON_CORRUPT_RECORD": (r"(fail|skip)?", "fail, skip or empty (the trainer's default)"),
     "TRAINER_ON_NONFINITE": (r"(stop|skip|ignore)?", "stop, skip, ignore or empty (the trainer's default)"),
     "K3D_GPUS": (r"[A-Za-z0-9,=]*", "letters, digits , and ="),
+    # k3d's --volume FOLDER:PATH@all: a : or @ in the folder would be read as its separators.
+    "K3D_SHARED_DIR": (rf"({_PATH})?", "an absolute path of letters, digits and . _ - /, or empty (k3d-up's default)"),
     "KUBE_CONTEXT": (r"[A-Za-z0-9._@:/-]*", "a kubeconfig context name: letters, digits and . _ @ : / -"),
     "SERVE_MAX_BATCH_SIZE": (r"[0-9]*", "digits, or empty for the server's default (batching off)"),
     "SERVE_BATCH_TIMEOUT_MS": (

@@ -84,6 +84,7 @@ def check(objects: list[Manifest], namespace: str, kubectl: Kubectl = ask) -> No
             f"the claim {name} is {'/'.join(wanted_modes)}, and the job spreads its pods over this cluster's "
             f"{len(nodes)} nodes ({', '.join(nodes)}): a ReadWriteOnce volume would pin every pod to one node, or "
             f"leave the others waiting on a Multi-Attach error. Set VOLUME_ACCESS_MODE=ReadWriteMany with a "
-            f"VOLUME_STORAGE_CLASS that offers it (make cluster-up NODES=2 has local-path-shared; on a cloud, a file "
-            f"store: {STORAGE_DOCS}), or SPREAD_OVER_NODES=0 to train on one node on purpose"
+            f"VOLUME_STORAGE_CLASS that offers it (make k3d-up NODES=2 and make cluster-up NODES=2 have "
+            f"local-path-shared; on a cloud, a file store: {STORAGE_DOCS}), or SPREAD_OVER_NODES=0 to train on one "
+            f"node on purpose"
         )

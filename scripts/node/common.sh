@@ -153,35 +153,6 @@ add_context() {
   echo "kubectl context: $NODE_CONTEXT (the current context is left as it was)"
 }
 
-# render_local_path DIR: local-path-provisioner's own deploy manifest with two classes: local-path, the default as
-# k3s ships it, each volume on the node that first mounts it (ReadWriteOnce), under NODE_ROOT/storage; and
-# local-path-shared, every access mode, its volumes under NODE_ROOT/shared, which every node sees (the nodes share the
-# VM's disk, standing in for NFS or a cloud file store: upstream's shared-filesystem mode).
-render_local_path() {
-  awk -v storage="$NODE_ROOT/storage" -v shared="$NODE_ROOT/shared" '
-    /^  config.json: \|-$/ {
-      print
-      print "    {\"nodePathMap\": [], \"storageClassConfigs\": {"
-      print "      \"local-path\": {\"nodePathMap\": [{\"node\": \"DEFAULT_PATH_FOR_NON_LISTED_NODES\", \"paths\": [\"" storage "\"]}]},"
-      print "      \"local-path-shared\": {\"sharedFileSystemPath\": \"" shared "\"}}}"
-      skip = 1
-      next
-    }
-    skip && /^  [a-zA-Z.]+: / { skip = 0 }
-    !skip' "$1/deploy/local-path-storage.yaml" |
-    sed -e 's|^  name: local-path$|  name: local-path\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"|'
-  cat <<'EOF'
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata:
-  name: local-path-shared
-provisioner: rancher.io/local-path
-volumeBindingMode: Immediate
-reclaimPolicy: Delete
-EOF
-}
-
 # module_commit MODULE VERSION: the commit the module proxy recorded for the version's tag.
 module_commit() {
   go mod download -json "$1@$2" | sed -n 's/^\t\t"Hash": "\(.*\)",*$/\1/p'

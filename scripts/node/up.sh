@@ -253,10 +253,14 @@ EOF
 }
 
 install_storage() {
-  local provisioner
+  local provisioner manifest
   provisioner=$(module_dir github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION")
   mkdir -p "$NODE_ROOT/storage" "$NODE_ROOT/shared"
-  render_local_path "$provisioner" | kube apply -f - >/dev/null
+  # The nodes share the VM's disk: NODE_ROOT/shared is one folder to both (scripts/cluster/render-local-path.sh, as
+  # k3d-up NODES=2 renders it). Rendered whole before anything is applied.
+  manifest=$(scripts/cluster/render-local-path.sh "$provisioner/deploy/local-path-storage.yaml" "$NODE_ROOT/storage" \
+    "$NODE_ROOT/shared")
+  kube apply -f - <<<"$manifest" >/dev/null
   kube -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s
 }
 

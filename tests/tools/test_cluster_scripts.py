@@ -56,7 +56,7 @@ FAKE_KSERVE_SCRIPT = "#!/bin/bash\nset -e\n" + "".join(
 )
 FAKE_KSERVE_SCRIPT_SHA256 = hashlib.sha256(FAKE_KSERVE_SCRIPT.encode()).hexdigest()
 # The tools the install steps use beyond the basics (the checked download, the kustomization copy).
-INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv", "find", "grep")
+INSTALL_TOOLS = ("mktemp", "rm", "cp", "sed", "awk", "sha256sum", "mv", "find", "grep", "mkdir")
 
 
 def k3d_up_with(
@@ -66,11 +66,16 @@ def k3d_up_with(
     kserve_download: str = FAKE_KSERVE_SCRIPT,
     root: pathlib.Path = ROOT,
     katib_zip: pathlib.Path | None = None,
+    local_path_zip: pathlib.Path | None = None,
+    servers: str | None = None,
+    node_mounts: str | None = None,
     **environ: str,
 ):
     """k3d-up.sh for ENGINE with docker, k3d, kubectl and curl as recording stubs (no cluster): the result, its
     kubectl apply calls, and what each applied kustomization directory and file held (each directory also on its
-    own, under applied.each/<call number>; and curl.log: the command line of each curl call's parent process)."""
+    own, under applied.each/<call number>; and curl.log: the command line of each curl call's parent process; k3d.log:
+    each k3d call's arguments, shell-quoted). SERVERS (running/total) makes the cluster exist already, and
+    NODE_MOUNTS is what docker inspect says each node container mounts (None: no such container)."""
     tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "kubectl.log"
     seen = tmp_path / "applied"
@@ -81,10 +86,15 @@ def k3d_up_with(
     kserve_script = tmp_path / "kserve-install.sh"
     kserve_script.write_text(kserve_download)
     cp, mkdir, wc, tr = (shutil.which(tool) for tool in ("cp", "mkdir", "wc", "tr"))
+    inspect = "exit 1" if node_mounts is None else f'echo "{node_mounts}"'
     stubs = {
-        "docker": "exit 0",
+        "docker": f'case "$1" in inspect) {inspect};; esac; exit 0',
         "git": "exit 0",
-        "k3d": 'case "$1 $2" in "cluster get") exit 1;; esac; exit 0',
+        "k3d": (
+            f'printf "%q " "$@" >> {tmp_path / "k3d.log"}; echo >> {tmp_path / "k3d.log"}; case "$1 $2" in '
+            f'"cluster get") exit {1 if servers is None else 0};; "cluster list") echo "distml {servers} 1/1 true";; '
+            "esac; exit 0"
+        ),
         "kubectl": (
             f'echo "$*" >> {log}; n=$({wc} -l < {log}); '
             f'for a in "$@"; do [ -d "$a" ] && {cp} -R "$a"/. {seen}/; [ -f "$a" ] && {cp} "$a" {seen}/; '
@@ -97,6 +107,7 @@ def k3d_up_with(
             f"{tr} '\\0' ' ' < /proc/$PPID/cmdline >> {tmp_path / 'curl.log'}; echo >> {tmp_path / 'curl.log'}; "
             'while [ "$1" != "--output" ]; do shift; done; '
             f'case "$3" in *kserve*) {cp} {kserve_script} "$2";; *katib*) {cp} {katib_zip} "$2";; '
+            f'*local-path-provisioner*) {cp} {local_path_zip} "$2";; '
             f'*) {cp} {manifest} "$2";; esac'
         ),
     }
@@ -323,6 +334,186 @@ def test_k3d_up_katib_applies_its_module_zip_only_with_the_recorded_sha256(tmp_p
                                      KATIB_MODULE_ZIP_SHA256="0" * 64)  # fmt: skip
     assert result.returncode == 2 and f"has sha256 {recorded}, not the recorded" in result.stderr
     assert not [a for a in applies if "katib" in a]
+
+
+# local-path-provisioner v0.0.30's deploy manifest as its module zip holds it, byte for byte.
+LOCAL_PATH_MANIFEST = ROOT / "tests" / "tools" / "fixtures" / "local-path-storage-v0.0.30.yaml"
+
+
+def render_local_path(manifest: pathlib.Path, storage: str, shared: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [shutil.which("bash"), str(CLUSTER_SCRIPTS / "render-local-path.sh"), str(manifest), storage, shared],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def local_path_objects(text: str) -> dict[tuple[str, str], dict]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in yaml.safe_load_all(text) if obj}
+
+
+def test_the_local_path_renderer_adds_the_shared_class_to_upstreams_manifest_and_changes_nothing_else(tmp_path):
+    """Both clusters' storage (make k3d-up NODES=2, make cluster-up) from one script: upstream's objects as published,
+    but for local-path made the default (as k3s ships it) and one config per class, local-path-shared's on the
+    folder every node mounts."""
+    rendered = render_local_path(LOCAL_PATH_MANIFEST, "/node/storage", "/every/node/shared")
+    assert rendered.returncode == 0, rendered.stderr
+    objects, upstream = local_path_objects(rendered.stdout), local_path_objects(LOCAL_PATH_MANIFEST.read_text())
+    assert set(objects) == set(upstream) | {("StorageClass", "local-path-shared")}
+    default, shared = objects["StorageClass", "local-path"], objects["StorageClass", "local-path-shared"]
+    assert default["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert default["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert shared["provisioner"] == default["provisioner"] == "rancher.io/local-path"
+    assert "annotations" not in shared["metadata"]  # one default class
+    config = objects["ConfigMap", "local-path-config"]["data"]
+    assert json.loads(config["config.json"]) == {
+        "nodePathMap": [],
+        "storageClassConfigs": {
+            "local-path": {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/node/storage"]}]},
+            "local-path-shared": {"sharedFileSystemPath": "/every/node/shared"},
+        },
+    }
+    upstream_config = upstream["ConfigMap", "local-path-config"]["data"]
+    assert {k: v for k, v in config.items() if k != "config.json"} == {
+        k: v for k, v in upstream_config.items() if k != "config.json"
+    }
+    del default["metadata"]["annotations"]
+    for key, obj in upstream.items():
+        if key != ("ConfigMap", "local-path-config"):
+            assert objects[key] == obj, key
+    # A manifest of another layout (a version bumped without looking) is refused, not half rendered into a class.
+    other = tmp_path / "other.yaml"
+    other.write_text(LOCAL_PATH_MANIFEST.read_text().replace("config.json: |-", "config.yaml: |-"))
+    refused = render_local_path(other, "/node/storage", "/every/node/shared")
+    assert refused.returncode == 1 and "check LOCAL_PATH_PROVISIONER_VERSION" in refused.stderr
+
+
+def fake_local_path_zip(tmp_path: pathlib.Path) -> pathlib.Path:
+    """local-path-provisioner's module zip as the Go module proxy lays it out, with its real deploy manifest."""
+    import zipfile
+
+    zip_path = tmp_path / "local-path.zip"
+    version = settings_file()["LOCAL_PATH_PROVISIONER_VERSION"]
+    with zipfile.ZipFile(zip_path, "w") as archive:
+        where = f"github.com/rancher/local-path-provisioner@{version}/deploy/local-path-storage.yaml"
+        archive.write(LOCAL_PATH_MANIFEST, where)
+    return zip_path
+
+
+def k3d_calls(tmp_path: pathlib.Path) -> list[list[str]]:
+    import shlex
+
+    log = tmp_path / "k3d.log"
+    return [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def two_nodes(tmp_path: pathlib.Path, **environ: str):
+    """k3d-up NODES=2 with the module zip's sha256 as recorded and the shared folder in TMP_PATH."""
+    tmp_path.mkdir(exist_ok=True)
+    zip_path = fake_local_path_zip(tmp_path)
+    recorded = hashlib.sha256(zip_path.read_bytes()).hexdigest()
+    environ = {
+        "LOCAL_PATH_PROVISIONER_MODULE_ZIP_SHA256": recorded,
+        "K3D_SHARED_DIR": str(tmp_path / "shared"),
+        **environ,
+    }
+    return k3d_up_with(tmp_path / "run", "tfjob", local_path_zip=zip_path, NODES="2", **environ), recorded
+
+
+# What k3d-up NODES=1 creates, as before NODES=2 existed.
+ONE_NODE_CREATE = (
+    "cluster create distml --image {K3S_IMAGE} --wait --kubeconfig-update-default --kubeconfig-switch-context=false"
+)
+
+
+def test_k3d_up_nodes_2_adds_an_agent_mounts_one_folder_on_every_node_and_offers_both_local_path_classes(tmp_path):
+    (result, applies, applied), recorded = two_nodes(tmp_path)
+    assert result.returncode == 0, result.stderr
+    settings = settings_file()
+    (create,) = [call for call in k3d_calls(tmp_path / "run") if call[:2] == ["cluster", "create"]]
+    one_node = ONE_NODE_CREATE.format(**settings).split()
+    assert create[: len(one_node)] == one_node
+    options = dict(zip(create[len(one_node) :: 2], create[len(one_node) + 1 :: 2], strict=True))
+    assert options["--agents"] == "1"
+    assert options["--k3s-arg"] == "--disable=local-storage@server:*"  # k3s's own provisioner off
+    assert options["--volume"].endswith("@all")  # every node, at one path
+    folder, node_path = options["--volume"].removesuffix("@all").split(":")
+    assert folder == str(tmp_path / "shared") and (tmp_path / "shared").is_dir()
+    # The storage first, from the checked module zip, then the engine.
+    version = settings["LOCAL_PATH_PROVISIONER_VERSION"]
+    url = f"https://proxy.golang.org/github.com/rancher/local-path-provisioner/@v/{version}.zip"
+    assert f"checked {url}: sha256 {recorded}" in result.stdout
+    downloads = (tmp_path / "run" / "curl.log").read_text().splitlines()
+    assert len(downloads) == 1 and "scripts/cluster/checked-download.sh" in downloads[0] and url in downloads[0]
+    assert [without_scratch(a) for a in applies][:2] == [
+        "--context k3d-distml apply -f SCRATCH/local-path.yaml",
+        f"--context k3d-distml apply --server-side -k github.com/kubeflow/trainer.git/manifests/overlays/standalone"
+        f"?ref={settings['TRAINING_OPERATOR_COMMIT']}",
+    ]
+    manifest = (applied / "local-path.yaml").read_text()
+    assert manifest == render_local_path(LOCAL_PATH_MANIFEST, "/var/lib/rancher/k3s/storage", node_path).stdout
+    objects = local_path_objects(manifest)
+    assert {name for kind, name in objects if kind == "StorageClass"} == {"local-path", "local-path-shared"}
+    config = json.loads(objects["ConfigMap", "local-path-config"]["data"]["config.json"])
+    assert config["storageClassConfigs"]["local-path-shared"] == {"sharedFileSystemPath": node_path}
+    assert "rollout status deployment/local-path-provisioner" in (tmp_path / "run" / "kubectl.log").read_text()
+    assert "VOLUME_ACCESS_MODE=ReadWriteMany VOLUME_STORAGE_CLASS=local-path-shared" in result.stdout
+
+
+def test_k3d_up_nodes_2_applies_no_provisioner_whose_zip_is_not_the_recorded_one(tmp_path):
+    (result, applies, _), recorded = two_nodes(tmp_path, LOCAL_PATH_PROVISIONER_MODULE_ZIP_SHA256="0" * 64)
+    assert result.returncode == 2 and f"has sha256 {recorded}, not the recorded" in result.stderr
+    assert applies == []  # nothing after it either: no engine on a cluster whose storage is not in
+
+
+def test_k3d_up_nodes_2_defaults_its_shared_folder_to_one_under_home_and_k3d_down_names_it(tmp_path):
+    home = tmp_path / "home"
+    (result, _, _), _ = two_nodes(tmp_path, HOME=str(home), K3D_SHARED_DIR="")
+    assert result.returncode == 0, result.stderr
+    folder = home / ".local" / "share" / "distml" / "k3d-distml-shared"
+    (create,) = [call for call in k3d_calls(tmp_path / "run") if call[:2] == ["cluster", "create"]]
+    assert f"{folder}:" in create[create.index("--volume") + 1] and folder.is_dir()
+    (tmp_path / "down").mkdir()
+    stubs = path_with(tmp_path / "down", {"k3d": "exit 0"})
+    down = run_script(CLUSTER_SCRIPTS / "k3d-down.sh", stubs, HOME=str(home))
+    assert down.returncode == 0, down.stderr
+    assert f"the shared folder {folder} (" in down.stdout and folder.is_dir()  # named, not deleted
+
+
+@pytest.mark.parametrize("nodes", ["0", "3", "two"])
+def test_k3d_up_refuses_a_node_count_it_cannot_make_before_creating_anything(tmp_path, nodes):
+    result, applies, _ = k3d_up_with(tmp_path, "tfjob", NODES=nodes)
+    assert result.returncode == 2
+    assert f"error: NODES={nodes} is not 1 or 2: the k3d cluster has its server node and at most one agent" in (
+        result.stderr
+    )
+    assert k3d_calls(tmp_path) == [] and applies == []
+
+
+@pytest.mark.parametrize("nodes", [None, "1"])
+def test_k3d_up_with_one_node_creates_the_cluster_as_before_nodes_2_existed(tmp_path, nodes):
+    home = tmp_path / "home"
+    environ = {"HOME": str(home)} if nodes is None else {"HOME": str(home), "NODES": nodes}
+    result, applies, _ = k3d_up_with(tmp_path, "tfjob", **environ)
+    assert result.returncode == 0, result.stderr
+    settings = settings_file()
+    creates = [call for call in k3d_calls(tmp_path) if call[:2] == ["cluster", "create"]]
+    assert creates == [ONE_NODE_CREATE.format(**settings).split()]
+    assert f"creating cluster distml with {settings['K3S_IMAGE']}\n" in result.stdout
+    assert [a for a in applies if "local-path" in a] == [] and not (tmp_path / "curl.log").exists()
+    assert not home.exists()  # no shared folder
+    assert "ready: make submit ENGINE=tfjob\n" in result.stdout
+
+
+def test_k3d_up_nodes_2_refuses_a_one_node_cluster_and_renews_the_storage_of_a_two_node_one(tmp_path):
+    (refused, applies, _), _ = two_nodes(tmp_path / "a", servers="1/1", node_mounts="/var/lib/rancher/k3s")
+    assert refused.returncode == 1 and applies == []
+    assert "make k3d-down, then make k3d-up NODES=2" in refused.stderr
+    (again, applies, _), _ = two_nodes(tmp_path / "b", servers="1/1", node_mounts="/var/lib/distml-shared /var/log")
+    assert again.returncode == 0, again.stderr
+    assert not [call for call in k3d_calls(tmp_path / "b" / "run") if call[:2] == ["cluster", "create"]]
+    assert without_scratch(applies[0]) == "--context k3d-distml apply -f SCRATCH/local-path.yaml"
 
 
 def test_k3d_up_refuses_trainer_beside_a_standalone_jobset_and_an_unknown_engine(tmp_path):

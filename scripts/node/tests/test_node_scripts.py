@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import socket
+import subprocess
 
 import pytest
 
@@ -76,3 +78,46 @@ def test_cluster_up_refuses_a_node_count_it_cannot_make_and_names_the_agents_too
         assert f"error: {tool} is not installed: " in two.stderr, two.stderr
     one = run_script(ROOM / "up.sh", path, **node_settings(tmp_path))
     assert "error: nsenter is not installed" not in one.stderr
+
+
+# local-path-provisioner v0.0.30's deploy manifest as its module zip holds it, byte for byte (the one k3d-up's test
+# feeds it too).
+LOCAL_PATH_MANIFEST = ROOM.parents[1] / "tests" / "tools" / "fixtures" / "local-path-storage-v0.0.30.yaml"
+RENDERER = ROOM.parents[1] / "scripts" / "cluster" / "render-local-path.sh"
+
+
+def rendered(storage: str, shared: str) -> str:
+    done = subprocess.run(
+        [shutil.which("bash"), str(RENDERER), str(LOCAL_PATH_MANIFEST), storage, shared],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_the_node_applies_the_local_path_classes_from_the_renderer_k3d_up_shares(tmp_path):
+    """install_storage as up.sh has it, with the module's directory and kubectl stood in for: what it applies is
+    scripts/cluster/render-local-path.sh's output for the node's folders, the script k3d-up NODES=2 applies."""
+    module = tmp_path / "module"
+    (module / "deploy").mkdir(parents=True)
+    shutil.copy(LOCAL_PATH_MANIFEST, module / "deploy" / "local-path-storage.yaml")
+    applied, root = tmp_path / "applied.yaml", tmp_path / "root"
+    function = re.search(r"^install_storage\(\) \{\n.*?^\}\n", (ROOM / "up.sh").read_text(), re.MULTILINE | re.DOTALL)
+    assert function, "scripts/node/up.sh has no install_storage"
+    script = (
+        f"set -euo pipefail\nmodule_dir() {{ echo {module}; }}\n"
+        f'kube() {{ [ "$1" != apply ] || cat > {applied}; }}\n{function.group(0)}install_storage\n'
+    )
+    subprocess.run(
+        [shutil.which("bash"), "-c", script],
+        cwd=ROOM.parents[1],
+        env={"PATH": os.environ["PATH"], "NODE_ROOT": str(root), "LOCAL_PATH_PROVISIONER_VERSION": "v0.0.30"},
+        check=True,
+        timeout=60,
+    )
+    assert applied.read_text() == rendered(f"{root}/storage", f"{root}/shared")
+    assert (root / "storage").is_dir() and (root / "shared").is_dir()
+    # One renderer: the node keeps no copy of its own (k3d-up's test holds k3d-up to the same script).
+    for script_path in ROOM.glob("*.sh"):
+        assert "storageClassConfigs" not in script_path.read_text(), script_path
