@@ -85,8 +85,9 @@ SET_BY_SUBMIT = ("--dataset", "--epochs", "--model-dir")
 # The pods of a job's workers, by the labels k8s/base/trainer-pod.yaml gives every engine's.
 WORKER_PODS = "app.kubernetes.io/component=training,app.kubernetes.io/instance={job}"
 MAKE = ["make", "--no-print-directory"]
-# Seconds: a cached image build; a fetch; the namespace's default service account, which pods need, to appear.
-IMAGE_TIMEOUT, FETCH_TIMEOUT, ACCOUNT_TIMEOUT = 1800.0, 300.0, 60.0
+# Seconds: a cached image build; a fetch; the namespace's default service account, which pods need, to appear; the
+# namespace's deletion (its pods' grace, its claim's volume).
+IMAGE_TIMEOUT, FETCH_TIMEOUT, ACCOUNT_TIMEOUT, DELETE_TIMEOUT = 1800.0, 300.0, 60.0, 300.0
 TIMED_OUT, NOT_FOUND = 124, 127
 # The environment make's own command line leaves for a make it runs; the bench's make calls start afresh.
 MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
@@ -196,9 +197,11 @@ class Cluster:
         argv = [*MAKE, *as_built, target, *(f"{key}={value}" for key, value in variables.items())]
         return self._run(argv, log_name, what, timeout, f"make {target}")
 
-    def kubectl(self, *args: str, log_name: str, what: str, on_context: bool = True) -> str:
+    def kubectl(
+        self, *args: str, log_name: str, what: str, on_context: bool = True, timeout: float = FETCH_TIMEOUT
+    ) -> str:
         argv = ["kubectl", *(["--context", self.context] if on_context else []), *args]
-        return self._run(argv, log_name, what, FETCH_TIMEOUT, f"kubectl {args[0]}")
+        return self._run(argv, log_name, what, timeout, f"kubectl {args[0]}")
 
     def get_json(self, *args: str, log_name: str, what: str) -> Any:
         """kubectl's JSON answer (a warning it printed beside it is skipped)."""
@@ -312,8 +315,9 @@ def close(cluster: Cluster, namespace_made: bool) -> list[str]:
     if namespace_made:
         try:
             cluster.kubectl(
-                "delete", "namespace", cluster.namespace, "--timeout=300s", log_name="namespace-delete",
-                what=f"deleting the namespace {cluster.namespace} with the bench's jobs",
+                "delete", "namespace", cluster.namespace, f"--timeout={DELETE_TIMEOUT:.0f}s",
+                log_name="namespace-delete", what=f"deleting the namespace {cluster.namespace} with the bench's jobs",
+                timeout=DELETE_TIMEOUT + 60,
             )  # fmt: skip
         except BenchError as error:
             failed.append(str(error))
