@@ -40,13 +40,13 @@ from typing import Any
 from scripts.common.cli import split_trainer_flags
 from scripts.common.settings import ROOT
 from trainer.base.atomic_file import replaced_on_success, write_json
-from trainer.base.errors import ConfigError
 from trainer.context import parse_config  # pure Python: no TensorFlow import here
 
 from . import async_modes, links, serving_load
 from .chart import TARGETS, draw
 from .runs import (
     BenchError,
+    check_runs,
     clean_environment,
     command,
     run_once,
@@ -106,27 +106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
     args.trainer_flags = trainer_flags
-    if args.global_batch_size < 2 or args.global_batch_size % 2:
-        parser.error(
-            f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
-            f"got {args.global_batch_size}"
-        )
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    check_runs(parser, args)
     if args.workers and not 1 <= args.workers <= 8:
         parser.error(f"--workers must be between 1 and 8 (each worker is a full process), got {args.workers}")
-    # The trainer's own parser reads the flags (bench's runs see no TRAINER_* variables), so a typo stops here.
-    try:
-        config = parse_config([*trainer_flags, "--log-every", str(max(1, args.warmup_steps))], environ={})
-    except ConfigError as error:
-        parser.error(f"trainer flags after --: {error}")
-    warmup = config.effective_log_every
-    if args.steps < warmup + config.steps_per_loop:
-        parser.error(
-            f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
-            f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
-        )
-    args.warmup_steps = warmup
     if args.links_only and args.no_links:
         parser.error("--links-only and --no-links ask for opposite things: give one")
     if not args.no_links:

@@ -134,21 +134,16 @@ def run_link_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str
     per_worker = args.global_batch_size // 2
     runs: list[dict[str, Any]] = []
     qdiscs: dict[str, list[str]] = {}
-    alone = Placement(wrap=lambda _index, argv: on_core(0, argv))
     pinned = Placement(wrap=on_core)
     programs = sorted({VARIANTS[name]["program"] for name in variants})
     with netns.linked_namespaces() as link:
-        apart = Placement(
-            host=lambda index: link.addresses[index],
-            wrap=lambda index, argv: link.run_in(index, on_core(index, argv)),
-        )
         for round_index in range(args.repeats):
             for program in programs:
-                by_itself = partial(run_once, program, 1, per_worker, args, extra_flags=PINNED, placement=alone)
+                by_itself = partial(run_once, program, 1, per_worker, args, extra_flags=PINNED, placement=ALONE_ON_CORE)
                 two_apart = partial(run_side_by_side, program, per_worker, args, extra_flags=PINNED, placement=pinned)
                 for name, run in ((ALONE[program], by_itself), (SIDE_BY_SIDE[program], two_apart)):
                     tag = f"[links round {round_index + 1}/{args.repeats}] {name}"
-                    runs.append(_one(tag, run, args, scratch / f"links-{name}-{round_index}", None, name, program))
+                    runs.append(measure(tag, run, args, scratch / f"links-{name}-{round_index}", None, name, program))
                     runs[-1]["round"] = round_index
             for rate in rates:
                 link.set_rate(RATES[rate])
@@ -159,9 +154,9 @@ def run_link_rounds(args: argparse.Namespace, scratch: pathlib.Path) -> dict[str
                     run_dir = scratch / f"links-{rate}-{name}-{round_index}"
                     flags = [*PINNED, *variant["flags"]]
                     pair = partial(
-                        run_once, variant["program"], 2, per_worker, args, extra_flags=flags, placement=apart
+                        run_once, variant["program"], 2, per_worker, args, extra_flags=flags, placement=apart(link)
                     )
-                    runs.append(_one(tag, pair, args, run_dir, rate, name, variant["program"]))
+                    runs.append(measure(tag, pair, args, run_dir, rate, name, variant["program"]))
                     runs[-1]["round"] = round_index
     return {"runs": runs, "qdiscs": qdiscs, "rates": rates, "variants": variants, "programs": programs}
 
@@ -171,7 +166,18 @@ def on_core(index: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(index % 2), *argv]
 
 
-def _one(
+# One worker alone, as the pairs' worker 0 runs: on core 0, in the host's namespace.
+ALONE_ON_CORE = Placement(wrap=lambda _index, argv: on_core(0, argv))
+
+
+def apart(link: netns.Link) -> Placement:
+    """Worker i in namespace i and on core i, the others reaching it at its namespace's address."""
+    return Placement(
+        host=lambda index: link.addresses[index], wrap=lambda index, argv: link.run_in(index, on_core(index, argv))
+    )
+
+
+def measure(
     tag: str,
     run: Callable[[pathlib.Path], dict[str, Any]],
     args: argparse.Namespace,
@@ -180,7 +186,8 @@ def _one(
     name: str,
     program: str,
 ) -> dict[str, Any]:
-    """run(a fresh directory), again while other processes took the CPUs (--link-quiet-retries); the quietest."""
+    """run(a fresh directory), again while other processes took the CPUs (--link-quiet-retries); the quietest, with
+    its rate and variant. A BenchError names the run."""
     tries: list[dict[str, Any]] = []
     while not tries or (len(tries) <= args.link_quiet_retries and tries[-1]["background_cpu_share"] > QUIET_SHARE):
         print(f"{tag}{f' (again, {len(tries)})' if tries else ''} ...", end=" ", flush=True)

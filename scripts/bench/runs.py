@@ -1,5 +1,5 @@
-"""What every bench phase shares: launching a run and reading its figures, the error that stops a bench, the
-runs' environment, the CPU meter, spreads."""
+"""What every bench phase shares: the runs' length (the warm-up), launching a run and reading its figures, the error
+that stops a bench, the runs' environment, the CPU meter, spreads."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from scripts.common.processes import inherited_environment, peak_rss_bytes, sign
 from scripts.common.settings import ROOT
 from scripts.common.tfconfig import tf_config
 from trainer.artifacts.layout import ModelDir
+from trainer.base.errors import ConfigError
+from trainer.context import parse_config  # pure Python: no TensorFlow import here
 
 PEER_MODULE = "scripts.bench.tutorial_fit"
 
@@ -72,6 +74,31 @@ def spread(values: list[float]) -> dict[str, Any]:
         "spread_percent": 100 * (max(values) - min(values)) / median if median else None,
         "values": values,
     }
+
+
+def check_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The parser's error for a global batch two workers cannot halve, no repeats, trainer flags (args.trainer_flags,
+    after --) the trainer's own parser refuses, or --steps that leave no timed steps after the warm-up; then
+    args.warmup_steps rounded up to the trainer's steps per loop, as the trainer rounds --log-every. The runs see no
+    TRAINER_* variables, so a typo stops here."""
+    if args.global_batch_size < 2 or args.global_batch_size % 2:
+        parser.error(
+            f"--global-batch-size must be an even number of at least 2 (two workers get half each), "
+            f"got {args.global_batch_size}"
+        )
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    try:
+        config = parse_config([*args.trainer_flags, "--log-every", str(max(1, args.warmup_steps))], environ={})
+    except ConfigError as error:
+        parser.error(f"trainer flags after --: {error}")
+    warmup = config.effective_log_every
+    if args.steps < warmup + config.steps_per_loop:
+        parser.error(
+            f"--steps ({args.steps}) must leave at least {config.steps_per_loop} steps after the "
+            f"warm-up of {warmup} steps; raise --steps or lower --warmup-steps"
+        )
+    args.warmup_steps = warmup
 
 
 # ---- launching one run -------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 # The local node's make targets, included by the Makefile: a single-node Kubernetes built here from pinned modules
 # (scripts/node/settings.env), and the cluster suite run on it. Deleting scripts/node/ removes them with the node;
 # the template's targets (run-local, submit against k3d or your cluster) never call these.
-.PHONY: cluster-up cluster-down agent-down test-cluster
+.PHONY: cluster-up cluster-down agent-down link-rate test-cluster
 
 cluster-up: $(if $(SERVE),install) ## a single-node Kubernetes as local processes, for a machine with no Docker engine, with the engine ENGINE (KUEUE=1: Kueue; SERVE=1: KServe and Argo Workflows; KATIB=1: Katib; NODES=2: a second node) as k3d-up has (as root; builds its parts once into NODE_CACHE; context node-CLUSTER_NAME)
 	@$(CHECK_SETTINGS)
@@ -14,6 +14,10 @@ cluster-down: ## stop the local node: no process, container, mount or state left
 agent-down: ## the agent node (NODES=2) lost, as a machine that loses its power: its processes, containers and link stop; the API keeps its Node and pods (make cluster-up NODES=2 brings it back)
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) scripts/node/down.sh --agent
+
+link-rate: ## the agent node's link (NODES=2) limited to NODE_LINK_RATE each way, now, as cluster-up sets it (empty: unlimited; as root)
+	@$(CHECK_SETTINGS)
+	@$(SETTINGS_ENV) scripts/node/link-rate.sh
 
 # Requests sized for a 2-core node that also runs the engines' controllers. Every job's pods spread over the two nodes,
 # on a volume both mount. Two test files at once: the suite mostly waits on controllers and pods, and each file keeps to

@@ -121,3 +121,44 @@ def test_the_node_applies_the_local_path_classes_from_the_renderer_k3d_up_shares
     # One renderer: the node keeps no copy of its own (k3d-up's test holds k3d-up to the same script).
     for script_path in ROOM.glob("*.sh"):
         assert "storageClassConfigs" not in script_path.read_text(), script_path
+
+
+def test_link_rate_shapes_both_ends_of_the_agents_link_and_unlimited_removes_the_limit(tmp_path):
+    calls = tmp_path / "calls"
+    stubs = {
+        # The agent's link is there; nsenter runs its command as given (here, outside any namespace).
+        "ip": "exit 0",
+        "nsenter": 'shift; exec "$@"',
+        "tc": f'echo "tc $*" >> {calls}; [ "$2" != show ] || echo "qdisc of $4"',
+    }
+    path = with_real(path_with(tmp_path, stubs), "id", "sed")
+    limited = run_script(ROOM / "link-rate.sh", path, CLUSTER_NAME="stubbed", NODE_LINK_RATE="100mbit")
+    if os.getuid() != 0:
+        assert limited.returncode == 1 and "run it as root (sudo make link-rate)" in limited.stderr
+        return
+    assert limited.returncode == 0, limited.stderr
+    # Each direction at the rate, the bucket never under 64 KiB, as cluster-up and the bench's namespaces set it.
+    replace = "root tbf rate 100mbit burst 65536 latency 100ms"
+    assert calls.read_text().splitlines()[:2] == [
+        f"tc qdisc replace dev stubbed-agent {replace}",
+        f"tc qdisc replace dev eth0 {replace}",
+    ]
+    assert limited.stdout.splitlines() == [
+        "the link to stubbed-agent: 100mbit each way",
+        "qdisc of stubbed-agent",
+        "qdisc of eth0",
+    ]
+    calls.unlink()
+    unlimited = run_script(ROOM / "link-rate.sh", path, CLUSTER_NAME="stubbed", NODE_LINK_RATE="")
+    assert unlimited.returncode == 0, unlimited.stderr
+    assert calls.read_text().splitlines()[:2] == ["tc qdisc del dev stubbed-agent root", "tc qdisc del dev eth0 root"]
+    assert "the link to stubbed-agent: unlimited each way" in unlimited.stdout
+
+
+def test_link_rate_without_an_agent_node_says_how_to_add_one(tmp_path):
+    path = with_real(path_with(tmp_path, {"ip": "exit 1", "tc": "exit 0", "nsenter": "exit 0"}), "id", "sed")
+    result = run_script(ROOM / "link-rate.sh", path, CLUSTER_NAME="stubbed")
+    assert result.returncode == 1
+    if os.getuid() == 0:
+        said = result.stderr.strip()
+        assert said == "error: no agent node here (no link stubbed-agent): make cluster-up NODES=2 adds it"
