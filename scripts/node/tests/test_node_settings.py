@@ -15,9 +15,12 @@ SETTINGS = project_settings.load_file()
 
 
 def cluster_suite_target() -> str:
-    """make test-cluster's recipe, as the node's make targets have it."""
-    found = re.search(r"^test-cluster:.*\n((?:\t.*\n)+)", (ROOM / "node.mk").read_text(), re.MULTILINE)
-    assert found, "scripts/node/node.mk has no test-cluster target"
+    """The pytest command line make test-cluster runs its tests with (node.mk's CLUSTER_SUITE, in its recipe)."""
+    text = (ROOM / "node.mk").read_text()
+    recipe = re.search(r"^test-cluster:.*\n((?:\t.*\n)+)", text, re.MULTILINE)
+    assert recipe and "$(CLUSTER_SUITE)" in recipe.group(1), "scripts/node/node.mk's test-cluster runs no CLUSTER_SUITE"
+    found = re.search(r"^CLUSTER_SUITE = ((?:.*\\\n)*.*)$", text, re.MULTILINE)
+    assert found, "scripts/node/node.mk defines no CLUSTER_SUITE"
     return found.group(1)
 
 
@@ -28,7 +31,7 @@ def run_here_problems(settings: Mapping[str, str]) -> list[str]:
     problems = []
     if version != settings["NODE_KUBERNETES_VERSION"]:
         problems.append(f"RUN_HERE_KUBERNETES {version} is not the local node's {settings['NODE_KUBERNETES_VERSION']}")
-    if not (ROOT / suite).is_dir() or not re.search(rf"pytest -m cluster {re.escape(suite)}\b", cluster_suite_target()):
+    if not (ROOT / suite).is_dir() or not re.search(rf"-m pytest {re.escape(suite)}\b", cluster_suite_target()):
         problems.append(f"RUN_HERE_SUITE {suite} is not the suite make test-cluster runs")
     return problems
 
