@@ -87,9 +87,15 @@ def queues():
     kubectl("delete", "job", "-n", NAMESPACE, HOLDER["metadata"]["name"], "--ignore-not-found", check=False)
 
 
+def ended(submitted, log) -> None:
+    """Fails at once when make submit ended before its job was queued (a refusal), rather than at the wait's end."""
+    if submitted.poll() is not None:
+        pytest.fail(f"make submit exited {submitted.returncode} before its job was queued:\n{log.read_text()[-3000:]}")
+
+
 @pytest.mark.parametrize("engine", sorted(QUEUED))
 def test_a_job_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(engine, queues, tmp_path) -> None:
-    job = [f"ENGINE={engine}", f"KUSTOMIZATION=k8s/examples/{engine}-sync-kueue", f"JOB_NAME={JOB_NAME}"]
+    job = [f"ENGINE={engine}", f"KUSTOMIZATION=k8s/engines/{engine}/sync-kueue", f"JOB_NAME={JOB_NAME}"]
     make("delete", *job, check=False)
     clear_model_dir(JOB_NAME)
     kubectl("apply", "-f", "-", stdin=json.dumps(HOLDER))
@@ -98,7 +104,7 @@ def test_a_job_waits_in_its_queue_while_quota_is_short_and_runs_once_it_frees(en
     log = tmp_path / "submit.log"
     submitted = start_make("submit", *job, *SHORT_JOB, log=log)
     try:
-        workload = wait_until(f"the {engine}'s Workload", workload_of_the_job, 600)
+        workload = wait_until(f"the {engine}'s Workload", lambda: workload_of_the_job() or ended(submitted, log), 600)
         time.sleep(10)  # long enough for Kueue to have admitted it, were there quota
         workload = workload_of_the_job()
         assert condition(workload, "QuotaReserved").get("status") != "True", workload["status"]

@@ -17,7 +17,7 @@ import kubernetes
 import pytest
 import yaml
 
-from scripts.cluster.job_follower import pod_status
+from scripts.cluster.job_follower import api_errors, pod_status
 from scripts.common import settings as project_settings
 from scripts.node.tests.node import (
     CONTEXT,
@@ -169,17 +169,13 @@ def test_make_status_reads_a_chief_on_either_node_under_the_policy_which_refuses
     assert pod_status(core, NAMESPACE, listener, STATUS_PORT) == {"state": "running", "path": "/status"}
     # What make status read through before: the API server's proxy, whose connection to the agent's pods comes from
     # the host's address on the agent's link, which the status rule (the namespace's pods) does not admit.
-    through_proxy = subprocess.run(
-        [
-            "kubectl",
-            "--context",
-            CONTEXT,
-            "get",
-            "--raw",
-            "--request-timeout=20s",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{listener}:{STATUS_PORT}/proxy/status",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert (through_proxy.returncode == 0) == (listener_node == 0), through_proxy.stdout + through_proxy.stderr
+    try:
+        through_proxy = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{listener}:{STATUS_PORT}", NAMESPACE, "status", _request_timeout=30
+        )
+    except api_errors() as error:  # the API server's dial timed out (an error answer), or the call did
+        through_proxy = error
+    if listener_node == 0:
+        assert "running" in str(through_proxy), through_proxy
+    else:
+        assert isinstance(through_proxy, api_errors()), through_proxy
