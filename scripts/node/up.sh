@@ -369,10 +369,15 @@ if [[ -n $AGENT ]]; then
   start_kubelet 1
   start_proxy 1
   start_policy 1
+  # The add-ons' controllers go to node 0, as on a cluster whose system pods have nodes of their own: a lost agent
+  # (make agent-down) takes workloads with it, not the controllers that recover them.
+  kube cordon "$AGENT_NAME" >/dev/null
+  trap 'kube uncordon "$AGENT_NAME" >/dev/null 2>&1 || true' EXIT
 fi
 install_storage
 install_engines
 [[ -z ${SERVE:-} ]] || install_serving
 [[ -z ${KATIB:-} ]] || node_katib
+[[ -z $AGENT ]] || kube uncordon "$AGENT_NAME" >/dev/null
 add_context
 echo "cluster ready: kubectl --context $NODE_CONTEXT; the cluster commands: make submit KUBE_CONTEXT=$NODE_CONTEXT"
