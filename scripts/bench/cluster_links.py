@@ -127,6 +127,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--namespace", default="bench-links", help="the bench's own namespace: made at the start, deleted at the end"
     )
+    parser.add_argument(
+        "--cpu-request",
+        default=CPU_REQUEST,
+        help="each worker pod's CPU request (lower it where the add-ons' controllers hold node 0's CPUs)",
+    )
     parser.add_argument("--output-dir", type=pathlib.Path, default=ROOT / "bench", help="where cluster-links.json goes")
     ours, trainer_flags = split_trainer_flags(argv)
     args = parser.parse_args(ours)
@@ -357,7 +362,7 @@ def submit_variables(cluster: Cluster, args: argparse.Namespace, job: str, worke
         **cluster.common(job),
         "STRATEGY": "sync",
         "WORKERS": str(workers),
-        "WORKER_CPU_REQUEST": CPU_REQUEST,
+        "WORKER_CPU_REQUEST": args.cpu_request,
         "SPREAD_OVER_NODES": "1",
         "DATASET": "synthetic",
         "EPOCHS": "1",
@@ -566,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     for workers in (1, 2)
                 },
-                "cpu": f"each pod requests {CPU_REQUEST} CPU (limit 2, the template's), --threads 1",
+                "cpu": f"each pod requests {args.cpu_request} CPU (limit 2, the template's), --threads 1",
             },
             "netns": {
                 "trainer_flags": [*links.PINNED, *args.trainer_flags],

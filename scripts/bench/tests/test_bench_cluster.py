@@ -464,3 +464,10 @@ def test_the_bench_writes_the_table_its_settings_and_every_run_then_removes_its_
     assert written["config"]["netns"]["trainer_flags"] == ["--threads", "1"]
     assert "cluster efficiency" in capsys.readouterr().out
     assert not list(tmp_path.glob("bench-cluster-*"))
+
+
+def test_the_pods_cpu_request_is_a_flag_for_a_cluster_whose_node_0_holds_the_add_ons(tmp_path):
+    cluster = cluster_links.Cluster("node-distml", "bench-links", tmp_path)
+    assert cluster_links.submit_variables(cluster, tiny_args(), "job", 2)["WORKER_CPU_REQUEST"] == "1"
+    lowered = cluster_links.submit_variables(cluster, tiny_args("--cpu-request", "500m"), "job", 2)
+    assert lowered["WORKER_CPU_REQUEST"] == "500m"
