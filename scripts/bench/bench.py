@@ -46,6 +46,7 @@ from . import async_modes, links, serving_load
 from .chart import TARGETS, draw
 from .runs import (
     BenchError,
+    add_run_arguments,
     check_runs,
     clean_environment,
     command,
@@ -80,17 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "one-process baseline included (the peer gets none).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--global-batch-size", type=int, default=128, help="G: one process's batch; each of two workers gets G/2"
+    add_run_arguments(
+        parser,
+        steps=400,
+        repeats=5,
+        batch_help="G: one process's batch; each of two workers gets G/2",
+        repeats_help="runs of every variant, interleaved",
     )
-    parser.add_argument("--steps", type=int, default=400, help="training steps per run, warm-up included")
-    parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=48,
-        help="steps left out of examples/s (rounded up to the trainer's steps per loop)",
-    )
-    parser.add_argument("--repeats", type=int, default=5, help="runs of every variant, interleaved")
     parser.add_argument(
         "--workers", type=int, default=0, help="also sweep the trainer over 1..N workers (0 = no sweep)"
     )

@@ -58,14 +58,14 @@ from typing import Any
 
 from scripts.common import settings as project_settings
 from scripts.common.cli import split_trainer_flags
-from scripts.common.processes import inherited_environment, signal_group
+from scripts.common.processes import inherited_environment, signal_group, spawn
 from scripts.common.settings import ROOT
 from scripts.common.volume_claim import schedulable_nodes
 from trainer.base.atomic_file import write_json
 
 from . import links, netns
 from .bench import machine, versions
-from .runs import BenchError, check_runs, command, read_report, run_once, spread
+from .runs import BenchError, add_run_arguments, check_runs, command, read_report, run_once, spread
 
 RATES = ("unlimited", "1gbit", "100mbit")
 CLUSTER_ALONE, CLUSTER_PAIR = "cluster_alone", "cluster_two_nodes"
@@ -104,19 +104,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Everything after -- is appended to every run's trainer flags, the cluster's and the namespaces'.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--repeats", type=int, default=2, help="rounds; each runs every rate's four runs in turn")
+    add_run_arguments(
+        parser,
+        steps=800,
+        repeats=2,
+        batch_help="two workers' batch: each worker, alone too, gets half",
+        repeats_help="rounds; each runs every rate's four runs in turn",
+    )
     parser.add_argument(
         "--rates", default=",".join(RATES), help=f"comma-separated link rates, from {', '.join(links.RATES)}"
-    )
-    parser.add_argument(
-        "--global-batch-size", type=int, default=128, help="two workers' batch: each worker, alone too, gets half"
-    )
-    parser.add_argument("--steps", type=int, default=800, help="training steps per run, warm-up included")
-    parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=48,
-        help="steps left out of examples/s (rounded up to the trainer's steps per loop)",
     )
     parser.add_argument(
         "--timeout", type=float, default=900.0, help="seconds before a run (a whole make submit) counts as hung"
@@ -162,15 +158,7 @@ def run_logged(argv: list[str], log: pathlib.Path, timeout: float) -> int:
     what it left on the cluster goes with the bench's namespace."""
     with log.open("w") as output:
         try:
-            process = subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env=make_environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            process = spawn(argv, make_environment(), str(ROOT), output)
         except FileNotFoundError:
             return NOT_FOUND
         try:

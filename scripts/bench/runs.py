@@ -76,6 +76,21 @@ def spread(values: list[float]) -> dict[str, Any]:
     }
 
 
+def add_run_arguments(
+    parser: argparse.ArgumentParser, steps: int, repeats: int, batch_help: str, repeats_help: str
+) -> None:
+    """The options check_runs reads: the global batch, every run's steps and warm-up, the rounds."""
+    parser.add_argument("--global-batch-size", type=int, default=128, help=batch_help)
+    parser.add_argument("--steps", type=int, default=steps, help="training steps per run, warm-up included")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=48,
+        help="steps left out of examples/s (rounded up to the trainer's steps per loop)",
+    )
+    parser.add_argument("--repeats", type=int, default=repeats, help=repeats_help)
+
+
 def check_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The parser's error for a global batch two workers cannot halve, no repeats, trainer flags (args.trainer_flags,
     after --) the trainer's own parser refuses, or --steps that leave no timed steps after the warm-up; then
