@@ -19,6 +19,13 @@ NODE_PROCESSES=(coredns policy proxy kubelet scheduler controller-manager apiser
 
 kube() { kubectl --kubeconfig "$NODE_ROOT/admin.kubeconfig" "$@"; }
 
+# as_root TARGET WHY: true as root; otherwise says that make TARGET WHY, so needs root, and fails.
+as_root() {
+  [ "$(id -u)" -eq 0 ] && return
+  echo "error: $1 $2: run it as root (sudo make $1)" >&2
+  return 1
+}
+
 install_hint() {
   case $1 in
     ctr) echo "apt-get install containerd" ;;

@@ -10,10 +10,7 @@ source scripts/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
 source scripts/node/nodes.sh  # the agent's names, and down_agent
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "error: cluster-down stops root's containers and mounts: run it as root (sudo make cluster-down)" >&2
-  exit 1
-fi
+as_root cluster-down "stops root's containers and mounts" || exit 1
 
 stop() {
   local pid tries=20

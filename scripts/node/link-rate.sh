@@ -10,10 +10,7 @@ source scripts/node/common.sh  # the settings, checked, and the node's names
 # shellcheck source=/dev/null
 source scripts/node/nodes.sh  # the agent's link, and link_rate
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "error: link-rate shapes the agent's link with tc: run it as root (sudo make link-rate)" >&2
-  exit 1
-fi
+as_root link-rate "shapes the agent's link with tc" || exit 1
 if ! ip link show "$AGENT_LINK" >/dev/null 2>&1; then
   echo "error: no agent node here (no link $AGENT_LINK): make cluster-up NODES=2 adds it" >&2
   exit 1

@@ -19,10 +19,7 @@ source scripts/cluster/install-engines.sh
 # Every problem at once, each in one line with its fix: not root, a missing tool, a port another process holds.
 preflight() {
   local problems=0 tool owner port owner_port
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "error: cluster-up runs containers and sets up networking: run it as root (sudo make cluster-up)" >&2
-    problems=1
-  fi
+  as_root cluster-up "runs containers and sets up networking" || problems=1
   for tool in go containerd runc ctr iptables ipset conntrack openssl buildah kubectl ss ${AGENT:+nsenter tc}; do
     if ! command -v "$tool" >/dev/null; then
       echo "error: $tool is not installed: $(install_hint "$tool")" >&2
