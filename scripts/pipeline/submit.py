@@ -119,6 +119,9 @@ def serve(image: str, runtime: str, settings: dict[str, str], timeout_s: float) 
         return 1
     inside = state.get("address", {}).get("url", "")
     print(f"InferenceService {name} is Ready: {state.get('url', '')} (in the cluster: {inside})")
+    # Its policy admits only the namespace's pods; a port-forward goes through the predictor's kubelet, on any node.
+    rest, grpc = settings["SERVE_PORT"], settings["SERVE_GRPC_PORT"]
+    print(f"From this machine: kubectl port-forward -n {namespace} service/{name}-predictor {rest}:80 {grpc}:{grpc}")
     return 0
 
 

@@ -4,8 +4,8 @@ InferenceService), and KServe's controller serves the selected model from the vo
 
 Everything runs in a namespace of its own labelled Pod Security "restricted", so the real admission sees every pod
 of the pipeline (Argo's executor pods and the predictor included). The clients are the project's (httpx, gRPC) and
-KServe's own, from the node through the predictor's Service; the answers are checked against the published
-SavedModel called in this process.
+KServe's own, from the node through `kubectl port-forward` to the predictor's Service (on either node); the answers
+are checked against the published SavedModel called in this process.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import tensorflow as tf
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
 from scripts.node.tests.node import (
+    CONTEXT,
     ROOT,
     SETTINGS,
     connects,
@@ -112,16 +113,38 @@ def test_make_fetch_model_brings_back_the_published_model(pipeline, tmp_path):
     ).read_bytes()
 
 
+def listening(forward: subprocess.Popen, log: pathlib.Path, count: int) -> list[str] | None:
+    """The local ports kubectl port-forward listens on, in the order asked, once it listens on all COUNT."""
+    assert forward.poll() is None, f"kubectl port-forward exited: {log.read_text()}"
+    ports = re.findall(r"^Forwarding from 127\.0\.0\.1:(\d+) ->", log.read_text(), re.M)
+    return ports if len(ports) == count else None
+
+
 @pytest.fixture(scope="module")
-def predictor(pipeline):
-    """The InferenceService Ready (the Workflow applied it; make serve-cluster applies it again and waits), and its
-    Service's address as the node reaches it."""
+def predictor(pipeline, tmp_path_factory):
+    """The InferenceService Ready (the Workflow applied it; make serve-cluster applies it again and waits), reached as
+    make serve-cluster tells a user to: `kubectl port-forward` to its Service, which the predictor's kubelet opens
+    inside the pod, on either node. The Service's own address answers only on the predictor's node: from another node
+    the connection comes from that node's address, which the serving policy refuses."""
     served = make("serve-cluster", *WHERE, timeout=900)
     assert f"InferenceService {JOB} is Ready" in served.stdout, served.stdout[-3000:]
+    assert f"kubectl port-forward -n {NAMESPACE} service/{JOB}-predictor" in served.stdout, served.stdout[-3000:]
     service = json.loads(kubectl("get", "service", "-n", NAMESPACE, f"{JOB}-predictor", "-o", "json").stdout)
-    address = service["spec"]["clusterIP"]
     ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}
-    return f"http://{address}:{ports.get('http', 80)}", f"{address}:{ports['grpc']}"
+    # kubectl prints a line per connection: to a file, so a full pipe never stalls the forward.
+    log = tmp_path_factory.mktemp("port-forward") / "kubectl.log"
+    with log.open("w") as out:
+        forward = subprocess.Popen(
+            ["kubectl", "--context", CONTEXT, "port-forward", "-n", NAMESPACE, f"service/{JOB}-predictor",
+             f":{ports.get('http', 80)}", f":{ports['grpc']}"],
+            stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        local = wait_until("kubectl port-forward to listen", lambda: listening(forward, log, count=2), 60, poll_s=0.5)
+        yield f"http://127.0.0.1:{local[0]}", f"127.0.0.1:{local[1]}"
+    finally:
+        forward.terminate()
+        forward.wait(timeout=30)
 
 
 def v1_predict(rest: str, batch: np.ndarray, client: httpx.Client | None = None) -> httpx.Response:
