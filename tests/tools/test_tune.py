@@ -119,9 +119,17 @@ def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_di
     assert json.loads((project / "runs/default-selected/selection.json").read_text())["served"]["value"] == best.value
 
 
+def as_from_a_terminal() -> None:
+    """Ctrl-C as a terminal's shell leaves it, wherever pytest started: a shell ignores SIGINT in its background jobs,
+    and Python keeps an ignored SIGINT ignored, so a test run in the background would see no Ctrl-C at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_tune(project: pathlib.Path, space: str, *variables: str) -> subprocess.Popen:
     command = make_command(project, "tune", space, *variables)
-    return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=as_from_a_terminal
+    )
 
 
 def read_until(process: subprocess.Popen, pattern: str, lines: list[str], timeout: float = 300) -> None:
