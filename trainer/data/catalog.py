@@ -15,7 +15,7 @@ from trainer.settings.options import env_name, import_registering_module
 
 
 def option_groups() -> list[tuple[str, type]]:
-    """Every dataset kind's options, parsed beside the core ones whatever --dataset is (settings.env sets them
+    """Every dataset kind's options, parsed beside the core ones whatever --dataset is (trainer.env sets them
     all): (heading in --help, option group), the built-in kinds' first, then those of --module."""
     return [
         ("dataset tfrecord (your TFRecord files)", tfrecord.RecordOptions),

@@ -143,7 +143,7 @@ def _parse_bool(text: str, source: str) -> bool:
 
 def _from_env(field: dataclasses.Field, kind: type, environ: dict[str, str]) -> Any:
     env = env_name(field.name)
-    # Empty is unset: k8s/base/settings.env leaves the optional data settings empty, and the manifests carry them.
+    # Empty is unset: k8s/base/trainer.env leaves the optional data settings empty, and the manifests carry them.
     if not environ.get(env):
         return field.default
     text = environ[env]
