@@ -42,10 +42,11 @@ STEPS_PER_EPOCH = 256
 TOTAL_STEPS = 3 * STEPS_PER_EPOCH
 
 
+KUBECTL = ["kubectl", "--context", CONTEXT]
+
+
 def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", "--context", CONTEXT, *args], input=stdin, capture_output=True, text=True, check=check
-    )
+    return subprocess.run([*KUBECTL, *args], input=stdin, capture_output=True, text=True, check=check)
 
 
 def make_environment() -> dict[str, str]:

@@ -27,7 +27,7 @@ import tensorflow as tf
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
 from scripts.node.tests.node import (
-    CONTEXT,
+    KUBECTL,
     ROOT,
     SETTINGS,
     connects,
@@ -135,7 +135,7 @@ def predictor(pipeline, tmp_path_factory):
     log = tmp_path_factory.mktemp("port-forward") / "kubectl.log"
     with log.open("w") as out:
         forward = subprocess.Popen(
-            ["kubectl", "--context", CONTEXT, "port-forward", "-n", NAMESPACE, f"service/{JOB}-predictor",
+            [*KUBECTL, "port-forward", "-n", NAMESPACE, f"service/{JOB}-predictor",
              f":{ports.get('http', 80)}", f":{ports['grpc']}"],
             stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
