@@ -310,6 +310,7 @@ def test_the_queue_refuses_exactly_past_its_limit_at_once_and_the_server_stays_r
     assert "Traceback" not in log, log
 
 
+@pytest.mark.slow  # a server of its own: the quick suite's margin; the queue's limit stays quick
 def test_past_the_concurrent_request_limit_a_request_is_refused_before_it_is_queued_and_health_still_answers(tmp_path):
     base_path = tmp_path / "serving"
     save_rows_model(base_path / "1", factor=2.0)
@@ -394,6 +395,7 @@ def test_a_request_waits_for_the_timeout_when_idle_and_goes_in_the_next_call_whe
     assert behind.ys == [4.0] and calls(rows_server) == during + 1
 
 
+@pytest.mark.slow  # a load run across a swap: make test-slow
 def test_across_a_version_swap_each_answer_comes_from_the_version_it_names(tmp_path):
     base_path = tmp_path / "serving"
     save_rows_model(base_path / "1", factor=2.0)

@@ -434,6 +434,7 @@ def test_a_version_that_does_not_load_is_skipped_and_the_served_one_keeps_answer
         server.stop()
 
 
+@pytest.mark.slow  # a server of its own: the quick suite's margin
 def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp_path):
     # Before: base/0002 was read as version 2, then loaded from base/2, which does not exist: nothing was served.
     base_path = tmp_path / "serving"
@@ -455,6 +456,7 @@ def test_zero_padded_version_folders_are_served_by_their_number(image_model, tmp
         server.stop()
 
 
+@pytest.mark.slow  # a server of its own: the quick suite's margin
 def test_a_version_whose_files_are_replaced_under_the_same_number_is_served_anew(tmp_path):
     # Before: only the number was compared, so a retrain published again as version 1 (CLEAN=1, the same step
     # count) was never served: the old weights kept answering.
@@ -528,6 +530,7 @@ def test_a_v1_request_is_answered_by_the_signature_it_names(tmp_path):
         server.stop()
 
 
+@pytest.mark.slow  # a server of its own: the quick suite's margin
 def test_a_version_that_failed_to_load_once_is_tried_again_and_reported_until_it_loads(image_model, tmp_path):
     # Before: a version that failed once was skipped until its files changed, and only the log said so.
     base_path = copy_versions(image_model, tmp_path / "serving")

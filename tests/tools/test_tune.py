@@ -278,6 +278,7 @@ def broken_image_folder(tmp_path: pathlib.Path) -> pathlib.Path:
     return folder
 
 
+@pytest.mark.slow  # a study of real trials: make test-slow
 def test_a_failed_trial_says_its_own_error_line_and_its_study_takes_other_settings(tmp_path):
     project = copy(tmp_path)
     folder = broken_image_folder(tmp_path)

@@ -452,7 +452,7 @@ def test_training_names_a_record_whose_image_is_no_image(tmp_path):
     assert "restore or rewrite that file from its source" in line and SKIP_HINT in line, line
 
 
-@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("skip", [False, pytest.param(True, marks=pytest.mark.slow)])  # the quick suite's margin
 def test_the_data_check_decodes_every_record_and_names_one_whose_image_is_no_image(skip, tmp_path):
     # Before, the check counted records and read their labels only: "ready", then the trainer failed in the group.
     shard = write_examples(tmp_path / "data" / "train-0.tfrecord", [i % 10 for i in range(64)], not_an_image=17)

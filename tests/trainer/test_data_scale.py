@@ -162,6 +162,7 @@ def stripes(config):
 '''
 
 
+@pytest.mark.slow  # the quick suite's margin: test_fork_module's one-dataset module stays quick
 def test_a_dataset_defined_in_the_users_own_module_trains(tmp_path):
     (tmp_path / "my_data.py").write_text(USER_MODULE)
     result = wait_all(

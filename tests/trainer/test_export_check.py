@@ -45,7 +45,8 @@ def test_a_serving_skew_fails_the_run_and_publishes_nothing(tmp_path):
     assert_refused(tmp_path / "model", output)
 
 
-@pytest.mark.parametrize("task", [pytest.param("image_classification", marks=pytest.mark.slow), "faithful_serving"])
+@pytest.mark.slow  # two runs to their export: make test-slow (the skew's run stays quick)
+@pytest.mark.parametrize("task", ["image_classification", "faithful_serving"])
 def test_a_faithful_export_is_published_with_its_check_in_metrics_json(tmp_path, task):
     code, output = train_alone(tmp_path / "model", task)
     assert code == ExitCode.OK, output[-3000:]

@@ -93,7 +93,9 @@ def fork_as_of(example: str, date: str, folder: pathlib.Path) -> str:
     "example, date, flags",
     [
         ("regression", "2026_12_01", ["--task", "regression", "--dataset", "linear_features"]),
-        ("regression", "2026_12_03", ["--task", "regression", "--dataset", "linear_features"]),
+        pytest.param(  # the quick suite's margin: the older layout of the same example stays quick
+            "regression", "2026_12_03", ["--task", "regression", "--dataset", "linear_features"], marks=pytest.mark.slow
+        ),
         ("tabular", "2026_12_03", ["--task", "tabular", "--dataset", "csv", "--csv-train", "rows.csv"]),
     ],
 )

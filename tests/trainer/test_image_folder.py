@@ -255,6 +255,7 @@ def data_check(folder: pathlib.Path, *flags: str) -> tuple[str, str]:
     return line, finished.output
 
 
+@pytest.mark.slow  # two data checks to their end: make test-slow
 def test_a_rerun_of_the_data_check_decodes_only_what_changed_and_says_the_size_the_model_takes(tmp_path):
     # Before: every run decoded every image again, and the model took the first file's size (40x52 here), unsaid.
     sizes = [(40, 52), (90, 81), (160, 160), (100, 96), (120, 90), (96, 120), (60, 150)]

@@ -102,7 +102,13 @@ def test_a_second_call_resumes_from_the_last_checkpoint(one_epoch):
     assert second["steps"] == 16 and second["weights_sha256"] != first["weights_sha256"]
 
 
-@pytest.mark.parametrize("name", sorted(set(MODELS) - {"cnn"}))
+# batch_norm, whose moving statistics a replica context must update, in the quick suite; the others in make test-slow.
+VARIANTS = [
+    pytest.param(name, marks=() if name == "batch_norm" else pytest.mark.slow) for name in sorted(set(MODELS) - {"cnn"})
+]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_trains_with_state_updated_in_replica_context(name, tmp_path):
     metrics = train(tmp_path / name, "--model", name, "--epochs", "1")
     assert metrics["steps"] == 8 and metrics["test_loss"] > 0
