@@ -27,6 +27,7 @@ class Timers:
         pass
 
 
+@pytest.mark.slow  # full collections of the test process's heap, as large as what ran before it there
 def test_the_old_versions_cycles_are_freed_when_the_heap_is_frozen_again_after_a_swap(tmp_path, monkeypatch):
     from trainer.serving import model as model_module
     from trainer.serving.model import REFREEZE_AFTER_SWAP_SECONDS, SavedModelVersions, freeze_heap

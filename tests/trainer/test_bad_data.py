@@ -83,7 +83,9 @@ def test_the_data_check_names_a_png_cut_in_half(cut_folder, tmp_path):
     assert "replace or delete that file" in line and SKIP_HINT in line, line
 
 
-@pytest.mark.parametrize("flags", [[], [SKIP_HINT.split()[0], "skip"]], ids=["fail", "skip"])
+@pytest.mark.parametrize(
+    "flags", [[], pytest.param([SKIP_HINT.split()[0], "skip"], marks=pytest.mark.slow)], ids=["fail", "skip"]
+)  # the quick suite's margin
 def test_the_data_check_shows_no_tensorflow_line_for_the_png_it_names(cut_folder, tmp_path, flags):
     # At the log level a user runs with (the suite quiets TensorFlow); before, TensorFlow's own warning for the same
     # decode failure, which names no file, came before the trainer's line.
@@ -497,6 +499,7 @@ def test_the_data_check_names_a_class_id_past_num_classes(label_nine, tmp_path):
     assert SKIP_HINT not in line and "skipping cannot help" in line, line
 
 
+@pytest.mark.slow  # the quick suite's margin: the data check's test of the same id stays quick
 def test_training_names_a_class_id_past_num_classes_with_its_record(label_nine, tmp_path):
     # Was exit 1 with a UnicodeDecodeError traceback: the label check's message held the serialized record's bytes.
     line = error_line(run(record_args(label_nine.parent, 9, tmp_path / "model")))
@@ -568,6 +571,7 @@ def test_training_names_a_dataset_function_that_raises(fork, tmp_path):
     assert error_line(run(args, env=fork)) == BROKEN
 
 
+@pytest.mark.slow  # the quick suite's margin: the data check's test of the same row stays quick
 def test_training_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
     args = ["--module", "fork_data", "--dataset", "rows", *FOLDER_RUN, "--model-dir", str(tmp_path / "model")]
     line = error_line(run(args, env=fork))  # was "...: Graph execution error:; write class ids ...": no id, no row

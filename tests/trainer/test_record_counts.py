@@ -166,6 +166,7 @@ def test_workers_writing_the_index_at_once_never_leave_it_partial_nor_drop_entri
     assert not [name for name in os.listdir(tmp_path) if ".partial-" in name]
 
 
+@pytest.mark.slow  # the data check to its end: make test-slow (the trainer's own index tests stay quick)
 def test_the_data_check_writes_the_index_for_files_written_elsewhere(tmp_path):
     train, test = tmp_path / "train", tmp_path / "test"
     train.mkdir()
