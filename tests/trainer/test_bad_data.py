@@ -580,7 +580,6 @@ def test_training_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
     assert SKIP_HINT not in line and "skipping cannot help" in line, line
 
 
-@pytest.mark.slow  # the quick suite's margin: a sibling covers the path quickly
 def test_the_data_check_names_a_row_whose_class_id_is_out_of_range(fork, tmp_path):
     args = ["--module", "fork_data", "--dataset", "rows", "--model-dir", str(tmp_path / "model")]
     line = error_line(run(args, module="trainer.data", env=fork))  # was "ready", exit 0

@@ -103,7 +103,6 @@ def test_a_truncated_shard_is_named_by_the_counting_pass(records, tmp_path):
     assert "truncated" in line and "byte offset" in line and "--on-corrupt-record skip" in line, line
 
 
-@pytest.mark.slow  # the quick suite's margin: the counting pass's test stays quick
 def test_a_truncated_shard_is_named_mid_epoch(records, tmp_path):
     data, files = records
     truncate_inside_a_record(data / SHARD)
