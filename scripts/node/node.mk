@@ -34,7 +34,8 @@ cluster-suite-up: install image
 # The end-to-end suite on the local node: make submit, status, logs, fetch-model and delete against a real API server,
 # kubelet and the engines' controllers (CI runs it; scripts/node/tests/). The node stays up after it: make cluster-down ends it.
 # The lost-node test runs alone, after the others, whose pods run on the node it stops. NODE_LOSS=only runs it alone,
-# NODE_LOSS=no the others alone (CI runs it beside the slow suite, which it leaves the CPUs to while it waits on nodes).
+# NODE_LOSS=no the others alone. CI runs the lost-node test beside the slow suite (it mostly waits on nodes), then
+# the others after the slow suite, or beside it where it has 4 CPUs or more (.ci/run).
 NODE_LOSS ?= last
 test-cluster: cluster-suite-up ## run the cluster suite on the local node, with every engine, Kueue and Katib (as root; scripts/node/tests/)
 	$(if $(filter only,$(NODE_LOSS)),,$(CLUSTER_SUITE) -m "cluster and not node_loss" -n 2 --dist loadfile)
