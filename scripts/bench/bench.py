@@ -382,6 +382,18 @@ def versions() -> dict[str, Any]:
     return found
 
 
+def provenance(module: str, started: datetime.datetime, argv: list[str] | None) -> dict[str, Any]:
+    """A results file's first keys: its schema, when it ran, the command, the machine and the versions."""
+    return {
+        "schema_version": 1,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "versions": versions(),
+    }
+
+
 # ---- output ------------------------------------------------------------------------------------
 
 
@@ -496,12 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * statistics.median(shares):.0f}%): the figures are noisy; rerun on an idle machine"
         )
     results = {
-        "schema_version": 1,
-        "started_utc": started.isoformat(timespec="seconds"),
-        "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python -m scripts.bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
-        "versions": versions(),
+        **provenance("scripts.bench.bench", started, argv),
         "config": {
             "model": "cnn (Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10)",
             "data": "synthetic 28x28x1, 10 classes",

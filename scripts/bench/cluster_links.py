@@ -64,7 +64,7 @@ from scripts.common.volume_claim import schedulable_nodes
 from trainer.base.atomic_file import write_json
 
 from . import links, netns
-from .bench import machine, versions
+from .bench import provenance
 from .runs import BenchError, add_run_arguments, check_runs, command, read_report, run_once, spread
 
 RATES = ("unlimited", "1gbit", "100mbit")
@@ -537,12 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     table = summarize(phase)
     results = {
-        "schema_version": 1,
-        "started_utc": started.isoformat(timespec="seconds"),
-        "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python -m scripts.bench.cluster_links " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
-        "versions": versions(),
+        **provenance("scripts.bench.cluster_links", started, argv),
         "config": {
             "context": args.context,
             "engine": project_settings.load()["ENGINE"],
