@@ -41,7 +41,7 @@ def assert_stopped_cleanly(result, model_dir):
     assert not (model_dir / layout.METRICS).exists()
 
 
-@pytest.mark.slow  # a group of two: make test-slow (a skipped step's test stays quick)
+@pytest.mark.slow  # a group of two: make test-slow (one diverged worker's exit 4 stays quick: test_termination_message)
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
 def test_two_workers_stop_at_a_poisoned_row_with_exit_4(tmp_path, precision):
     model_dir = tmp_path / "model"
