@@ -13,8 +13,11 @@ import sys
 import threading
 
 import pytest
+import yaml
 
 from scripts.cluster import job_follower
+from scripts.cluster import steps as cluster_steps
+from scripts.cluster import submit as submit_module
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
@@ -22,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SETTINGS = project_settings.load()
 IMAGE = f"{SETTINGS['IMAGE_NAME']}:rev123"
+OVERLAYS = [(engine, strategy) for engine in tfjob_manifest.ENGINES for strategy in tfjob_manifest.STRATEGIES]
 
 
 def submit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -162,3 +166,64 @@ def test_log_timestamps_order_correctly_whatever_their_precision():
         "2025-01-05T22:58:20.12Z",
         "2025-01-05T22:58:21.000000001Z",
     ]
+
+
+class RecordingJob:
+    """The follower submit gets, standing in for the engine's client: no earlier job, and creating the job is an
+    event in the same list as the kubectl calls, so the order of the two is what the cluster would see."""
+
+    def __init__(self, objects: list[dict], events: list[tuple[str, object]]):
+        self.kind = next(obj["kind"] for obj in objects if obj["kind"] in ("TFJob", "JobSet", "TrainJob"))
+        self.name, self.namespace, self.events, self.engine = SETTINGS["JOB_NAME"], SETTINGS["NAMESPACE"], events, self
+
+    def current_state(self):
+        return None
+
+    def pods(self):
+        return []
+
+    def services(self):
+        return []
+
+    def clock(self):
+        return 0.0
+
+    def create(self, objects):
+        self.events.append(("create", self.kind))
+
+    def follow(self, timeout_s=0):
+        return "Succeeded"
+
+
+@pytest.mark.parametrize("engine, strategy", OVERLAYS)
+def test_make_submit_applies_the_network_policies_with_the_first_objects(
+    rendered_overlays, engine, strategy, monkeypatch
+):
+    objects = rendered_overlays[engine, strategy]
+    expected = tfjob_manifest.of_kind(objects, "NetworkPolicy")
+    assert {policy["metadata"]["labels"]["app.kubernetes.io/component"] for policy in expected} == {
+        "training",
+        "prepare-data",
+        "tensorboard",
+    }
+    events: list[tuple[str, object]] = []
+
+    def run(command, stdin=None, check=True, quiet=False):
+        events.append((" ".join(command[:2]), [doc for doc in yaml.safe_load_all(stdin or "") if doc]))
+        stdout = {"config get-contexts": f"k3d-{SETTINGS['CLUSTER_NAME']}\n", "get job": "Complete\n"}
+        return subprocess.CompletedProcess(command, 0, stdout=stdout.get(" ".join(command[1:3]), ""), stderr="")
+
+    monkeypatch.setattr(cluster_steps, "run", run)
+    # The claim's check against the cluster: tests/tools/test_volume_claim.py.
+    monkeypatch.setattr(cluster_steps, "check_volume_claim", lambda objects, namespace: None)
+    monkeypatch.setattr(submit_module, "follower", lambda objects, namespace: RecordingJob(objects, events))
+    monkeypatch.setattr(submit_module, "container_tool", lambda: "docker")
+    args = submit_module.parse_args(["--image", "img:1", "--dataset", "mnist", "--tensorboard"])
+    assert submit_module.submit(objects, args) == submit_module.EXIT_SUCCEEDED
+    # What makes pods: the data Job (kubectl create), TensorBoard (a later apply) and the engine's job (create).
+    changes = [(what, docs) for what, docs in events if what in ("kubectl apply", "kubectl create", "create")]
+    (first_what, first_docs), *later = changes
+    assert first_what == "kubectl apply"
+    assert [doc for doc in first_docs if doc["kind"] == "NetworkPolicy"] == expected
+    assert not {doc["kind"] for doc in first_docs} & {"Job", "Deployment", "TFJob", "JobSet", "TrainJob"}
+    assert sorted(what for what, _ in later) == ["create", "kubectl apply", "kubectl create"]
