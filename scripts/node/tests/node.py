@@ -40,6 +40,8 @@ LONG_JOB = [
 ]
 STEPS_PER_EPOCH = 256
 TOTAL_STEPS = 3 * STEPS_PER_EPOCH
+# One fault and its recovery need one epoch: the fault comes at the first checkpoint, a fifth of the way in.
+ONE_EPOCH_JOB = ["EPOCHS=1" if flag.startswith("EPOCHS=") else flag for flag in LONG_JOB]
 
 
 KUBECTL = ["kubectl", "--context", CONTEXT]

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from scripts.node.tests.node import (
-    LONG_JOB,
     NODES,
-    TOTAL_STEPS,
+    ONE_EPOCH_JOB,
+    STEPS_PER_EPOCH,
     clear_model_dir,
     fetch_model,
     kubectl,
@@ -56,7 +56,7 @@ def test_a_lost_node_is_named_by_make_status_and_the_job_resumes_on_the_node_tha
     make("delete", *JOB, check=False)
     clear_model_dir(JOB_NAME)
     submit_log = tmp_path / "submit.log"
-    submitted = start_make("submit", *JOB, *LONG_JOB, log=submit_log)
+    submitted = start_make("submit", *JOB, *ONE_EPOCH_JOB, log=submit_log)
     times: dict[str, float] = {}
     try:
         before = running_past(restarts=0, step=0, job_name=JOB_NAME)
@@ -82,7 +82,7 @@ def test_a_lost_node_is_named_by_make_status_and_the_job_resumes_on_the_node_tha
     wait_until(f"the job's pods on {AGENT} to be gone", lambda: AGENT not in nodes_of(PODS), 180)
 
     # make submit again: both workers on the node that remains, from the last checkpoint, to the planned step.
-    again = start_make("submit", *JOB, *LONG_JOB, log=tmp_path / "again.log")
+    again = start_make("submit", *JOB, *ONE_EPOCH_JOB, log=tmp_path / "again.log")
     try:
         wait_until(
             "training again",
@@ -99,7 +99,7 @@ def test_a_lost_node_is_named_by_make_status_and_the_job_resumes_on_the_node_tha
             again.kill()
     assert nodes_of(PODS) == {NODES[0]}
     metrics = json.loads((fetch_model(tmp_path / "artifacts", JOB_NAME) / "metrics.json").read_text())
-    assert metrics["steps"] == TOTAL_STEPS, "the job ends at the step an uninterrupted run plans"
+    assert metrics["steps"] == STEPS_PER_EPOCH, "the job ends at the step an uninterrupted run plans"
     assert metrics["resumed_from_step"] >= before["checkpoint_step"] > 0
     print("node loss, seconds from the agent's loss: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     make("delete", *JOB)

@@ -24,6 +24,7 @@ import pytest
 from scripts.node.tests.node import (
     LONG_JOB,
     NAMESPACE,
+    ONE_EPOCH_JOB,
     STEPS_PER_EPOCH,
     TOTAL_STEPS,
     chief_status,
@@ -109,7 +110,7 @@ def test_a_deleted_worker_pod_restarts_the_jobset_group_which_resumes_and_finish
     make("delete", *job, check=False)
     clear_model_dir(job_name)
     submit_log = tmp_path / "submit.log"
-    submitted = start_make("submit", *job, *LONG_JOB, log=submit_log)
+    submitted = start_make("submit", *job, *ONE_EPOCH_JOB, log=submit_log)
     try:
         first = running_past(restarts=0, step=0, job_name=job_name)
         worker_1 = f"jobset.sigs.k8s.io/jobset-name={job_name},batch.kubernetes.io/job-completion-index=1"
@@ -122,7 +123,7 @@ def test_a_deleted_worker_pod_restarts_the_jobset_group_which_resumes_and_finish
         if submitted.poll() is None:
             submitted.kill()
     metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
-    assert metrics["steps"] == TOTAL_STEPS and metrics["restarts"] >= 1
+    assert metrics["steps"] == STEPS_PER_EPOCH and metrics["restarts"] >= 1
     assert metrics["resumed_from_step"] >= first["checkpoint_step"]
     make("delete", *job)
 
@@ -133,8 +134,7 @@ def test_a_deleted_tfjob_worker_pod_fails_the_job_and_a_resubmit_resumes_and_fin
     make("delete", *job, check=False)
     clear_model_dir(job_name)
     submit_log = tmp_path / "submit.log"
-    one_epoch = ["EPOCHS=1" if flag.startswith("EPOCHS=") else flag for flag in LONG_JOB]
-    submitted = start_make("submit", *job, *one_epoch, log=submit_log)
+    submitted = start_make("submit", *job, *ONE_EPOCH_JOB, log=submit_log)
     try:
         first = running_past(restarts=0, step=0, job_name=job_name)
         worker_1 = f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-index=1"
@@ -148,7 +148,7 @@ def test_a_deleted_tfjob_worker_pod_fails_the_job_and_a_resubmit_resumes_and_fin
     assert f"TFJob {job_name} failed" in submit_log.read_text(), submit_log.read_text()[-3000:]
 
     # The user's fix: submit the same job again. It replaces the failed one and resumes from its checkpoint.
-    again = make("submit", *job, *one_epoch)
+    again = make("submit", *job, *ONE_EPOCH_JOB)
     assert f"deleting the failed TFJob {job_name}" in again.stdout, again.stdout[-3000:]
     metrics = json.loads((fetch_model(tmp_path / "artifacts", job_name) / "metrics.json").read_text())
     assert metrics["steps"] == STEPS_PER_EPOCH, "the resubmitted job ends at the step the first one planned"
