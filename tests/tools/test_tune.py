@@ -72,9 +72,10 @@ def metrics(model_dir: str | pathlib.Path) -> dict:
 @pytest.mark.slow
 def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_diverging_trial_fails(tmp_path):
     project = copy(tmp_path)
+    # One worker per job: the search and the publishing are under test here; the other tests' trials have two.
     default = subprocess.run(
         ["make", "-o", f"{VENV}/.installed", "run-local", f"VENV={VENV}", "JOB_NAME=default", "DATASET=synthetic"]
-        + ["EPOCHS=2", f"ARGS={SMALL_JOB}"],
+        + ["WORKERS=1", "EPOCHS=2", f"ARGS={SMALL_JOB}"],
         cwd=project,
         capture_output=True,
         text=True,
@@ -84,7 +85,7 @@ def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_di
     default_accuracy = metrics(project / "runs/default/models/default")["test_accuracy"]
     # The grid: one rate that overflows float32 in its first steps, and two around the default (1e-3).
     space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [1.0e+30, 3.0e-3, 1.0e-2]}\n"
-    done = tune(project, space, "STUDY=lr", "EPOCHS=2", "JOB_NAME=default")
+    done = tune(project, space, "STUDY=lr", "WORKERS=1", "EPOCHS=2", "JOB_NAME=default")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     trials = {trial.params["learning-rate"]: trial for trial in trials_of(project, "lr")}
     assert len(trials) == 3
@@ -112,7 +113,7 @@ def test_a_search_over_the_learning_rate_publishes_at_least_the_default_and_a_di
     # A later search whose best is worse leaves the published model served, and says why.
     published = sorted(path.name for path in (project / "runs/default-selected/serving").iterdir())
     space = "sampler: grid\nparameters:\n  learning-rate: {type: categorical, values: [1.0e-9]}\n"
-    worse = tune(project, space, "STUDY=worse", "EPOCHS=1", "JOB_NAME=default")
+    worse = tune(project, space, "STUDY=worse", "WORKERS=1", "EPOCHS=1", "JOB_NAME=default")
     assert worse.returncode == 0, worse.stdout[-3000:] + worse.stderr[-3000:]
     assert "not published: the served" in worse.stdout, worse.stdout[-3000:]
     assert sorted(path.name for path in (project / "runs/default-selected/serving").iterdir()) == published
