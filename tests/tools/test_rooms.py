@@ -407,4 +407,3 @@ def test_the_template_renders_and_passes_its_checks_without_an_optional_engine(t
     tests = run_quick_tests(project, *TEMPLATE_CHECKS)
     assert tests.returncode == 0, tests.stdout[-5000:]
     assert re.search(r"\d+ passed", tests.stdout) and "error" not in tests.stdout.splitlines()[-1], tests.stdout
-
