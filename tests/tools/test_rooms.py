@@ -173,9 +173,9 @@ def importers_of(room: str, root: pathlib.Path = ROOT) -> list[str]:
     packages = [folder.replace("/", ".") for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"])]
     left = [
         path
-        for folder in ("trainer", "scripts", "tests", "examples", "modules")
+        for folder in ("trainer", "scripts", "tests", "k8s", "examples", "modules")
         for path in sorted((root / folder).rglob("*.py"))
-        if not any(path.relative_to(root).as_posix().startswith(deleted) for deleted in gone)
+        if not any(f"{path.relative_to(root).as_posix()}/".startswith(f"{deleted.rstrip('/')}/") for deleted in gone)
     ]
     return [
         f"{path.relative_to(root)} imports {name}"
