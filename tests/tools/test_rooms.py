@@ -45,6 +45,12 @@ ROOM_TESTS = {
 }
 # The folders a room deletes: its own, and a room built on it (the local node runs the cluster tools' installs).
 ROOM_FOLDERS = {"cluster": ["scripts/cluster", "scripts/node"]}
+
+
+def room_folders(room: str) -> list[str]:
+    return ROOM_FOLDERS.get(room, [f"scripts/{room}"])
+
+
 IMPORT_EVERY_MODULE = """
 import pkgutil, importlib, scripts
 names = [m.name for m in pkgutil.walk_packages(scripts.__path__, "scripts.")]
@@ -71,7 +77,7 @@ def optional_rooms_named(page: pathlib.Path = DESIGN_PAGE) -> list[str]:
 def test_every_optional_room_the_docs_name_is_one_a_test_deletes():
     named = optional_rooms_named()
     assert "scripts/pipeline" in named and "trainer/ps" in named, named
-    deleted_here = {folder for room in ROOM_TESTS for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"])}
+    deleted_here = {folder for room in ROOM_TESTS for folder in room_folders(room)}
     deleted_here |= {f"k8s/engines/{engine}" for engine in OPTIONAL_ENGINES}  # the engine room test's
     undeleted = [
         folder
@@ -164,18 +170,18 @@ def test_the_sys_path_check_sees_every_spelling(source):
 
 def room_paths(room: str) -> list[str]:
     """What a room's deletion takes: its folders, and its tests outside them."""
-    return [*ROOM_FOLDERS.get(room, [f"scripts/{room}"]), *ROOM_TESTS[room]]
+    return [*room_folders(room), *ROOM_TESTS[room]]
 
 
 def importers_of(room: str, root: pathlib.Path = ROOT) -> list[str]:
     """Each module or test left after the room's deletion that imports one of the room's packages."""
     gone = room_paths(room)
-    packages = [folder.replace("/", ".") for folder in ROOM_FOLDERS.get(room, [f"scripts/{room}"])]
+    packages = [folder.replace("/", ".") for folder in room_folders(room)]
     left = [
         path
         for folder in ("trainer", "scripts", "tests", "k8s", "examples", "modules")
         for path in sorted((root / folder).rglob("*.py"))
-        if not any(f"{path.relative_to(root).as_posix()}/".startswith(f"{deleted.rstrip('/')}/") for deleted in gone)
+        if not any(f"{path.relative_to(root).as_posix()}/".startswith(f"{deleted}/") for deleted in gone)
     ]
     return [
         f"{path.relative_to(root)} imports {name}"
