@@ -4,7 +4,7 @@
 # scripts get the values make settled on in their environment (SETTINGS_ENV), so `WORKERS=3 make submit`
 # and `make submit WORKERS=3` both run three workers.
 , := ,
-SETTINGS_FILES := k8s/base/settings.env k8s/base/trainer.env $(wildcard k8s/engines/*/settings.env scripts/*/settings.env)
+SETTINGS_FILES := k8s/base/settings.env k8s/base/trainer.env $(wildcard k8s/engines/*/settings.env scripts/*/settings.env trainer/*/settings.env)
 SETTINGS_LINES := $(shell grep -hE '^[A-Za-z_][A-Za-z0-9_]*=' $(SETTINGS_FILES))
 setting_key    = $(firstword $(subst =, ,$(1)))
 setting_value  = $(patsubst $(call setting_key,$(1))=%,%,$(1))

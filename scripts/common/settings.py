@@ -1,8 +1,9 @@
 """Reads the settings, each key in the one file of its owner: the forker's k8s/base/settings.env (names, paths, ports,
 sizes, the engine) and k8s/base/trainer.env (the trainer's TRAINER_* variables, which every pod also gets), then
-each room's settings.env, which pins what the room installs: each folder of k8s/engines/ (an engine's, an add-on's)
-and each tool room's (scripts/<room>/settings.env: the image's, the cluster's Kubernetes in scripts/common, the
-pipeline's, the local node's, the benches'). A key lives in exactly one of them.
+each room's settings.env, which holds what the room installs or runs: each folder of k8s/engines/ (an engine's, an
+add-on's), each tool room's (scripts/<room>/settings.env: the image's, the cluster's Kubernetes in scripts/common, the
+k3d cluster's, the pipeline's, the local node's, the benches') and the model server's (trainer/serving/). A key lives
+in exactly one of them.
 
 The files hold the defaults; a variable of the same name in the environment wins over it (make exports
 its effective values, so `WORKERS=3 make submit` and `make submit WORKERS=3` both reach the scripts).
@@ -28,8 +29,9 @@ TRAINER_PREFIX = "TRAINER_"
 
 def room_files(name: str) -> list[pathlib.Path]:
     """Each room's own file of this name: each folder's of k8s/engines/, then each tool room's (scripts/<room>/NAME),
-    so that a deleted room's go with it."""
-    return sorted((K8S_ROOT / "engines").glob(f"*/{name}")) + sorted((ROOT / "scripts").glob(f"*/{name}"))
+    then each of the trainer's optional rooms' (trainer/<room>/NAME), so that a deleted room's go with it."""
+    rooms = (K8S_ROOT / "engines", ROOT / "scripts", ROOT / "trainer")
+    return [path for folder in rooms for path in sorted(folder.glob(f"*/{name}"))]
 
 
 def settings_files() -> list[pathlib.Path]:

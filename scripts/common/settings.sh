@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced by the shell scripts: load_settings sets each KEY=VALUE of the settings files (k8s/base/settings.env and
-# trainer.env, each room's k8s/engines/<name>/settings.env and scripts/<room>/settings.env) as a default; a variable
-# that is already set and non-empty (the environment, or make's values) keeps its value.
+# trainer.env, each room's k8s/engines/<name>/settings.env, scripts/<room>/settings.env and
+# trainer/<room>/settings.env) as a default; a variable that is already set and non-empty (the environment, or make's
+# values) keeps its value.
 load_settings() {
   local key value
   while IFS='=' read -r key value; do
@@ -15,7 +16,7 @@ settings_lines() {
   local file root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   for file in "$root/k8s/base/settings.env" "$root/k8s/base/trainer.env" "$root"/k8s/engines/*/settings.env \
-    "$root"/scripts/*/settings.env; do
+    "$root"/scripts/*/settings.env "$root"/trainer/*/settings.env; do
     [[ -f $file ]] && printf '%s\n' "$(<"$file")"  # bash reads it: no cat on a bare PATH, one newline at the end
   done
   return 0

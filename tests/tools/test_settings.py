@@ -337,7 +337,7 @@ def cluster_options() -> dict[str, dataclasses.Field]:
     """The trainer's options a cluster user sets in settings.env, by name: a fork's module and task, which data
     and how it is read (the core data knobs, every option of your TFRecord files and image folder, the TFDS data
     dir), what bad data does, and the status port the Service reaches. The manifests set what else a pod needs (its
-    model dir, its threads); --download is no worker's."""
+    model dir, its threads); --download is no worker's; the older --dataset-module is --module's, which names a fork."""
     from trainer.data.image_folder import FolderOptions
     from trainer.data.tfds import TfdsOptions
     from trainer.data.tfrecord import RecordOptions
@@ -346,7 +346,7 @@ def cluster_options() -> dict[str, dataclasses.Field]:
 
     kinds = (RecordOptions, FolderOptions)
     fields = {field.name: field for options in (Config, *kinds, TfdsOptions) for field in option_fields(options)}
-    chosen = ("module", "task", "dataset", "dataset_module", "data_dir", "on_nonfinite", "status_port")
+    chosen = ("module", "task", "dataset", "data_dir", "on_nonfinite", "status_port")
     return {name: fields[name] for name in (*chosen, *(field.name for kind in kinds for field in option_fields(kind)))}
 
 
