@@ -41,7 +41,9 @@ IMAGES ?=
 export IMAGES
 # PRUNE=1 make upload-images also removes the files on the volume that the folder no longer holds.
 PRUNE ?=
+# Empty: TRAINER_DATASET (trainer.env), else the trainer's own choice (your module's dataset, else fashion_mnist).
 DATASET ?= $(if $(value IMAGES),image_folder,$(TRAINER_DATASET))
+DATASET_FLAG = $(if $(DATASET),--dataset $(DATASET))
 # Which engine runs the group on Kubernetes (ENGINE, a setting): each folder k8s/engines/ENGINE with an
 # engine.env is one (tfjob, the Kubeflow training operator v1; jobset; trainjob, Kubeflow Trainer v2 over a JobSet);
 # and how it trains (STRATEGY): sync (all-reduce workers) or async (a chief coordinating parameter servers and
@@ -112,11 +114,11 @@ lock: install $(CHECKOV_VENV)/.installed ## re-pin every transitive version into
 	$(CHECKOV_VENV)/bin/python -m pip freeze | grep -v '^checkov==' | sed '1i # checkov and every package it needs, pinned; its own venv (make test and make lock make it: .venv/checkov), because it pins\n# packaging<24 and termcolor<2.4, which constraints.txt does not. Regenerate with make lock. Used as pip -c.' > checkov-constraints.txt
 
 train: install ## train in one process (no TF_CONFIG; IMAGES=: your image folder)
-	$(PY) -m trainer --dataset $(DATASET) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(if $(value IMAGES),--image-dir "$$IMAGES") $(ARGS)
+	$(PY) -m trainer $(DATASET_FLAG) --epochs $(EPOCHS) --download --data-dir runs/data --model-dir runs/train/model $(if $(value IMAGES),--image-dir "$$IMAGES") $(ARGS)
 
 run-local: install ## run the overlay's pods as local processes under the engine's rules (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=, CLEAN=1; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.localrun.run_local --kustomize $(KUSTOMIZATION) --workers $(WORKERS) $(DATASET_FLAG) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(CLEAN),--clean) $(if $(ARGS),-- $(ARGS))
 
 # pytest-xdist processes for make test and test-slow (0: all in one process). Each test file runs whole in one of them
 # (--dist loadfile), so a module's fixtures are built once and one file's processes never race another file's.
@@ -157,7 +159,7 @@ k3d-down: ## delete the k3d cluster
 
 submit: install image ## import the image, prepare data, submit the job (ENGINE=, STRATEGY=; IMAGES=: train on that uploaded image folder) and follow it
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.submit --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) $(DATASET_FLAG) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") $(if $(TENSORBOARD),--tensorboard) $(if $(ARGS),-- $(ARGS))
 
 upload-images: install image ## copy the image folder IMAGES= (train/<class>/, test/<class>/) to the volume, only the files missing or changed there, by sha256 (PRUNE=1: remove what the folder no longer holds)
 	@$(CHECK_SETTINGS)
@@ -221,14 +223,14 @@ STUDY        ?= $(JOB_NAME)-tune
 
 tune: install ## search SEARCH_SPACE with Optuna: TRIALS run-local jobs, pruned, resumable; the best published for make serve (ENGINE=, STRATEGY=, WORKERS=, DATASET=, EPOCHS=, ARGS=; IMAGES=: your image folder)
 	@$(CHECK_SETTINGS)
-	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") --publish-to $(PUBLISH_TO) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.tune --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --workers $(WORKERS) $(DATASET_FLAG) --epochs $(EPOCHS) $(if $(value IMAGES),--images "$$IMAGES") --publish-to $(PUBLISH_TO) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 # make tune-cluster: the same search as a Katib Experiment named STUDY on the cluster (make k3d-up KATIB=1), its trials
 # the ENGINE's job (tfjob or trainjob); the best published on the volume for make serve-cluster (docs/tuning.md).
 tune-cluster: install image ## search SEARCH_SPACE as a Katib Experiment: TRIALS TFJobs or TrainJobs (ENGINE=), followed; the best published for make serve-cluster and fetched to ./artifacts/
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
-	@$(SETTINGS_ENV) $(PY) -m scripts.tune.cluster --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.tune.cluster --search-space $(SEARCH_SPACE) --study $(STUDY) --kustomize $(KUSTOMIZATION) --image $(IMAGE) --workers $(WORKERS) $(DATASET_FLAG) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(TRIALS),--trials $(TRIALS)) $(if $(PARALLEL),--parallel $(PARALLEL)) $(if $(ARGS),-- $(ARGS))
 
 serve-once: install ## serve PUBLISH_TO, send it one request, print the answer and stop (the pipeline's last step)
 	@$(CHECK_SETTINGS)
@@ -244,7 +246,7 @@ KUBECTL = kubectl --context $(or $(KUBE_CONTEXT),k3d-$(CLUSTER_NAME))
 submit-pipeline: install image ## the pipeline as an Argo Workflow (ENGINE=): prepare data, train PIPELINE_MODELS in parallel, select, serve; followed to its end
 	@$(CHECK_SETTINGS)
 	@$(SETTINGS_ENV) $(PY) -m scripts.cluster.import_image $(IMAGE)
-	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) --dataset $(DATASET) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(ARGS),-- $(ARGS))
+	@$(SETTINGS_ENV) $(PY) -m scripts.pipeline.submit workflow --engine $(ENGINE) --image $(IMAGE) --models $(PIPELINE_MODELS) --workers $(WORKERS) $(DATASET_FLAG) --epochs $(EPOCHS) $(if $(REPLACE),--replace) $(if $(ARGS),-- $(ARGS))
 
 serve-cluster: install $(if $(filter project,$(SERVE_RUNTIME)),image) ## apply the InferenceService (KServe, Standard mode) serving the published model from the volume; wait until Ready (SERVE_RUNTIME=)
 	@$(CHECK_SETTINGS)

@@ -59,7 +59,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--image", help="the image `make image` built, name:tag (required to submit)")
     parser.add_argument("--workers", type=int, default=int(SETTINGS["WORKERS"]), help="Worker replicas")
     parser.add_argument(
-        "--dataset", help="the trainer's --dataset (default: image_folder with --images, else TRAINER_DATASET)"
+        "--dataset",
+        help="the trainer's --dataset (default: image_folder with --images, else TRAINER_DATASET, else the trainer's "
+        "own choice: your module's dataset, else fashion_mnist)",
     )
     parser.add_argument(
         "--images",
@@ -84,7 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unexpected argument {args.trainer_args[0]!r}; trainer flags go after `--`")
     if not (args.status or args.delete) and not args.image:
         parser.error("--image is required: pass the image `make image` built (make submit does)")
-    args.dataset = args.dataset or (upload_images.IMAGE_FOLDER if args.images else SETTINGS["TRAINER_DATASET"])
+    args.dataset = args.dataset or (upload_images.IMAGE_FOLDER if args.images else None)
     args.image_dir = None
     if args.images is not None:
         if args.dataset != upload_images.IMAGE_FOLDER:
@@ -128,7 +130,7 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         engines.sdk_call(job, runtime)  # ManifestError when the SDK cannot send it
     if problems:
         raise tfjob_manifest.ManifestError(f"{who} would reject this {kind}:\n  " + "\n  ".join(problems))
-    check_trainer_flags(trainer_container_of(objects, kind), objects)
+    chief_config(objects, kind)
     return objects
 
 
@@ -152,9 +154,11 @@ def trainer_container_of(objects: list[dict], kind: str) -> dict:
     return container
 
 
-def check_trainer_flags(container: dict, objects: list[dict]) -> None:
-    """Runs the trainer's own parser on the container's args and environment, so a typo fails here, not in a pod."""
-    tfjob_manifest.trainer_config(container.get("args") or [], plain_environment(container, objects))
+def chief_config(objects: list[dict], kind: str):
+    """The chief's settings, read by the trainer's own parser from its container's args and environment, so a typo
+    fails here, not in a pod."""
+    container = trainer_container_of(objects, kind)
+    return tfjob_manifest.trainer_config(container.get("args") or [], plain_environment(container, objects))
 
 
 def plain_environment(container: dict, objects: list[dict]) -> dict[str, str]:
@@ -266,7 +270,8 @@ def delete_job(objects: list[dict], namespace: str) -> int:
 
 
 def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
-    if args.dataset == "synthetic":
+    dataset = args.dataset or chief_config(objects, engines.engine_kind(objects)).dataset
+    if dataset == "synthetic":
         print("dataset synthetic is generated in memory; no data preparation")
         return
     job = tfjob_manifest.the_one(objects, "Job", component="prepare-data")

@@ -154,12 +154,14 @@ def flag_arguments(argv: list[str], flag: str) -> Iterator[tuple[int, str]]:
             yield i, flag + "="
 
 
-def _reads_setting(container: Manifest, name: str) -> bool:
-    env_name = setting_env_name(name)
+DATA_PREPARATION = "trainer.data"  # the module the data Job runs: it reads the trainer's data settings
+
+
+def _prepares_data(container: Manifest) -> bool:
+    """A container that runs the data preparation, or otherwise names the trainer's --dataset or TRAINER_DATASET."""
     argv = list(container.get("command") or []) + list(container.get("args") or [])
-    return any(entry.get("name") == env_name for entry in container.get("env") or []) or any(
-        True for _ in flag_arguments(argv, "--" + name)
-    )
+    names = {entry.get("name") for entry in container.get("env") or []}
+    return DATA_PREPARATION in argv or setting_env_name("dataset") in names or any(flag_arguments(argv, "--dataset"))
 
 
 def _set_setting(container: Manifest, name: str, value: str) -> None:
@@ -296,11 +298,11 @@ def customize(
                 if image is not None:
                     container["image"] = image
                 is_trainer = any(container is t for t in trainers)
-                if dataset is not None and (is_trainer or _reads_setting(container, "dataset")):
+                if dataset is not None and (is_trainer or _prepares_data(container)):
                     _set_setting(container, "dataset", dataset)
                     for name, value in (dataset_options or {}).items():
                         _set_setting(container, name, value)
-                if trainer_args and not is_trainer and _reads_setting(container, "dataset"):
+                if trainer_args and not is_trainer and _prepares_data(container):
                     # python -m trainer.data reads the trainer's flags: --train-files and the like reach it too.
                     container["args"] = list(container.get("args") or []) + list(trainer_args)
     return result

@@ -117,7 +117,7 @@ def workflow(
     image: str,
     models: list[str],
     workers: int,
-    dataset: str,
+    dataset: str | None,
     epochs: int,
     trainer_args: list[str],
     settings: dict[str, str],
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=sorted(CONDITIONS), default="tfjob")
     parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
     parser.add_argument("--replace", action="store_true", help="the selection publishes its winner in any case")

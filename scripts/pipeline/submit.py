@@ -132,7 +132,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--engine", choices=sorted(cluster.CONDITIONS), default="tfjob")
     parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
     parser.add_argument(

@@ -26,8 +26,16 @@ def study_parser(prog: str, doc: str, make_target: str) -> argparse.ArgumentPars
 def add_trial_shape(parser: argparse.ArgumentParser) -> None:
     """What every trial runs alike: its workers, its dataset and its epochs."""
     parser.add_argument("--workers", type=int, default=2, help="workers per trial (WORKERS=)")
-    parser.add_argument("--dataset", required=True, help="every trial's dataset (DATASET=)")
+    parser.add_argument(
+        "--dataset", help="every trial's dataset (DATASET=; default: TRAINER_DATASET, else the trainer's own choice)"
+    )
     parser.add_argument("--epochs", type=int, required=True, help="every trial's epochs (EPOCHS=)")
+
+
+def dataset_flags(args: argparse.Namespace) -> list[str]:
+    """--dataset as the command line gave it; none where it did not: the trials read TRAINER_DATASET, else the
+    trainer's own choice, as every other pod does."""
+    return ["--dataset", args.dataset] if args.dataset else []
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:

@@ -533,7 +533,7 @@ def fetch(best: str, image: str) -> None:
 def build(args: argparse.Namespace, settings: Mapping[str, str]) -> tuple[spaces.SearchSpace, list, str, dict]:
     """The search space, the rendered objects, the trial's kind and the Experiment, each checked before any
     cluster call (TuneClusterError and the space's SpaceError name the problem and the fix)."""
-    every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+    every_trial = [*arguments.dataset_flags(args), "--epochs", str(args.epochs)]
     space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
     trials = args.trials or space.trials
     parallel = min(args.parallel or space.parallel, trials)  # Katib refuses more at once than in all

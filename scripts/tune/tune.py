@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # SIGTERM (a closed terminal, a CI timeout) stops the search as Ctrl-C does: trials stopped and queued again.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    every_trial = ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+    every_trial = [*arguments.dataset_flags(args), "--epochs", str(args.epochs)]
     every_trial += ["--image-dir", args.image_dir] if args.image_dir else []
     try:
         settings = load()
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         space = dataclasses.replace(space, trials=args.trials or space.trials, parallel=args.parallel or space.parallel)
         study_dir = studies.study_dir(args.study)
         run_local_args = ["--kustomize", args.kustomize, "--workers", str(args.workers)]
-        run_local_args += ["--dataset", args.dataset, "--epochs", str(args.epochs)]
+        run_local_args += [*arguments.dataset_flags(args), "--epochs", str(args.epochs)]
         run_local_args += ["--images", args.image_dir] if args.image_dir else []
         with studies.locked(study_dir):
             shared = [*run_local_args, *args.trainer_flags]

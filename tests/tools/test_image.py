@@ -274,8 +274,7 @@ def test_the_default_dataset_is_prepared_in_the_image_up_to_the_download_and_tra
     prepared copy on the volume, as the Job leaves it."""
     image, data_dir = built[0], SETTINGS["TRAINER_DATA_DIR"]
     volume = fs_group_volume(tmp_path)
-    prepare = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.data", "--dataset=fashion_mnist"]
-    prepare.append(f"--data-dir={data_dir}")
+    prepare = ["/usr/bin/tini", "-s", "--", "python", "-m", "trainer.data", f"--data-dir={data_dir}"]  # the Job's
     with working_container(image) as container, refused_downloads() as proxy:
         refused = subprocess.run(
             in_image(container, volume, prepare, proxy),

@@ -203,7 +203,7 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
     job = component(rendered, "Job", "prepare-data")
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == [*image_entrypoint()[:-1], "trainer.data"]
-    assert container["args"] == ["--dataset=$(TRAINER_DATASET)", "--data-dir=$(TRAINER_DATA_DIR)"]
+    assert not container.get("args")  # its dataset and data dir are the settings the trainer reads, below
     trainer = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     trainer_env = pod_env(rendered, tfjob_manifest.trainer_container(tfjob), trainer)
     data_env = pod_env(rendered, container, job["spec"]["template"]["spec"])
@@ -242,6 +242,18 @@ def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(
     data_env = pod_env(objects, job["spec"]["template"]["spec"]["containers"][0])
     trainer_env = pod_env(objects, tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
     assert {key: data_env[key] for key in files} == {key: trainer_env[key] for key in files} == files
+
+
+def test_a_fork_module_alone_names_the_dataset_of_the_trainer_and_the_data_job(monkeypatch):
+    # As `make submit TRAINER_MODULE=...` with no DATASET=: the module's one dataset, not the trainer's default, for
+    # both (the settings once carried TRAINER_DATASET=fashion_mnist, which every pod read as the user's choice).
+    monkeypatch.setenv("TRAINER_MODULE", "examples.regression")
+    objects = tfjob_manifest.render()
+    data = component(objects, "Job", "prepare-data")["spec"]["template"]["spec"]["containers"][0]
+    trainer = tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob"))
+    for container in (data, trainer):
+        config = tfjob_manifest.trainer_config(container.get("args") or [], pod_env(objects, container))
+        assert (config.module, config.dataset) == ("examples.regression", "linear_features"), container["name"]
 
 
 def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):

@@ -86,10 +86,11 @@ def test_a_regression_task_in_one_file_outside_trainer_trains_resumes_is_evaluat
     assert (project / "Dockerfile").read_bytes() == (ROOT / "Dockerfile").read_bytes()
 
     # Two all-reduce workers of the real manifest; worker 1 is killed mid-run and recreated, and the group resumes.
-    # The fork comes in by one setting (TRAINER_MODULE, as settings.env carries it); its one task is the default.
+    # The fork comes in by one setting (TRAINER_MODULE, as trainer.env carries it); its one task and its one dataset
+    # are the defaults, for the trainer and the data preparation alike.
     console = tmp_path / "sync.txt"
     flags = "--train-examples 8192 --test-examples 1024 --checkpoint-every 16 --log-every 16"
-    variables = (f"TRAINER_MODULE={MODULE}", "WORKERS=2", "DATASET=linear_features", "EPOCHS=4", f"ARGS={flags}")
+    variables = (f"TRAINER_MODULE={MODULE}", "WORKERS=2", "EPOCHS=4", f"ARGS={flags}")
     proc = make_run_local(project, console, *variables)
     deadline = time.monotonic() + 240
     while "step 32/" not in "".join(p.read_text() for p in project.glob("runs/*/run-local/logs/worker-0.log")):
