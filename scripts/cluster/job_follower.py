@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .engines import Engine, JobView
+from scripts.common.job_engine import Engine, JobView
 
 FINISHED = ("Succeeded", "Failed")
 # How long one API call may keep failing transiently before following gives up, and the back-off between tries.

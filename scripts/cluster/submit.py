@@ -3,7 +3,7 @@
 Every call names its kubeconfig context: KUBE_CONTEXT when set, else k3d-CLUSTER_NAME, never the current context.
 
 Steps: render the kustomization with kubectl kustomize; apply the command line; check the job
-against its engine's webhook rules (engines.py, admission.py) and the trainer's own flag parser;
+against its engine's webhook rules (k8s/engines/<engine>/cluster.py) and the trainer's own flag parser;
 refuse if a job of the same name is still running; import the image into k3d; apply the volume
 claim, the chief's status Service and a TrainJob's runtime; prepare the dataset on the volume (an
 idempotent Job that exits at once when the data is there); delete a finished job of the same name
@@ -24,10 +24,11 @@ import json
 import pathlib
 import sys
 
+from scripts.common import job_engine
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
-from . import admission, engines, job_follower, upload_images
+from . import job_follower, upload_images
 from . import steps as cluster_steps
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_CLUSTER, EXIT_STILL_RUNNING = 0, 1, 2, 3, 4
@@ -115,49 +116,18 @@ def build_objects(args: argparse.Namespace) -> list[dict]:
         trainer_args=args.trainer_args,
         dataset_options=dataset_options(args),
     )
-    kind = engines.engine_kind(objects)
-    job = tfjob_manifest.the_one(objects, kind)
-    if kind == "TFJob":
-        problems = tfjob_manifest.webhook_problems(job)
-        who = "the training operator"
-    elif kind == "JobSet":
-        problems = admission.jobset_problems(job["metadata"]["name"], job["spec"])
-        who = f"JobSet {SETTINGS.get('JOBSET_VERSION', '')}".rstrip()
-    else:
-        runtime = tfjob_manifest.runtime_of(objects)
-        problems = admission.trainjob_problems(job, runtime)
-        who = f"Kubeflow Trainer {SETTINGS.get('KUBEFLOW_TRAINER_VERSION', '')}".rstrip()
-        engines.sdk_call(job, runtime)  # ManifestError when the SDK cannot send it
+    kind = job_engine.engine_kind(objects)
+    who, problems = job_engine.cluster_part(kind).admission_problems(objects)
     if problems:
         raise tfjob_manifest.ManifestError(f"{who} would reject this {kind}:\n  " + "\n  ".join(problems))
     chief_config(objects, kind)
     return objects
 
 
-def trainer_container_of(objects: list[dict], kind: str) -> dict:
-    """The chief's trainer container as the pod will run it (a TrainJob's args and env applied to its runtime's)."""
-    job = tfjob_manifest.the_one(objects, kind)
-    if kind == "TFJob":
-        return tfjob_manifest.trainer_container(job)
-    if kind == "JobSet":
-        return tfjob_manifest.trainer_of(engines.first_replicated_job(job["spec"])["template"]["spec"]["template"])
-    runtime = tfjob_manifest.runtime_of(objects)
-    chief = engines.first_replicated_job(runtime["spec"]["template"]["spec"])
-    containers = chief["template"]["spec"]["template"]["spec"]["containers"]
-    container = dict(next((c for c in containers if c["name"] == engines.TRAINER_CONTAINER), containers[0]))
-    overrides = job["spec"].get("trainer") or {}
-    if "args" in overrides:
-        container["args"] = overrides["args"]
-    env = {entry["name"]: entry for entry in container.get("env") or []}
-    env.update({entry["name"]: entry for entry in overrides.get("env") or []})
-    container["env"] = list(env.values())
-    return container
-
-
 def chief_config(objects: list[dict], kind: str):
     """The chief's settings, read by the trainer's own parser from its container's args and environment, so a typo
     fails here, not in a pod."""
-    container = trainer_container_of(objects, kind)
+    container = job_engine.cluster_part(kind).chief_container(objects)
     return tfjob_manifest.trainer_config(container.get("args") or [], plain_environment(container, objects))
 
 
@@ -204,15 +174,10 @@ def core_api():
     return kubernetes.client.CoreV1Api()
 
 
-def engine_for(objects: list[dict], namespace: str) -> engines.Engine:
-    """The rendered job's engine, behind its real client."""
-    kind = engines.engine_kind(objects)
-    job = tfjob_manifest.the_one(objects, kind)
-    if kind == "TFJob":
-        return engines.TFJobEngine(training_client(namespace), job["metadata"]["name"], namespace)
-    if kind == "JobSet":
-        return engines.JobSetEngine.of(custom_objects_api(), job, namespace)
-    return engines.TrainJobEngine.of(trainer_client(namespace), objects, namespace)
+def engine_for(objects: list[dict], namespace: str) -> job_engine.Engine:
+    """The rendered job's engine, behind its real client (made here, so that a test can stand in for it)."""
+    clients = job_engine.Clients(training=training_client, custom_objects=custom_objects_api, trainer=trainer_client)
+    return job_engine.cluster_part(job_engine.engine_kind(objects)).engine(objects, namespace, clients)
 
 
 def follower(objects: list[dict], namespace: str) -> job_follower.JobFollower:
@@ -270,7 +235,7 @@ def delete_job(objects: list[dict], namespace: str) -> int:
 
 
 def prepare_data(objects: list[dict], args: argparse.Namespace) -> None:
-    dataset = args.dataset or chief_config(objects, engines.engine_kind(objects)).dataset
+    dataset = args.dataset or chief_config(objects, job_engine.engine_kind(objects)).dataset
     if dataset == "synthetic":
         print("dataset synthetic is generated in memory; no data preparation")
         return
@@ -353,7 +318,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
         + tfjob_manifest.of_kind(objects, "ConfigMap")
         + tfjob_manifest.of_kind(objects, "PersistentVolumeClaim")
         + [tfjob_manifest.the_one(objects, "Service", component="training")]
-        + [obj for obj in objects if obj.get("kind") in engines.RUNTIME_KINDS],
+        + job_engine.cluster_part(job_engine.engine_kind(objects)).objects_before_job(objects),
         args.namespace,
     )
     if args.tensorboard:
@@ -416,14 +381,7 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
 def request_body(objects: list[dict], namespace: str) -> dict:
     """What creating the job sends: the SDK's TFJob body; the JobSet as rendered; the TrainJob as rendered with the
     image the SDK's CustomTrainerContainer carries (test_submit_engines checks the SDK sends exactly this)."""
-    kind = engines.engine_kind(objects)
-    job = tfjob_manifest.the_one(objects, kind)
-    if kind == "TFJob":
-        body = tfjob_manifest.request_body(tfjob_manifest.to_tfjob(job))
-    elif kind == "JobSet":
-        body = json.loads(json.dumps(job))
-    else:
-        body = engines.sdk_request_body(job, tfjob_manifest.runtime_of(objects))
+    body = job_engine.cluster_part(job_engine.engine_kind(objects)).request_body(objects)
     body["metadata"]["namespace"] = namespace  # where the client would post it
     return body
 

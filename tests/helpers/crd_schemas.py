@@ -4,7 +4,7 @@ Strict as `kubectl apply` (field validation Strict): a field the schema does not
 `x-kubernetes-preserve-unknown-fields`. Also checked, as the API server checks them: `x-kubernetes-list-type: map`
 keys and `set` items are unique, int32 fields fit. Defaults are applied as the API server applies a structural
 schema's defaults. The CRDs' CEL rules (`x-kubernetes-validations`) are listed by `cel_rules`; the ones that apply
-to a create are implemented in scripts/cluster/admission.py, and a test keeps the two lists equal.
+to a create are implemented in each engine's admission.py (k8s/engines/), and a test keeps the two lists equal.
 """
 
 from __future__ import annotations

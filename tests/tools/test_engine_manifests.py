@@ -1,7 +1,8 @@
 """The JobSet and TrainJob manifests checked offline as strictly as the TFJob (test_manifests.py): each custom
 resource against its CRD's schema at the pinned tag (vendored in fixtures/crds, unknown fields refused), every Job
 and pod template against the Kubernetes schemas, the kubeflow-trainer-api models, the kubeflow SDK's reading of the
-runtime, and the JobSet and Trainer v2 webhook rules read from their source (scripts/cluster/admission.py).
+runtime, and the JobSet and Trainer v2 webhook rules read from their source (each engine's admission.py in
+k8s/engines/).
 
 What is checked: the fixtures in fixtures/engines (written from FIELD-NOTES before the overlays existed) and every
 JobSet/TrainJob overlay that `kubectl kustomize k8s/engines/<engine>/<strategy>` renders. No cluster is involved.
@@ -21,8 +22,9 @@ import pytest
 import yaml
 
 import crd_schemas
+import engines_here
 from pod_security import pod_templates
-from scripts.cluster import admission, engines
+from scripts.common import job_engine
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 
@@ -37,7 +39,8 @@ OVERLAYS = sorted(
     if engine in tfjob_manifest.ENGINES
     for strategy in tfjob_manifest.STRATEGIES
 )
-SOURCES = sorted(p.name for p in FIXTURES.glob("*.yaml")) + OVERLAYS
+# The fixtures of the engines this checkout holds (jobset-*.yaml is JobSet's): a fork that deleted one keeps the rest.
+SOURCES = sorted(p.name for p in FIXTURES.glob("*.yaml") if p.name.split("-")[0] in tfjob_manifest.ENGINES) + OVERLAYS
 
 
 def load(source: str) -> list[dict]:
@@ -56,14 +59,20 @@ def jobset_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     specs = [(obj["metadata"]["name"], obj["spec"]) for obj in objects if obj["kind"] == "JobSet"]
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
         runtime = tfjob_manifest.runtime_of(objects)
-        specs.append((trainjob["metadata"]["name"], admission.trainjob_jobset_spec(trainjob, runtime)))
+        specs.append(
+            (
+                trainjob["metadata"]["name"],
+                engines_here.part("trainjob", "admission").trainjob_jobset_spec(trainjob, runtime),
+            )
+        )
     return specs
 
 
+@engines_here.needs("jobset")  # trainjob builds on it: without it, no source is left
 def test_every_source_renders_one_job_of_a_new_engine():
     assert len(SOURCES) >= 2
     for source in SOURCES:
-        assert engines.engine_kind(load(source)) in ("JobSet", "TrainJob"), source
+        assert job_engine.engine_kind(load(source)) in ("JobSet", "TrainJob"), source
 
 
 def test_every_custom_resource_is_valid_against_its_crd_schema_strictly(objects):
@@ -162,7 +171,7 @@ def test_the_kubeflow_sdk_reads_the_runtime_as_a_custom_trainer(objects):
     if any(obj["kind"] == "TrainJob" for obj in objects):
         runtime = models.TrainerV1alpha1TrainingRuntime.from_dict(tfjob_manifest.runtime_of(objects))
         trainer = sdk_utils.get_runtime_trainer(
-            runtime.metadata.labels[engines.FRAMEWORK_LABEL],
+            runtime.metadata.labels[engines_here.part("trainjob", "cluster").FRAMEWORK_LABEL],
             runtime.spec.template.spec.replicated_jobs,
             runtime.spec.ml_policy,
         )
@@ -172,9 +181,12 @@ def test_the_kubeflow_sdk_reads_the_runtime_as_a_custom_trainer(objects):
 
 def test_every_job_passes_the_jobset_and_trainer_webhook_rules(objects):
     for name, spec in jobset_specs(objects):
-        assert admission.jobset_problems(name, spec) == [], name
+        assert engines_here.part("jobset", "admission").jobset_problems(name, spec) == [], name
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        assert admission.trainjob_problems(trainjob, tfjob_manifest.runtime_of(objects)) == []
+        assert (
+            engines_here.part("trainjob", "admission").trainjob_problems(trainjob, tfjob_manifest.runtime_of(objects))
+            == []
+        )
 
 
 def rjobs(spec: dict) -> list[dict]:
@@ -211,7 +223,7 @@ def test_jobset_rules_reject_what_jobsets_webhook_rejects(name, breakage, compla
     jobset = load("jobset-async.yaml")[0]
     spec = copy.deepcopy(jobset["spec"])
     breakage(spec)
-    problems = admission.jobset_problems(name or jobset["metadata"]["name"], spec)
+    problems = engines_here.part("jobset", "admission").jobset_problems(name or jobset["metadata"]["name"], spec)
     assert any(complaint in problem for problem in problems), problems
 
 
@@ -241,7 +253,7 @@ def test_trainer_rules_reject_what_trainer_v2_rejects(breakage, complaint):
     trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
     runtime = tfjob_manifest.runtime_of(objects)
     breakage(trainjob, runtime)
-    problems = admission.trainjob_problems(trainjob, runtime)
+    problems = engines_here.part("trainjob", "admission").trainjob_problems(trainjob, runtime)
     assert any(complaint in problem for problem in problems), problems
 
 
@@ -306,12 +318,12 @@ def test_the_submitted_jobs_engine_labels_and_the_chief_are_what_the_follower_se
     class Client:
         backend = Backend
 
-    engine = engines.TrainJobEngine.of(Client, trainjob_objects, "default")
+    engine = engines_here.part("trainjob", "cluster").TrainJobEngine.of(Client, trainjob_objects, "default")
     assert engine.chief_selector() == (
         "jobset.sigs.k8s.io/jobset-name=multi-worker,jobset.sigs.k8s.io/replicatedjob-name=node,"
         "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"
     )
-    jobset = engines.JobSetEngine.of(None, load("jobset-async.yaml")[0], "default")
+    jobset = engines_here.part("jobset", "cluster").JobSetEngine.of(None, load("jobset-async.yaml")[0], "default")
     assert (jobset.chief_job, jobset.container, jobset.service_query()) == (
         "chief",
         "trainer",
@@ -417,18 +429,18 @@ def with_kueue(overlay: str, tmp_path: pathlib.Path) -> tuple[list[dict], list[d
 def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(overlay, tmp_path):
     plain, queued = with_kueue(overlay, tmp_path)
     (local_queue,) = [obj for obj in kueue_objects() if obj["kind"] == "LocalQueue"]
-    kind = engines.engine_kind(queued)
+    kind = job_engine.engine_kind(queued)
     changed = [(a, b) for a, b in zip(plain, queued, strict=True) if a != b]
     assert [b["kind"] for _, b in changed] == [kind]
     job = changed[0][1]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
     crd_schemas.validate(job)
     if kind == "TrainJob":  # the SDK's Labels option carries it into the TrainJob it creates
-        _, _, options = engines.sdk_call(job, tfjob_manifest.runtime_of(queued))
+        _, _, options = engines_here.part("trainjob", "cluster").sdk_call(job, tfjob_manifest.runtime_of(queued))
         assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)
 
 
-@pytest.mark.parametrize("engine", ["jobset", "trainjob"])
+@pytest.mark.parametrize("engine", [engine for engine in ("jobset", "trainjob") if engine in tfjob_manifest.ENGINES])
 def test_each_shipped_kueue_example_is_its_sync_overlay_with_the_component(engine, tmp_path):
     _, queued = with_kueue(f"k8s/engines/{engine}/sync", tmp_path)
     example = ROOT / "k8s" / "engines" / engine / "sync-kueue"
@@ -447,7 +459,7 @@ def test_the_kueue_example_queue_covers_every_resource_the_job_s_pods_request(ov
     _, queued = with_kueue(overlay, tmp_path)
     (cluster_queue,) = [obj for obj in kueue_objects() if obj["kind"] == "ClusterQueue"]
     covered = {name for group in cluster_queue["spec"]["resourceGroups"] for name in group["coveredResources"]}
-    kind = engines.engine_kind(queued)
+    kind = job_engine.engine_kind(queued)
     job = next(obj for obj in queued if obj["kind"] == kind)
     # A TrainJob's pods are its runtime's.
     pods_of = [job, tfjob_manifest.runtime_of(queued)] if kind == "TrainJob" else [job]

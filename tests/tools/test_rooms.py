@@ -387,6 +387,8 @@ def test_the_template_passes_make_test_and_runs_without_the_harness(tmp_path):
 OPTIONAL_ENGINES = [name for name in engine_folders.names() if name != engine_folders.DEFAULT]
 TEMPLATE_CHECKS = (
     "tests/tools/test_engine_folders.py",
+    "tests/tools/test_engine_manifests.py",  # each engine's admission rules and CRDs, from its folder
+    "tests/tools/test_submit_engines.py",  # each engine's part of make submit, from its folder
     "tests/tools/test_overlays.py",
     "tests/tools/test_manifests.py",
     "tests/tools/test_run_local_manifest.py",

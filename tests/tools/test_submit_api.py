@@ -18,8 +18,10 @@ import yaml
 
 import fake_api_server
 from fake_api_server import DROP, FakeClock
-from scripts.cluster import engines, job_follower, submit
+from k8s.engines.tfjob.cluster import TFJobEngine
+from scripts.cluster import job_follower, submit
 from scripts.cluster import steps as cluster_steps
+from scripts.common import job_engine
 from scripts.common import settings as project_settings
 
 SETTINGS = project_settings.load()
@@ -127,7 +129,7 @@ def follower_at(port: int, clock: FakeClock, lines: list[str]) -> job_follower.J
     configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{port}")
     training = TrainingClient(client_configuration=configuration, job_kind="TFJob", namespace=NAMESPACE)
     core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-    engine = engines.TFJobEngine(training, NAME, NAMESPACE)
+    engine = TFJobEngine(training, NAME, NAMESPACE)
     return job_follower.JobFollower(engine, core, out=lines.append, sleep=clock.sleep, clock=clock, retry_budget_s=120)
 
 
@@ -152,7 +154,7 @@ def cluster(monkeypatch):
     servers = []
 
     def follower(objects, namespace):
-        assert engines.engine_kind(objects) == "TFJob"
+        assert job_engine.engine_kind(objects) == "TFJob"
         servers.append(serve(Cluster.api))
         return follower_at(servers[-1].server_port, Cluster.clock, Cluster.lines)
 

@@ -1,21 +1,16 @@
-"""What the JobSet and Kubeflow Trainer v2 admission webhooks (and their CRDs' CEL rules) reject, read from their
-source at the pinned tags, applied before anything reaches a cluster (make submit, and the offline tests).
+"""What JobSet's admission webhook (and its CRD's CEL rules) rejects, read from its source at the pinned tag (this
+folder's settings.env), applied before anything reaches a cluster (make submit, and the offline tests).
 
 JobSet v0.12.0: `pkg/webhooks/jobset_webhook.go` (Default, then ValidateCreate with the default feature gates:
 InPlaceRestart and RestartJob off, `pkg/features/features.go`), `pkg/util/placement/placement.go` (GenJobName,
 GenPodName), and the CEL rule of `config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml`.
-Trainer v2.3.0: `pkg/webhooks/trainingruntime_webhook.go` (validateReplicatedJobs),
-`pkg/runtime/framework/plugins/jobset/jobset.go` (Validate), `pkg/runtime/core/trainingruntime.go`
-(ValidateObjects: the runtime must exist first) and the CEL rules of `manifests/base/crds/*.yaml`.
-Rules that need the cluster (an existing PVC for volumeClaimPolicies) or that only apply to updates are left out.
+Rules that need the cluster or that only apply to updates are left out.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-
-from .engines import ANCESTOR_LABEL, RUNTIME_KINDS, TRAINER_CONTAINER
 
 Manifest = dict[str, Any]
 
@@ -37,11 +32,6 @@ JOB_FAILURE_REASONS = (
 GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 # The pod name suffix Kubernetes appends, counted by the webhook as "-abcde".
 POD_SUFFIX = "-abcde"
-# Trainer v2.3.0: the ancestor labels and the container each needs (trainingruntime_webhook.go).
-ANCESTOR_CONTAINERS = {"trainer": TRAINER_CONTAINER, "model-initializer": "model-initializer"}
-ANCESTOR_CONTAINERS["dataset-initializer"] = "dataset-initializer"
-ML_POLICY_SOURCES = ("torch", "mpi", "jax", "xgboost", "flux")
-TRAINJOB_MANAGERS = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
 
 
 def dns_1035_problems(value: str) -> list[str]:
@@ -164,87 +154,3 @@ def coordinator_problems(coordinator: Manifest, replicated: list[Manifest]) -> l
     if not 0 <= coordinator.get("podIndex", 0) < completions:
         return [f"coordinator pod index {coordinator.get('podIndex')} is invalid"]
     return []
-
-
-def runtime_problems(runtime: Manifest) -> list[str]:
-    """What Trainer v2.3.0 rejects in a (Cluster)TrainingRuntime, and what the kubeflow SDK needs to read it."""
-    spec = runtime.get("spec") or {}
-    name = runtime.get("metadata", {}).get("name")
-    problems = []
-    replicated = (spec.get("template") or {}).get("spec", {}).get("replicatedJobs") or []
-    for rjob in replicated:
-        ancestor = (rjob.get("template", {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL)
-        if ancestor not in ANCESTOR_CONTAINERS:
-            continue
-        if rjob.get("replicas", 1) != 1:
-            problems.append(
-                f"runtime {name}: replicatedJob {rjob.get('name')!r} ({ancestor}) replicas always must be 1"
-            )
-        containers = [c.get("name") for c in rjob["template"]["spec"]["template"]["spec"].get("containers") or []]
-        if ANCESTOR_CONTAINERS[ancestor] not in containers:
-            problems.append(
-                f"runtime {name}: replicatedJob {rjob.get('name')!r} must contain the required container for the "
-                f"ancestor {ancestor}: {ANCESTOR_CONTAINERS[ancestor]!r}"
-            )
-    policy = spec.get("mlPolicy") or {}
-    sources = [source for source in ML_POLICY_SOURCES if source in policy]
-    if len(sources) > 1:
-        problems.append(f"runtime {name}: only one of the policy can be configured, found {', '.join(sources)}")
-    if not policy:
-        problems.append(f"runtime {name}: the kubeflow SDK needs a non-empty mlPolicy (numNodes for plain ML)")
-    if "trainer.kubeflow.org/framework" not in (runtime.get("metadata", {}).get("labels") or {}):
-        problems.append(f"runtime {name}: the kubeflow SDK needs the label trainer.kubeflow.org/framework")
-    trainers = [
-        c
-        for rjob in replicated
-        if (rjob.get("template", {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == "trainer"
-        for c in rjob["template"]["spec"]["template"]["spec"].get("containers") or []
-        if c.get("name") == TRAINER_CONTAINER
-    ]
-    if not trainers or not trainers[0].get("image"):
-        problems.append(
-            f"runtime {name}: no replicatedJob labelled {ANCESTOR_LABEL}: trainer with a {TRAINER_CONTAINER!r} "
-            f"container that has an image (the SDK and the Trainer both look for it)"
-        )
-    return problems
-
-
-def trainjob_problems(trainjob: Manifest, runtime: Manifest | None) -> list[str]:
-    """What Trainer v2.3.0 rejects in a TrainJob (its CRD's CEL rules, the runtime's custom validation), and the
-    JobSet rules for the JobSet it would create (named after the TrainJob, from the runtime's template)."""
-    name = trainjob.get("metadata", {}).get("name", "")
-    spec = trainjob.get("spec") or {}
-    problems = [f"TrainJob metadata.name {name!r}: {p}" for p in dns_1035_problems(name)]
-    if "managedBy" in spec and spec["managedBy"] not in TRAINJOB_MANAGERS:
-        problems.append(f"spec.managedBy must be one of {', '.join(TRAINJOB_MANAGERS)}")
-    ref = spec.get("runtimeRef") or {}
-    if ref.get("kind", "ClusterTrainingRuntime") not in RUNTIME_KINDS:
-        problems.append(f"spec.runtimeRef.kind {ref.get('kind')!r} is not one of {', '.join(RUNTIME_KINDS)}")
-    if runtime is None:
-        return problems + [f"spec.runtimeRef {ref.get('name')!r}: the runtime must be created before the TrainJob"]
-    problems += runtime_problems(runtime)
-    template = runtime["spec"]["template"].get("spec") or {}
-    names = {rjob.get("name"): rjob for rjob in template.get("replicatedJobs") or []}
-    for source in ("dataset", "model"):
-        if (spec.get("initializer") or {}).get(source) and f"{source}-initializer" not in names:
-            problems.append(f"spec.initializer.{source}: the runtime has no {source}-initializer job")
-    if spec.get("runtimePatches"):
-        problems.append("spec.runtimePatches: not checked here; put the change in the runtime's template")
-    return problems + jobset_problems(name, trainjob_jobset_spec(trainjob, runtime))
-
-
-def trainjob_jobset_spec(trainjob: Manifest, runtime: Manifest) -> Manifest:
-    """The runtime's JobSet template with the TrainJob's node count applied to the trainer's Job, as the plainML
-    policy does (parallelism = completions = numNodes), which sets the longest pod name."""
-    template = runtime["spec"]["template"].get("spec") or {}
-    nodes = (trainjob["spec"].get("trainer") or {}).get("numNodes") or runtime["spec"].get("mlPolicy", {}).get(
-        "numNodes"
-    )
-    replicated = []
-    for rjob in template.get("replicatedJobs") or []:
-        labels = (rjob.get("template", {}).get("metadata") or {}).get("labels", {})
-        if nodes and labels.get(ANCESTOR_LABEL) == "trainer":
-            job_spec = {**rjob["template"]["spec"], "parallelism": nodes, "completions": nodes}
-            rjob = {**rjob, "template": {**rjob["template"], "spec": job_spec}}
-        replicated.append(rjob)
-    return {**template, "replicatedJobs": replicated}

@@ -1,0 +1,62 @@
+"""The TFJob's part of make submit (scripts/common/job_engine.py finds it here by the job's kind): the training
+operator v1's TFJob through the Kubeflow SDK `kubeflow-training`'s TrainingClient, checked against the operator's
+webhook rules (scripts/common/manifest.py's webhook_problems) before any cluster call."""
+
+from __future__ import annotations
+
+from scripts.common import manifest
+from scripts.common.job_engine import Clients, Condition, Engine, JobView, Manifest, foreground
+
+
+class TFJobEngine(Engine):
+    kind, succeeded = "TFJob", "Succeeded"
+
+    def __init__(self, training_client, name: str, namespace: str):
+        super().__init__(name, namespace)
+        self.training = training_client
+
+    def read(self) -> JobView:
+        job = self.training.get_job(self.name, namespace=self.namespace)
+        conditions = [
+            Condition(c.type, c.status, c.reason, c.message, c.last_transition_time)
+            for c in (job.status and job.status.conditions) or []
+        ]
+        return JobView(deleting=bool(job.metadata and job.metadata.deletion_timestamp), conditions=conditions)
+
+    def create(self, objects: list[Manifest]) -> None:
+        tfjob = manifest.to_tfjob(manifest.the_one(objects, "TFJob"))
+        self.training.create_job(job=tfjob, namespace=self.namespace)
+
+    def delete(self) -> None:
+        self.training.delete_job(self.name, namespace=self.namespace, delete_options=foreground())
+
+    def pod_selector(self) -> str:
+        return f"training.kubeflow.org/job-name={self.name}"
+
+    def chief_selector(self) -> str:
+        return self.pod_selector() + ",training.kubeflow.org/job-role=master"
+
+    def service_query(self) -> dict[str, str]:
+        return {"label_selector": self.pod_selector()}
+
+
+def engine(objects: list[Manifest], namespace: str, clients: Clients) -> TFJobEngine:
+    job = manifest.the_one(objects, "TFJob")
+    return TFJobEngine(clients.training(namespace), job["metadata"]["name"], namespace)
+
+
+def admission_problems(objects: list[Manifest]) -> tuple[str, list[str]]:
+    return "the training operator", manifest.webhook_problems(manifest.the_one(objects, "TFJob"))
+
+
+def chief_container(objects: list[Manifest]) -> Manifest:
+    return manifest.trainer_container(manifest.the_one(objects, "TFJob"))
+
+
+def objects_before_job(objects: list[Manifest]) -> list[Manifest]:
+    return []
+
+
+def request_body(objects: list[Manifest]) -> Manifest:
+    """The exact JSON the SDK sends."""
+    return manifest.request_body(manifest.to_tfjob(manifest.the_one(objects, "TFJob")))
