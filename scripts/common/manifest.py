@@ -11,12 +11,14 @@ operator's admission rules before anything reaches a cluster.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import pathlib
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -180,43 +182,15 @@ def _set_setting(container: Manifest, name: str, value: str) -> None:
                 argv[index] = prefix + value
 
 
-JOBSET_TASKS = "JOBSET_TASKS"
-WORKER_JOBS = ("worker", "node")  # the workers' replicated job: JobSet's, and Trainer v2's trainer Job
-
-
-def _with_tasks(value: str, job: str, pods: int) -> str:
-    """A JOBSET_TASKS value (<replicatedJob>=<pods>,...) with `job`'s pod count set."""
-    entries = [entry.partition("=") for entry in value.split(",") if entry]
-    return ",".join(f"{name}={pods if name == job else count}" for name, _, count in entries)
-
-
-def _scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:
-    """Sets the workers' Job to `workers` pods (parallelism, completions and every pod's JOBSET_TASKS); returns its
-    replicated job's name."""
-    jobs = {rjob["name"]: rjob for rjob in jobset_spec.get("replicatedJobs") or []}
-    name = next((job for job in WORKER_JOBS if job in jobs), None)
-    if name is None:
-        raise ManifestError(f"--workers: {where} has no replicated job named {' or '.join(WORKER_JOBS)} to scale")
-    if workers < 1:
-        raise ManifestError(f"--workers must be at least 1, got {workers}")
-    job_spec = jobs[name]["template"]["spec"]
-    job_spec["parallelism"] = job_spec["completions"] = workers
-    for template in replicated_job_templates(jobset_spec):
-        for entry in trainer_of(template).get("env") or []:
-            if entry.get("name") == JOBSET_TASKS and "value" in entry:
-                entry["value"] = _with_tasks(str(entry["value"]), name, workers)
-    return name
+def engine_part(objects: list[Manifest]) -> ModuleType:
+    """The customize.py of the rendered job's engine folder (k8s/engines/<engine>/): which templates run the trainer,
+    how the worker count scales it, what else carries the trainer's command line and the image."""
+    return importlib.import_module(f"k8s.engines.{engine_of(objects)}.customize")
 
 
 def trainer_templates(objects: list[Manifest]) -> list[Manifest]:
-    """Every pod template that runs the trainer: the TFJob's replicas, the JobSet's or the TrainJob's runtime's
-    replicated jobs."""
-    engine = engine_of(objects)
-    if engine == "tfjob":
-        return pod_templates(the_one(objects, "TFJob"))
-    if engine == "jobset":
-        return pod_templates(the_one(objects, "JobSet"))
-    return pod_templates(runtime_of(objects))
+    """Every pod template that runs the trainer (the TFJob's replicas, the JobSet's replicated jobs, ...)."""
+    return engine_part(objects).trainer_templates(objects)
 
 
 def runtime_of(objects: list[Manifest]) -> Manifest:
@@ -244,8 +218,8 @@ def customize(
 ) -> list[Manifest]:
     """A copy of the rendered objects with the command line applied: the one override for submit and run-local.
 
-    workers scales the workers: the TFJob's Worker replicas, the JobSet's worker Job, the TrainJob's numNodes
-    (with the runtime's JOBSET_TASKS); dataset and epochs become TRAINER_* variables (and replace explicit
+    workers scales the workers as the engine's customize.py says (the TFJob's Worker replicas, the JobSet's worker
+    Job, the TrainJob's numNodes); dataset and epochs become TRAINER_* variables (and replace explicit
     flags) in every trainer container (each TFJob replica's, each replicated job's), the dataset also in every
     other container that reads it (the data preparation), so both always agree; dataset_options (a flag's name
     without its dashes -> value, e.g. image-dir) go wherever the dataset goes, the same way; trainer_args are
@@ -255,43 +229,18 @@ def customize(
     if image is not None and not image:
         raise ManifestError("--image is empty; pass the image `make image` built, e.g. --image name:tag")
     result = copy.deepcopy(objects)
-    engine = engine_of(result)
+    engine = engine_part(result)
     if workers is not None:
-        if engine == "tfjob":
-            tfjob = the_one(result, "TFJob")
-            specs = tfjob["spec"]["tfReplicaSpecs"]
-            if "Worker" not in specs:
-                raise ManifestError(f"--workers: TFJob {tfjob['metadata']['name']} has no Worker replica spec to scale")
-            has_chief = any(int(specs[t].get("replicas", 1)) for t in CHIEF_TYPES if t in specs)
-            if workers < (0 if has_chief else 1):
-                raise ManifestError(f"--workers must be at least {0 if has_chief else 1}, got {workers}")
-            specs["Worker"]["replicas"] = workers
-        elif engine == "jobset":
-            jobset = the_one(result, "JobSet")
-            _scale_jobset(jobset["spec"], f"JobSet {jobset['metadata']['name']}", workers)
-        else:
-            runtime = runtime_of(result)
-            _scale_jobset(
-                runtime["spec"]["template"]["spec"], f"{runtime['kind']} {runtime['metadata']['name']}", workers
-            )
-            the_one(result, "TrainJob")["spec"].setdefault("trainer", {})["numNodes"] = workers
+        engine.scale(result, workers)
     trainers = [trainer_of(template) for template in trainer_templates(result)]
-    if engine == "trainjob":
-        overrides = the_one(result, "TrainJob")["spec"].get("trainer") or {}
-        if any(field in overrides for field in ("command", "args", "env")):
-            # Trainer v2 puts these over the runtime's node container (args replace, env merges): edit them too.
-            trainers.append(overrides)
+    trainers += engine.trainer_overrides(result)
     for trainer in trainers:
         if epochs is not None:
             _set_setting(trainer, "epochs", str(epochs))
         if trainer_args:
             trainer["args"] = list(trainer.get("args") or []) + list(trainer_args)
-    if (
-        engine == "trainjob"
-        and image is not None
-        and (the_one(result, "TrainJob")["spec"].get("trainer") or {}).get("image")
-    ):
-        the_one(result, "TrainJob")["spec"]["trainer"]["image"] = image  # it replaces the runtime's node image
+    if image is not None:
+        engine.set_image(result, image)
     for obj in result:
         for template in pod_templates(obj):
             for container in template["spec"]["containers"]:

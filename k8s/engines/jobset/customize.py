@@ -1,0 +1,60 @@
+"""How make's command line applies to a JobSet (scripts/common/manifest.py's customize finds it here by the
+engine): which pod templates run the trainer, and how the worker count scales the workers' Job and every pod's
+JOBSET_TASKS (the trainer builds TF_CONFIG from it)."""
+
+from __future__ import annotations
+
+from scripts.common.manifest import (
+    Manifest,
+    ManifestError,
+    pod_templates,
+    replicated_job_templates,
+    the_one,
+    trainer_of,
+)
+
+JOBSET_TASKS = "JOBSET_TASKS"
+WORKER_JOBS = ("worker", "node")  # the workers' replicated job: JobSet's, and Trainer v2's trainer Job
+
+
+def _with_tasks(value: str, job: str, pods: int) -> str:
+    """A JOBSET_TASKS value (<replicatedJob>=<pods>,...) with `job`'s pod count set."""
+    entries = [entry.partition("=") for entry in value.split(",") if entry]
+    return ",".join(f"{name}={pods if name == job else count}" for name, _, count in entries)
+
+
+def scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:
+    """Sets the workers' Job to `workers` pods (parallelism, completions and every pod's JOBSET_TASKS); returns its
+    replicated job's name."""
+    jobs = {rjob["name"]: rjob for rjob in jobset_spec.get("replicatedJobs") or []}
+    name = next((job for job in WORKER_JOBS if job in jobs), None)
+    if name is None:
+        raise ManifestError(f"--workers: {where} has no replicated job named {' or '.join(WORKER_JOBS)} to scale")
+    if workers < 1:
+        raise ManifestError(f"--workers must be at least 1, got {workers}")
+    job_spec = jobs[name]["template"]["spec"]
+    job_spec["parallelism"] = job_spec["completions"] = workers
+    for template in replicated_job_templates(jobset_spec):
+        for entry in trainer_of(template).get("env") or []:
+            if entry.get("name") == JOBSET_TASKS and "value" in entry:
+                entry["value"] = _with_tasks(str(entry["value"]), name, workers)
+    return name
+
+
+def trainer_templates(objects: list[Manifest]) -> list[Manifest]:
+    """Every replicated job's pod template."""
+    return pod_templates(the_one(objects, "JobSet"))
+
+
+def scale(objects: list[Manifest], workers: int) -> None:
+    jobset = the_one(objects, "JobSet")
+    scale_jobset(jobset["spec"], f"JobSet {jobset['metadata']['name']}", workers)
+
+
+def trainer_overrides(objects: list[Manifest]) -> list[Manifest]:
+    """Nothing beside the trainer containers carries the trainer's command line."""
+    return []
+
+
+def set_image(objects: list[Manifest], image: str) -> None:
+    """The containers carry the image (customize sets them)."""
