@@ -49,16 +49,17 @@ install_katib() {
     deployment/katib-controller
 }
 
-# install_engine ENGINE OPERATOR_SOURCE TRAINER_RUNTIMES [KUEUE]: the engine, by its folder's install.sh
-# (install_ENGINE, given the two sources), and Kueue when KUEUE is not empty.
+# install_engine ENGINE [KUEUE]: the engine, by its folder's install.sh (install_ENGINE, which names its own upstream
+# and reads it through the caller's `upstream MODULE VERSION REPOSITORY COMMIT PATH`), and Kueue when KUEUE is not
+# empty.
 install_engine() {
   local root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   check_engine "$1"
   # shellcheck source=/dev/null
   source "$root/k8s/engines/$1/install.sh"
-  "install_$1" "$2" "$3"
-  [[ -z ${4:-} ]] || install_kueue
+  "install_$1"
+  [[ -z ${2:-} ]] || install_kueue
   # Katib's controller watches the trial kinds it finds at its start: an engine added beside it needs a restart.
   if kube -n kubeflow get deployment katib-controller >/dev/null 2>&1; then
     kube -n kubeflow rollout restart deployment/katib-controller >/dev/null

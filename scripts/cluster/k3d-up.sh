@@ -26,8 +26,11 @@ source scripts/cluster/install-engines.sh
 
 engine=${ENGINE:-tfjob}
 check_engine "$engine"
-operator_source="github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_COMMIT}"
-trainer_runtimes="github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${KUBEFLOW_TRAINER_COMMIT}"
+# upstream MODULE VERSION REPOSITORY COMMIT PATH: where an engine's install.sh reads its upstream's PATH: kustomize's
+# remote reference to the repository at the pinned commit.
+upstream() {
+  echo "$3/$5?ref=$4"
+}
 context="k3d-${CLUSTER_NAME}"
 # NODES=2: k3d's agent node beside the server, and one host folder at the same path in both (SHARED_PATH).
 case ${NODES:-1} in
@@ -165,7 +168,7 @@ install_shared_storage() {
 }
 
 [[ -z $agent ]] || install_shared_storage
-install_engine "$engine" "$operator_source" "$trainer_runtimes" "${KUEUE:-}"
+install_engine "$engine" "${KUEUE:-}"
 if [[ -n ${KUEUE:-} ]]; then
   echo "ready: kubectl --context $context apply -f k8s/engines/kueue/queues.yaml (docs/cluster.md)"
 fi

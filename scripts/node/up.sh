@@ -263,14 +263,16 @@ install_storage() {
 
 # The engine ENGINE names (and Kueue with KUEUE=1), as k3d-up installs it, from the pinned modules' own manifests;
 # a second cluster-up with another engine adds it.
+# upstream MODULE VERSION REPOSITORY COMMIT PATH: where an engine's install.sh reads its upstream's PATH: the pinned
+# module's files in the Go module cache.
+upstream() {
+  echo "$(module_dir "$1" "$2")/$5"
+}
+
 install_engines() {
-  local operator trainer
-  operator=$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")
-  trainer=$(module_dir github.com/kubeflow/trainer/v2 "$KUBEFLOW_TRAINER_VERSION")
   engines=$(mktemp -d)/engines
   render_engines "$engines"
-  install_engine "$engine" "$operator/manifests/overlays/standalone" "$trainer/manifests/overlays/runtimes" \
-    "${KUEUE:-}" >/dev/null
+  install_engine "$engine" "${KUEUE:-}" >/dev/null
   rm -rf "$(dirname "$engines")"
 }
 
