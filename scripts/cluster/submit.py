@@ -197,20 +197,18 @@ def show_status(objects: list[dict], namespace: str) -> int:
         print(f"pod {pod.metadata.name}: {pod.status.phase}, restarts {restarts}, node {pod.spec.node_name}")
     for node, why in watcher.lost_nodes(pods).items():
         print(
-            lost_node_advice(node, why, [pod.metadata.name for pod in pods if pod.spec.node_name == node], watcher.kind)
+            lost_node_advice(
+                node, why, [pod.metadata.name for pod in pods if pod.spec.node_name == node], watcher.engine
+            )
         )
     status = watcher.chief_status()
     print("chief status: " + (json.dumps(status) if status is not None else "not reachable (chief not running)"))
     return EXIT_SUCCEEDED
 
 
-def lost_node_advice(node: str, why: str, pods: list[str], kind: str) -> str:
+def lost_node_advice(node: str, why: str, pods: list[str], engine: job_engine.Engine) -> str:
     """What to do about a node that stopped answering while it holds pods of the job (docs/cluster.md, a lost node)."""
-    after = (
-        "The TFJob then fails: make submit again resumes from the last checkpoint on the nodes that remain."
-        if kind == "TFJob"
-        else f"The {kind} then restarts its group on the nodes that remain, from the last checkpoint."
-    )
+    after = f"The {engine.kind} then {engine.after_lost_pods}"
     return (
         f"node {node} is not ready ({why}); this job's pods on it: {', '.join(pods)}. Kubernetes keeps them, under "
         f"their names, until the node answers again. If it will not (powered off, gone), make sure it is down, then "

@@ -93,6 +93,8 @@ class Engine:
     succeeded = ""
     # The container whose log is the trainer's.
     container = TFJOB_CONTAINER
+    # What the job does once a lost node's pods are deleted (make status's advice for a lost node).
+    after_lost_pods = "restarts its group on the nodes that remain, from the last checkpoint."
 
     def __init__(self, name: str, namespace: str):
         self.name = name

@@ -333,3 +333,8 @@ def test_connection_refused_is_transient_and_forbidden_is_not():
     finally:
         server.shutdown()
     assert clock.sleeps == []
+
+
+def test_make_status_says_a_tfjob_fails_once_a_lost_nodes_pods_are_freed_and_make_submit_resumes_it():
+    advice = submit.lost_node_advice("node-2", "NodeStatusUnknown", ["pod-0"], TFJobEngine(None, NAME, NAMESPACE))
+    assert "The TFJob then fails: make submit again resumes from the last checkpoint" in advice, advice

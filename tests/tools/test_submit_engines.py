@@ -413,3 +413,11 @@ def test_a_bad_setting_that_reaches_the_pod_through_its_config_map_is_refused_be
         submit.build_objects(args)
     settings["data"]["TRAINER_EPOCHS"] = "3"
     assert job_engine.engine_kind(submit.build_objects(args)) == job_engine.engine_kind(objects)
+
+
+@pytest.mark.parametrize("cluster", sorted(KINDS), indirect=True)
+def test_make_status_says_what_the_engine_does_once_a_lost_nodes_pods_are_freed(cluster):
+    engine = submit.follower(cluster.objects, NAMESPACE).engine
+    advice = submit.lost_node_advice("node-2", "NodeStatusUnknown", ["pod-0"], engine)
+    assert "kubectl taint nodes node-2 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute" in advice
+    assert f"The {cluster.kind} then restarts its group on the nodes that remain" in advice, advice

@@ -10,6 +10,7 @@ from scripts.common.job_engine import Clients, Condition, Engine, JobView, Manif
 
 class TFJobEngine(Engine):
     kind, succeeded = "TFJob", "Succeeded"
+    after_lost_pods = "fails: make submit again resumes from the last checkpoint on the nodes that remain."
 
     def __init__(self, training_client, name: str, namespace: str):
         super().__init__(name, namespace)
