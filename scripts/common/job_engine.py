@@ -7,7 +7,8 @@ and its admission rules, so adding an engine is adding a folder. A cluster part 
 - `admission_problems(objects)`: (whose rules, what they would reject), checked before any cluster call;
 - `chief_container(objects)`: the chief's trainer container as its pod will run it;
 - `objects_before_job(objects)`: what must exist before the job is created (a TrainJob's runtime);
-- `request_body(objects)`: what creating the job sends (make submit --dry-run prints it).
+- `request_body(objects)`: what creating the job sends (make submit --dry-run prints it);
+- `WORKFLOW_CONDITIONS`, `API_RULES`: what the pipeline's Argo step waits for, and what its pods may do with the job.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, ManifestError, engine_of
 
 Manifest = dict[str, Any]
+JOB_VERBS = ["get", "list", "watch", "create", "delete"]  # what creating and following a job takes (API_RULES)
 
 
 @dataclass
@@ -73,7 +75,11 @@ def conditions_of(raw: list[dict] | None) -> list[Condition]:
 
 def engine_kind(objects: list[Manifest]) -> str:
     """The kind of the one job object the kustomization renders (TFJob, or an optional engine's)."""
-    engine = engine_of(objects)
+    return kind_of(engine_of(objects))
+
+
+def kind_of(engine: str) -> str:
+    """The job kind of an engine folder's name (tfjob -> TFJob)."""
     return next(kind for kind, name in ENGINE_KINDS.items() if name == engine)
 
 

@@ -11,8 +11,9 @@ path from the volume: storageUri pvc://VOLUME_CLAIM/SELECTION_ROOT/JOB_NAME/serv
 project's image running the same server as `make serve`; `--runtime tf-serving` is KServe's TensorFlow Serving
 runtime at TF_SERVING_VERSION instead (not run here).
 
-The success and failure conditions read fields each engine sets (CONDITIONS); tests/serving/test_cluster_pipeline.py
-checks each path against the engine's vendored CRD and that Argo's selector parser accepts it.
+The success and failure conditions read fields each engine sets (its cluster.py's WORKFLOW_CONDITIONS);
+tests/serving/test_cluster_pipeline.py checks each path against the engine's vendored CRD and that Argo's selector
+parser accepts it.
 """
 
 from __future__ import annotations
@@ -26,28 +27,16 @@ from typing import Any
 
 import yaml
 
-from scripts.common import manifest
+from scripts.common import job_engine, manifest
 from scripts.common import settings as project_settings
 from scripts.common.pod_security import RESTRICTED_CONTAINER, RESTRICTED_POD
 from scripts.common.volume_layout import select_command, serving_base_path
 
 SERVING_RUNTIME = "tf-multiworker-trainer"
 # What Argo reads on the created object (gjson paths in a Kubernetes label selector: AND within success, OR within
-# failure). A TFJob's Worker.failed and a TrainJob's jobsStatus failed also count a failure the engine then restarts
-# from, so failure reads the terminal condition instead. No selector can search a list by type, so each index where
-# that condition can stand is listed: the training operator (v1.9.4, pkg/util/status.go) appends each new condition
-# after Created and freezes the list once Failed; Trainer (v2.3.0) sets only Suspended, Complete and Failed.
-CONDITIONS = {
-    "tfjob": {
-        "success": "status.replicaStatuses.Worker.succeeded == {workers}",
-        "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(1, 5)),
-    },
-    "jobset": {"success": "status.terminalState == Completed", "failure": "status.terminalState == Failed"},
-    "trainjob": {
-        "success": "status.jobsStatus.0.succeeded == 1",
-        "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(3)),
-    },
-}
+# failure): each engine's WORKFLOW_CONDITIONS (k8s/engines/<engine>/cluster.py). A TFJob's Worker.failed and a
+# TrainJob's jobsStatus failed also count a failure the engine then restarts from, so failure reads the terminal
+# condition instead. No selector can search a list by type, so each index where that condition can stand is listed.
 # The data Job: Kubernetes counts failed pods against backoffLimit and then stops.
 DATA_CONDITIONS = {"success": "status.succeeded > 0", "failure": "status.failed > {backoff_limit}"}
 TRAIN_DEADLINE_SECONDS = 6 * 3600
@@ -80,10 +69,6 @@ def render_overlay(engine: str, strategy: str, job: str) -> list[dict[str, Any]]
             os.environ.pop("JOB_NAME", None)
         else:
             os.environ["JOB_NAME"] = previous
-
-
-def engine_kind(engine: str) -> str:
-    return {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}[engine]
 
 
 def resource_template(
@@ -145,7 +130,8 @@ def workflow(
         )
     )
     created = [data_job]
-    kind = engine_kind(engine)
+    kind = job_engine.kind_of(engine)
+    part = job_engine.cluster_part(kind)
     jobs = []
     for model in models:
         job = variant_job(base, model)
@@ -158,13 +144,14 @@ def workflow(
             epochs=epochs,
             trainer_args=["--model", model, *trainer_args],
         )
-        # Beside the job: its pods' environment (the JOB-settings ConfigMap) and, for a TrainJob, its runtime (which
-        # holds the trainer's args); the volume, settings and data Job come from the first steps.
-        for obj in rendered:
-            if obj["kind"] in ("ConfigMap", "TrainingRuntime") and obj["metadata"]["name"].startswith(f"{job}-"):
+        # Beside the job: its pods' environment (the JOB-settings ConfigMap) and what its engine creates before it (a
+        # TrainJob's runtime, which holds the trainer's args); the volume, settings and data Job come first.
+        before = [obj for obj in rendered if obj["kind"] == "ConfigMap"] + part.objects_before_job(rendered)
+        for obj in before:
+            if obj["metadata"]["name"].startswith(f"{job}-"):
                 name = f"setup-{job}-{obj['kind'].lower()}"
                 templates.append(resource_template(name, obj, None, None, action="apply"))
-        conditions = CONDITIONS[engine]
+        conditions = part.WORKFLOW_CONDITIONS
         train = resource_template(
             f"train-{job}",
             manifest.the_one(rendered, kind),
@@ -382,7 +369,6 @@ def serving_policy(settings: dict[str, str]) -> dict[str, Any]:
 
 
 # What the executor does to a job a step creates: create and watch it, and delete an earlier run's (delete_first).
-JOB_VERBS = ["get", "list", "watch", "create", "delete"]
 
 
 def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
@@ -391,13 +377,10 @@ def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
     namespace = settings["NAMESPACE"]
     rules = [
         {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*JOB_VERBS, "patch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*job_engine.JOB_VERBS, "patch"]},
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "patch"]},
-        {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS},
-        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": JOB_VERBS},
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": JOB_VERBS},
-        # A TrainJob variant's runtime, which holds its trainer args, applied before it.
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch"]},
+        # Each engine's job (and what goes before it), whichever the Workflow runs.
+        *(rule for kind in manifest.ENGINE_KINDS for rule in job_engine.cluster_part(kind).API_RULES),
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices", "servingruntimes"],
@@ -423,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["workflow", "rbac", "inferenceservice"])
     parser.add_argument("--image", default="")
-    parser.add_argument("--engine", choices=sorted(CONDITIONS), default="tfjob")
+    parser.add_argument("--engine", choices=manifest.ENGINES, default="tfjob")
     parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")

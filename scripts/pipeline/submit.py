@@ -129,7 +129,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.submit", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["workflow", "serving"])
     parser.add_argument("--image", required=True)
-    parser.add_argument("--engine", choices=sorted(cluster.CONDITIONS), default="tfjob")
+    parser.add_argument("--engine", choices=manifest.ENGINES, default="tfjob")
     parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")

@@ -8,10 +8,14 @@ import json
 
 from k8s.engines.jobset import admission
 from scripts.common import manifest
-from scripts.common.job_engine import Clients, Engine, JobView, Manifest, conditions_of, foreground
+from scripts.common.job_engine import JOB_VERBS, Clients, Engine, JobView, Manifest, conditions_of, foreground
 from scripts.common.settings import load
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+# What the pipeline's Argo step waits for (resource template conditions).
+WORKFLOW_CONDITIONS = {"success": "status.terminalState == Completed", "failure": "status.terminalState == Failed"}
+# What a pod that creates and follows the job may do with it (the pipeline's Role).
+API_RULES = [{"apiGroups": [JOBSET_GROUP], "resources": [JOBSETS], "verbs": JOB_VERBS}]
 # Labels JobSet puts on every pod of a JobSet (api/jobset/v1alpha2/jobset_types.go at v0.12.0) and Kubernetes on
 # every pod of an Indexed Job.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

@@ -5,7 +5,16 @@ webhook rules (scripts/common/manifest.py's webhook_problems) before any cluster
 from __future__ import annotations
 
 from scripts.common import manifest
-from scripts.common.job_engine import Clients, Condition, Engine, JobView, Manifest, foreground
+from scripts.common.job_engine import JOB_VERBS, Clients, Condition, Engine, JobView, Manifest, foreground
+
+# What the pipeline's Argo step waits for (resource template conditions, {workers} filled in): the training operator
+# (v1.9.4, pkg/util/status.go) appends each new condition after Created and freezes the list once Failed.
+WORKFLOW_CONDITIONS = {
+    "success": "status.replicaStatuses.Worker.succeeded == {workers}",
+    "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(1, 5)),
+}
+# What a pod that creates and follows the job may do with it (the pipeline's Role).
+API_RULES = [{"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": JOB_VERBS}]
 
 
 class TFJobEngine(Engine):

@@ -15,10 +15,21 @@ from k8s.engines.jobset.cluster import JobSetEngine, first_replicated_job
 from k8s.engines.trainjob import admission
 from k8s.engines.trainjob.local_run import ANCESTOR_LABEL, NODE, RUNTIME_KINDS, TRAINER_ANCESTOR
 from scripts.common import manifest
-from scripts.common.job_engine import Clients, Condition, JobView, Manifest, foreground
+from scripts.common.job_engine import JOB_VERBS, Clients, Condition, JobView, Manifest, foreground
 from scripts.common.settings import load
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+# What the pipeline's Argo step waits for (resource template conditions): Trainer (v2.3.0) sets only Suspended,
+# Complete and Failed.
+WORKFLOW_CONDITIONS = {
+    "success": "status.jobsStatus.0.succeeded == 1",
+    "failure": ",".join(f"status.conditions.{i}.type == Failed" for i in range(3)),
+}
+# What a pod that creates and follows the job may do with it and its runtime, applied before it (the pipeline's Role).
+API_RULES = [
+    {"apiGroups": [TRAINER_GROUP], "resources": [TRAINJOBS], "verbs": JOB_VERBS},
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch"]},
+]
 # The label the SDK reads a runtime's framework from (pkg/constants at v2.3.0).
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 
