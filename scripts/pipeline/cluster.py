@@ -402,16 +402,21 @@ def rbac(settings: dict[str, str]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.cluster", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["workflow", "rbac", "inferenceservice"])
-    parser.add_argument("--image", default="")
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Workflow's shape, as this module and scripts/pipeline/submit.py both take it (workflow_of reads them)."""
     parser.add_argument("--engine", choices=manifest.ENGINES, default="tfjob")
     parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["workflow", "rbac", "inferenceservice"])
+    parser.add_argument("--image", default="")
+    add_pipeline_arguments(parser)
     parser.add_argument("--replace", action="store_true", help="the selection publishes its winner in any case")
     parser.add_argument("trainer_args", nargs="*", help="the trainer's extra flags, after --")
     args = parser.parse_args(argv)

@@ -129,12 +129,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scripts.pipeline.submit", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["workflow", "serving"])
     parser.add_argument("--image", required=True)
-    parser.add_argument("--engine", choices=manifest.ENGINES, default="tfjob")
-    parser.add_argument("--models", nargs="+", default=["cnn", "dropout", "batch_norm"])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--dataset", help="default: TRAINER_DATASET, else the trainer's own choice")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--runtime", choices=["project", "tf-serving"], default="project")
+    cluster.add_pipeline_arguments(parser)
     parser.add_argument(
         "--replace", action="store_true", help="publish the selection's winner even where the served model is as good"
     )
