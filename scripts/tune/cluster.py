@@ -4,19 +4,21 @@
         --kustomize k8s/engines/tfjob/sync --image IMG --workers 2 --dataset synthetic --epochs 3 -- ARGS
 
 The search space is checked against the trainer's options as `make tune` checks it, then rendered into an Experiment
-(Katib KATIB_VERSION, kubeflow.org/v1beta1) named after the study: its trials are the overlay's TFJob or TrainJob,
-each under the trial's own name and model dir (MODEL_ROOT/<trial>), its parameters in the trainer's flags. Katib's
-goptuna service suggests them (tpe or random); the StdOut collector reads the chief's
-`<objective>=<value>` line. Its volume, settings, NetworkPolicy and data are applied once, under the study's name.
-The command follows the Experiment, a line as each trial starts and ends; at the end it prints the table of trials,
-publishes the best trial's model on the volume through model selection (SELECTION_ROOT/JOB_NAME/serving, what
-make serve-cluster serves) and fetches it to ./artifacts/ (make fetch-model). The same command again follows an
-Experiment already there instead of creating it; one made from another search space is refused.
+(Katib KATIB_VERSION, kubeflow.org/v1beta1) named after the study: its trials are the overlay's job, as its engine's
+katib.py makes it (k8s/engines/<engine>/: the TFJob's and the TrainJob's), each under the trial's own name and model
+dir (MODEL_ROOT/<trial>), its parameters in the trainer's flags. Katib's goptuna service suggests them (tpe or
+random); the StdOut collector reads the chief's `<objective>=<value>` line. Its volume, settings, NetworkPolicy and
+data are applied once, under the study's name. The command follows the Experiment, a line as each trial starts and
+ends; at the end it prints the table of trials, publishes the best trial's model on the volume through model
+selection (SELECTION_ROOT/JOB_NAME/serving, what make serve-cluster serves) and fetches it to ./artifacts/ (make
+fetch-model). The same command again follows an Experiment already there instead of creating it; one made from
+another search space is refused.
 
 Where Katib cannot do what make tune does, the command says so and does the nearest thing: goptuna has no log
 scale, so a log-scale range is searched as LOG_POINTS values per decade spread evenly on it; an int or stepped range
 as its list of values; it has no grid (refused); Katib's early stopping service is not built, so trials are not
-pruned (said). What Katib cannot run is refused: a JobSet, the async shape, a word `sh -c` would split
+pruned (said). What Katib cannot run is refused: an engine with no katib.py (JobSet), the async shape, a word
+`sh -c` would split
 (docs/tuning.md says why).
 
 Exit code: 0 the best model was published, 1 no trial succeeded or the Experiment failed, 2 the search space or
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -39,9 +42,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
-from scripts.common import manifest, volume_claim
+from scripts.common import engine_folders, manifest, volume_claim
 from scripts.common import settings as project_settings
 from scripts.common.kubectl import KubectlError, get, kubectl, seconds_between
 from scripts.common.kubectl import apply as kube_apply
@@ -60,19 +64,6 @@ LOG_POINTS = 4  # values per decade for a log-scale range, which goptuna cannot 
 MAX_LISTED = 1000  # values a stepped range may list
 MADE_FROM = "distml/made-from"  # the annotation holding the digest of the Experiment's spec
 TRIAL_NAME = "trial-name"  # the trial parameter that carries each trial's own name into its job
-TRAINER_REPLICATED_JOB = "node"  # the sync runtime's one replicated job, and its container (Trainer v2's names)
-# Which pod's output Katib reads, by kind: the TFJob's first worker (the chief; the operator labels it master when
-# no Chief replica exists), and the TrainJob's first node.
-PRIMARY = {
-    "TFJob": (manifest.TFJOB_CONTAINER, {"training.kubeflow.org/job-role": "master"}),
-    "TrainJob": (
-        TRAINER_REPLICATED_JOB,
-        {
-            "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_REPLICATED_JOB,
-            "batch.kubernetes.io/job-completion-index": "0",
-        },
-    ),
-}
 POLL_S = 5.0
 FIELD_MANAGER = "tune-cluster"
 DATA_TIMEOUT_S = 1800
@@ -199,45 +190,32 @@ def per_trial_env(settings: Mapping[str, str]) -> list[dict[str, str]]:
     ]
 
 
-def with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
-    names = {entry["name"] for entry in env}
-    container["env"] = env + [entry for entry in container.get("env") or [] if entry["name"] not in names]
-
-
-def trial_kind(objects: list[dict[str, Any]]) -> str:
-    """TFJob or TrainJob: the overlay's job, when Katib can run it as a trial and read its chief."""
+def katib_part(objects: list[dict[str, Any]]) -> ModuleType:
+    """The katib.py of the overlay's engine folder (k8s/engines/<engine>/): a job Katib can run as a trial and read
+    its chief; TuneClusterError where it cannot (an engine without one, the async shape)."""
     engine = manifest.engine_of(objects)
-    if engine == "jobset":
+    try:
+        part = importlib.import_module(f"k8s.engines.{engine}.katib")
+    except ModuleNotFoundError:
+        takes = [name for name in manifest.ENGINES if (engine_folders.ENGINES_DIR / name / "katib.py").exists()]
+        kinds = " and ".join(kind for kind, name in manifest.ENGINE_KINDS.items() if name in takes)
         raise TuneClusterError(
-            "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials (katib-config's trialResources); use "
-            "ENGINE=tfjob or ENGINE=trainjob"
-        )
-    if engine == "tfjob":
-        replicas = set(manifest.the_one(objects, "TFJob")["spec"]["tfReplicaSpecs"])
-        asynchronous = replicas != {"Worker"}
-    else:
-        replicated = manifest.runtime_of(objects)["spec"]["template"]["spec"]["replicatedJobs"]
-        asynchronous = [job["name"] for job in replicated] != [TRAINER_REPLICATED_JOB]
-    if asynchronous:
+            f"ENGINE={engine}: Katib {project_settings.load().get('KATIB_VERSION', '')} takes {kinds} trials "
+            f"(katib-config's trialResources); use " + " or ".join(f"ENGINE={name}" for name in takes)
+        ) from None
+    if part.asynchronous(objects):
         raise TuneClusterError(
             "STRATEGY=async: a trial's chief and parameter servers are other replicas than the workers Katib's "
             "collector and the searched flags reach; tune with STRATEGY=sync (the default)"
         )
-    return "TFJob" if engine == "tfjob" else "TrainJob"
+    return part
 
 
 # Katib's collector runs the chief's command as `sh -c "<command and args joined by spaces> 1>...": a word the shell
 # would split or read must not reach it (the other replicas are not wrapped, so quoting would reach them literally).
-def check_words(body: dict[str, Any], kind: str) -> None:
+def check_words(body: dict[str, Any], part: ModuleType) -> None:
     template = body["spec"]["trialTemplate"]
-    spec = template["trialSpec"]
-    if kind == "TFJob":
-        containers = [c for t in manifest.pod_templates(spec) for c in t["spec"]["containers"]]
-        words = [
-            w for c in containers if c["name"] == template["primaryContainerName"] for w in c["command"] + c["args"]
-        ]
-    else:
-        words = spec["spec"]["trainer"]["command"] + spec["spec"]["trainer"]["args"]
+    words = part.command_words(template["trialSpec"], template["primaryContainerName"])
     values = [value for p in body["spec"]["parameters"] for value in p["feasibleSpace"].get("list", [])]
     for word in [*words, *values]:
         if shlex.quote(word) != word and not re.fullmatch(r"\$\{trialParameters\.[\w-]+\}", word):
@@ -249,36 +227,19 @@ def check_words(body: dict[str, Any], kind: str) -> None:
 
 
 def trial_spec(
-    objects: list[dict[str, Any]], kind: str, space: spaces.SearchSpace, settings: Mapping[str, str]
+    objects: list[dict[str, Any]], part: ModuleType, space: spaces.SearchSpace, settings: Mapping[str, str]
 ) -> dict[str, Any]:
     """The job one trial runs: the rendered job, with the searched flags, the trial's name and model dir, and the
-    image's entrypoint as its command."""
-    job = json.loads(json.dumps(manifest.the_one(objects, kind)))
+    image's entrypoint as its command (the engine's katib.py says where)."""
+    job = part.trial_spec(objects, trial_flags(space), per_trial_env(settings))
     job["metadata"] = {"labels": job["metadata"].get("labels", {})}  # Katib names it after the trial
-    if kind == "TFJob":
-        for replica in job["spec"]["tfReplicaSpecs"].values():
-            for container in replica["template"]["spec"]["containers"]:
-                if container["name"] == manifest.TFJOB_CONTAINER:
-                    container["command"] = list(manifest.IMAGE_ENTRYPOINT)
-                    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-                    container["args"] = [*(container.get("args") or []), *trial_flags(space)]
-                    with_env(container, per_trial_env(settings))
-        return job
-    # A TrainJob's trainer container lives in its runtime, shared by every trial (applied by prepare(), so the
-    # termination message is set there): the trial's own values go into the TrainJob's trainer overrides, which
-    # Trainer applies to that container.
-    (template,) = manifest.pod_templates(manifest.runtime_of(objects))
-    container = manifest.trainer_of(template)
-    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    trainer = job["spec"].setdefault("trainer", {})
-    trainer["command"] = list(manifest.IMAGE_ENTRYPOINT)
-    trainer["args"] = [*(container.get("args") or []), *trial_flags(space)]
-    trainer["env"] = per_trial_env(settings)
     return job
 
 
-def experiment(name: str, namespace: str, space: spaces.SearchSpace, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    container, primary_labels = PRIMARY[kind]
+def experiment(
+    name: str, namespace: str, space: spaces.SearchSpace, part: ModuleType, spec: dict[str, Any]
+) -> dict[str, Any]:
+    container, primary_labels = part.PRIMARY_CONTAINER, part.PRIMARY_LABELS
     parameters = [katib_parameter(parameter) for parameter in space.parameters]
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -325,7 +286,7 @@ def prepare(objects: list[dict[str, Any]], namespace: str) -> None:
     the claim is checked against the cluster, as make submit checks it: each trial spreads its pods as the job does."""
     volume_claim.check(objects, namespace)
     kubectl("label", "namespace", namespace, "katib.kubeflow.org/metrics-collector-injection=enabled", "--overwrite")
-    shared = ("NetworkPolicy", "ConfigMap", "PersistentVolumeClaim", "TrainingRuntime")
+    shared = ("NetworkPolicy", "ConfigMap", "PersistentVolumeClaim", *katib_part(objects).SHARED_KINDS)
     kube_apply([obj for obj in objects if obj["kind"] in shared], namespace, FIELD_MANAGER)
     data = manifest.the_one(objects, "Job")
     name = data["metadata"]["name"]
@@ -411,20 +372,16 @@ def trials_of(name: str, namespace: str, objective: str) -> list[TrialView]:
     return [TrialView.of(trial, objective) for trial in items]
 
 
-# The label each engine puts on its job's pods, by kind.
-JOB_POD_LABEL = {"TFJob": "training.kubeflow.org/job-name", "TrainJob": "jobset.sigs.k8s.io/jobset-name"}
-
-
-def exit_reason(trial: str, kind: str, namespace: str) -> str:
+def exit_reason(trial: str, part: ModuleType, namespace: str) -> str:
     """Why a trial's job failed, from its pods' trainer containers: the exit code and the error line of the
     termination message (the trainer's own line, which it writes there; else the kubelet's fallback, the last log
     lines). A replica the trainer ended outranks one the engine stopped after it."""
-    listed = kubectl("get", "pods", "-n", namespace, "-o", "json", "-l", f"{JOB_POD_LABEL[kind]}={trial}", check=False)
+    listed = kubectl("get", "pods", "-n", namespace, "-o", "json", "-l", f"{part.POD_LABEL}={trial}", check=False)
     reasons = []
     for pod in json.loads(listed.stdout or '{"items": []}')["items"]:
         for status in pod.get("status", {}).get("containerStatuses") or []:
             terminated = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
-            if status["name"] != PRIMARY[kind][0] or not terminated or not terminated.get("exitCode"):
+            if status["name"] != part.PRIMARY_CONTAINER or not terminated or not terminated.get("exitCode"):
                 continue
             line = error_line(terminated.get("message") or "")
             reasons.append(
@@ -434,7 +391,7 @@ def exit_reason(trial: str, kind: str, namespace: str) -> str:
 
 
 def follow(
-    name: str, kind: str, namespace: str, objective: str, timeout_s: float
+    name: str, part: ModuleType, namespace: str, objective: str, timeout_s: float
 ) -> tuple[dict[str, Any], list[TrialView]]:
     """Prints each trial as it starts and ends until the Experiment ends; returns it and its trials."""
     seen: dict[str, str] = {}
@@ -452,7 +409,7 @@ def follow(
             if view.state == "Succeeded" and view.objective is not None:
                 line += f", {objective} {view.objective:.4g}" + (f" in {view.seconds:.0f} s" if view.seconds else "")
             elif view.state in ("Failed", "MetricsUnavailable"):
-                view.reason = " ".join(filter(None, [view.reason, exit_reason(view.name, kind, namespace)]))
+                view.reason = " ".join(filter(None, [view.reason, exit_reason(view.name, part, namespace)]))
                 line += f": {view.reason}"
             say(line)
         if condition(experiment_now) in ("Succeeded", "Failed"):
@@ -531,7 +488,7 @@ def fetch(best: str, image: str) -> None:
 
 
 def build(args: argparse.Namespace, settings: Mapping[str, str]) -> tuple[spaces.SearchSpace, list, str, dict]:
-    """The search space, the rendered objects, the trial's kind and the Experiment, each checked before any
+    """The search space, the rendered objects, the engine's katib.py and the Experiment, each checked before any
     cluster call (TuneClusterError and the space's SpaceError name the problem and the fix)."""
     every_trial = [*arguments.dataset_flags(args), "--epochs", str(args.epochs)]
     space = spaces.load(args.search_space, [*args.trainer_flags, *every_trial])
@@ -546,18 +503,18 @@ def build(args: argparse.Namespace, settings: Mapping[str, str]) -> tuple[spaces
         epochs=args.epochs,
         trainer_args=args.trainer_flags,
     )
-    kind = trial_kind(objects)
-    spec = trial_spec(objects, kind, space, settings)
-    body = experiment(args.study, settings["NAMESPACE"], space, kind, spec)
-    check_words(body, kind)
-    return space, objects, kind, body
+    part = katib_part(objects)
+    spec = trial_spec(objects, part, space, settings)
+    body = experiment(args.study, settings["NAMESPACE"], space, part, spec)
+    check_words(body, part)
+    return space, objects, part, body
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         settings = project_settings.load()
-        space, objects, kind, body = build(args, settings)
+        space, objects, part, body = build(args, settings)
     except (UserError, manifest.ManifestError, project_settings.SettingsError) as error:
         print(f"tune-cluster: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -579,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     namespace, started = settings["NAMESPACE"], False
     try:
         started = start(body, objects, namespace)
-        final, views = follow(args.study, kind, namespace, space.objective.key, args.timeout)
+        final, views = follow(args.study, part, namespace, space.objective.key, args.timeout)
         print(table(views, space.objective.key), flush=True)
         best = (final.get("status", {}).get("currentOptimalTrial") or {}).get("bestTrialName")
         if condition(final) != "Succeeded" or not best:

@@ -5,6 +5,7 @@ is refused before anything is made. The real Katib runs it in scripts/node/tests
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import pathlib
@@ -232,9 +233,10 @@ def test_a_failed_trials_reason_is_the_trainers_line_not_a_peer_the_engine_stopp
     stopped = "E1205 12:00:01 collective_ops.cc:123] Collective ops aborted: peer worker-0 gone, an error long after"
     pods = {"items": [pod(4, diverged), pod(137, f"step 3\n{stopped}\n"), pod(0, "")]}
     monkeypatch.setattr(cluster, "kubectl", lambda *_, **__: subprocess.CompletedProcess([], 0, json.dumps(pods), ""))
-    assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 4: {diverged}"
+    tfjob = importlib.import_module("k8s.engines.tfjob.katib")
+    assert cluster.exit_reason("tune-x-1", tfjob, "default") == f"exit 4: {diverged}"
     pods["items"] = [pod(137, f"step 3\n{stopped}\n")]  # the trainer's own replica already deleted
-    assert cluster.exit_reason("tune-x-1", "TFJob", "default") == f"exit 137: {stopped}"
+    assert cluster.exit_reason("tune-x-1", tfjob, "default") == f"exit 137: {stopped}"
 
 
 def test_an_image_folder_on_the_volume_is_not_looked_for_on_this_machine(capsys):
