@@ -110,12 +110,21 @@ kube() { kubectl --context "$context" "$@"; }
 
 scratch=$(mktemp -d)  # the checked downloads, and k8s/engines with its commits filled in
 trap 'rm -rf "$scratch"' EXIT
-# k8s/engines names each upstream source at a placeholder (JOBSET_COMMIT...); the copy applied names the commit.
+# k8s/engines names each upstream source at a placeholder, the setting that holds its commit (?ref=JOBSET_COMMIT,
+# in the engine's own settings.env); the copy applied names the commit.
 engines="$scratch/engines"
 cp -R k8s/engines "$engines"
-for pin in JOBSET_COMMIT KUBEFLOW_TRAINER_COMMIT ARGO_WORKFLOWS_COMMIT KUEUE_COMMIT; do
+declare -A filled=()
+while read -r ref; do
+  pin=${ref#*=}
+  [[ -z ${filled[$pin]:-} ]] || continue
+  filled[$pin]=1
+  if [[ -z ${!pin:-} ]]; then
+    echo "error: a kustomization in k8s/engines names the commit $pin, which no settings file sets: add $pin=<commit> to its engine's settings.env" >&2
+    exit 1
+  fi
   find "$engines" -name kustomization.yaml -exec sed -i.orig "s/?ref=$pin\$/?ref=${!pin}/" {} +
-done
+done < <(grep -rhoE --include=kustomization.yaml '[?]ref=[A-Z_]+$' "$engines")
 if grep -rq --include=kustomization.yaml '?ref=[A-Z_]*$' "$engines"; then
   echo "error: a kustomization in k8s/engines names a commit placeholder k3d-up does not fill: $(grep -rl --include=kustomization.yaml '?ref=[A-Z_]*$' "$engines")" >&2
   exit 1

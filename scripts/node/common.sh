@@ -173,6 +173,7 @@ render_engines() {
   local out=$1 repo module version commit dir file
   cp -R k8s/engines "$out"
   while read -r repo module version commit; do
+    [[ -n $repo ]] || continue  # an engine a fork deleted: its settings, and so its line, are gone
     dir=$(module_dir "$module" "$version")
     if [ "$(module_commit "$module" "$version")" != "$commit" ]; then
       echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in the engine's k8s/engines/<engine>/settings.env and scripts/node/settings.env" >&2
@@ -183,8 +184,8 @@ render_engines() {
       sed -i "s|github.com/$repo.git/\(.*\)?ref=[A-Z_]*\$|$(realpath --relative-to "$(dirname "$file")" "$dir")/\1|" "$file"
     done
   done <<EOF_MODULES
-kubernetes-sigs/jobset sigs.k8s.io/jobset $JOBSET_VERSION $JOBSET_MODULE_COMMIT
-kubeflow/trainer github.com/kubeflow/trainer/v2 $KUBEFLOW_TRAINER_VERSION $KUBEFLOW_TRAINER_COMMIT
+$([[ -z ${JOBSET_VERSION:-} ]] || echo "kubernetes-sigs/jobset sigs.k8s.io/jobset $JOBSET_VERSION $JOBSET_MODULE_COMMIT")
+$([[ -z ${KUBEFLOW_TRAINER_VERSION:-} ]] || echo "kubeflow/trainer github.com/kubeflow/trainer/v2 $KUBEFLOW_TRAINER_VERSION $KUBEFLOW_TRAINER_COMMIT")
 kubernetes-sigs/kueue sigs.k8s.io/kueue $KUEUE_VERSION $KUEUE_COMMIT
 EOF_MODULES
   cat >>"$out/kueue/kustomization.yaml" <<'EOF_PATCH'

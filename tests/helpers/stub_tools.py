@@ -17,7 +17,8 @@ def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in BASICS:
-        (bin_dir / tool).symlink_to(shutil.which(tool))
+        if tool not in stubs:  # a stub is written into bin_dir: through a link it would overwrite the system's tool
+            (bin_dir / tool).symlink_to(shutil.which(tool))
     # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.
     (bin_dir / "python3").write_text(f'#!{shutil.which("bash")}\nexec {sys.executable} "$@"\n')
     (bin_dir / "python3").chmod(0o755)

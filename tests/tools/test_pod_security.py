@@ -234,7 +234,8 @@ def test_k3d_up_leaves_the_current_context_alone(tmp_path, branch):
     bin_dir.mkdir()
     real_kubectl = shutil.which("kubectl")
     context = f"k3d-{SETTINGS['CLUSTER_NAME']}"
-    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "ENGINE": "jobset"}
+    engine = "jobset" if "jobset" in manifest.ENGINES else manifest.ENGINES[0]  # a fork may have deleted it
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "ENGINE": engine}
     for command in (["set-context", "mine", "--cluster=theirs"], ["use-context", "mine"]):
         subprocess.run([real_kubectl, "config", *command], env=environ, check=True, capture_output=True)
     servers = K3D_BRANCHES[branch]

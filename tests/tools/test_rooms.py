@@ -389,6 +389,7 @@ TEMPLATE_CHECKS = (
     "tests/tools/test_engine_folders.py",
     "tests/tools/test_engine_manifests.py",  # each engine's admission rules and CRDs, from its folder
     "tests/tools/test_submit_engines.py",  # each engine's part of make submit, from its folder
+    "tests/tools/test_cluster_scripts.py",  # make k3d-up with the engines that are left
     "tests/tools/test_overlays.py",
     "tests/tools/test_manifests.py",
     "tests/tools/test_run_local_manifest.py",

@@ -225,13 +225,30 @@ def tool_path(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in TOOLS:
-        (bin_dir / tool).symlink_to(shutil.which(tool))
+        if tool not in stubs:  # a stub is written into bin_dir: through a link it would overwrite the system's tool
+            (bin_dir / tool).symlink_to(shutil.which(tool))
     for name in ("python3", "python3.11"):
         (bin_dir / name).symlink_to(sys.executable)
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!{shutil.which('bash')}\n{body}\n")
         (bin_dir / name).chmod(0o755)
     return str(bin_dir)
+
+
+def test_a_stub_on_the_tool_path_leaves_the_systems_tool_as_it_was(tmp_path, monkeypatch):
+    # Before, the stub was written through the link to the real tool: the flavour test's `uname` stub replaced
+    # /usr/bin/uname (root runs CI), and every later image build read the stub's machine. The "system" tool here is
+    # a copy, so a regression cannot break the machine's.
+    system = tmp_path / "system"
+    system.mkdir()
+    system_uname = system / "uname"
+    shutil.copy2(shutil.which("uname"), system_uname)
+    before = system_uname.read_bytes()
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda tool: str(system_uname) if tool == "uname" else which(tool))
+    stubs = pathlib.Path(tool_path(tmp_path, {"uname": "echo stub"}))
+    assert subprocess.run([stubs / "uname"], capture_output=True, text=True).stdout == "stub\n"
+    assert system_uname.read_bytes() == before
 
 
 # What Debian 12's kubectl v1.20.2 (kustomize v2) answers; the real one was checked by hand.
