@@ -185,7 +185,7 @@ def test_k3d_up_installs_the_engine_asked_for_from_a_commit(tmp_path, engine, in
     assert f"ready: make submit ENGINE={engine}" in result.stdout
     if engine != "tfjob":  # the kustomization applied names the commits, not their placeholders
         refs = re.findall(r"\?ref=(\S+)", (applied / "kustomization.yaml").read_text())
-        pins = {"jobset": {settings["JOBSET_COMMIT"]}, "trainjob": {settings["KUBEFLOW_TRAINER_COMMIT"]}}[engine]
+        pins = {settings[{"jobset": "JOBSET_COMMIT", "trainjob": "KUBEFLOW_TRAINER_COMMIT"}[engine]]}
         assert refs and set(refs) == pins
 
 
