@@ -18,11 +18,12 @@ import yaml
 import crd_schemas
 from kubernetes_ranges import outside_ranges
 from model_server import ROOT
+from scripts.common import manifest
 from scripts.common import settings as project_settings
 
 SETTINGS = project_settings.load_file()
-ENGINES = ("tfjob", "jobset", "trainjob")
-KIND = {"tfjob": "TFJob", "jobset": "JobSet", "trainjob": "TrainJob"}
+ENGINES = manifest.ENGINES  # the engine folders this checkout holds (a fork may have deleted some)
+KIND = {name: kind for kind, name in manifest.ENGINE_KINDS.items()}
 MODELS = ("cnn", "dropout", "batch_norm")
 
 

@@ -17,6 +17,7 @@ import subprocess
 import pytest
 import yaml
 
+import engines_here
 from scripts.common import settings as project_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -113,6 +114,7 @@ def namespaces(objects: list[dict]) -> list[str]:
     return sorted(obj["metadata"]["name"] for obj in objects if obj["kind"] == "Namespace")
 
 
+@engines_here.needs("jobset", "trainjob")
 def test_trainer_keeps_its_own_namespace_and_runs_jobset_in_it(engines):
     objects = render(engines, "trainjob")
     # JobSet's Namespace goes; kubeflow-system, which every other object lives in, stays.
@@ -124,6 +126,7 @@ def test_trainer_keeps_its_own_namespace_and_runs_jobset_in_it(engines):
     ]
 
 
+@engines_here.needs("jobset")
 def test_jobset_alone_runs_the_release_image_in_its_namespace(engines):
     objects = render(engines, "jobset")
     assert namespaces(objects) == ["jobset-system"]

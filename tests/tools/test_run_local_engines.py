@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+import engines_here
 from local_runner import job_model_dir, runner_status, wait_for_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -106,6 +107,7 @@ def test_a_sigkilled_worker_restarts_the_group_which_resumes_and_completes_every
     assert len(digests) == 1
 
 
+@engines_here.needs("jobset")
 def test_a_bad_model_flag_is_refused_before_any_pod_starts(tmp_path):
     job_dir, console = tmp_path / "job", tmp_path / "console.txt"
     proc = start(job_dir, console, "jobset/sync", *SMALL, "--model", "no-such-model")

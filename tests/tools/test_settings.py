@@ -28,13 +28,18 @@ SETTINGS = project_settings.load_file()
 TOOLS = ("make", "sh", "bash", "grep", "sed", "git", "dirname", "uname", "cat", "env", "touch", "head")
 
 
-# Each pinned engine (its version setting) and the Kubernetes versions its own CI tests at that tag.
-ENGINE_PINS = (
-    ("TRAINING_OPERATOR_VERSION", "OPERATOR_TESTED_KUBERNETES"),
-    ("JOBSET_VERSION", "JOBSET_TESTED_KUBERNETES"),
-    ("KUBEFLOW_TRAINER_VERSION", "KUBEFLOW_TRAINER_TESTED_KUBERNETES"),
-    ("KUEUE_VERSION", "KUEUE_TESTED_KUBERNETES"),  # opt-in, for gang admission
-    ("KATIB_VERSION", "KATIB_TESTED_KUBERNETES"),  # opt-in, for make tune-cluster
+# Each pinned engine (its version setting) and the Kubernetes versions its own CI tests at that tag; an engine a fork
+# deleted takes its pins with its folder.
+ENGINE_PINS = tuple(
+    (version, tested)
+    for version, tested in (
+        ("TRAINING_OPERATOR_VERSION", "OPERATOR_TESTED_KUBERNETES"),
+        ("JOBSET_VERSION", "JOBSET_TESTED_KUBERNETES"),
+        ("KUBEFLOW_TRAINER_VERSION", "KUBEFLOW_TRAINER_TESTED_KUBERNETES"),
+        ("KUEUE_VERSION", "KUEUE_TESTED_KUBERNETES"),  # opt-in, for gang admission
+        ("KATIB_VERSION", "KATIB_TESTED_KUBERNETES"),  # opt-in, for make tune-cluster
+    )
+    if version in SETTINGS
 )
 # Every tested list (the engines' and the serving stack's, tests/serving/test_cluster_pipeline.py) and the setting
 # that records the release whose CI it was read at, with the pinned version that release must be.
@@ -80,6 +85,7 @@ def test_the_version_check_catches_the_old_pin():
     assert "1.31" in untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.31.5-k3s1"})[0]
 
 
+@engines_here.needs("jobset")
 def test_the_version_check_names_each_engine_that_leaves_a_minor_out():
     # 1.35: the operator and Trainer v2 test it, JobSet v0.12.0 and Katib v0.19.0 do not (nothing here ran 1.35).
     jobset, katib = untested_pairs({**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.35.0-k3s1"})
@@ -87,6 +93,7 @@ def test_the_version_check_names_each_engine_that_leaves_a_minor_out():
     assert f"KATIB_VERSION {SETTINGS['KATIB_VERSION']} is tested on" in katib
 
 
+@engines_here.needs("jobset", "trainjob")
 def test_a_minor_past_the_engines_ranges_is_accepted_only_with_the_run_here_that_vouches_for_it():
     past = {**SETTINGS, "K3S_IMAGE": "rancher/k3s:v1.36.3-k3s1"}
     vouched = {**past, "RUN_HERE_KUBERNETES": "v1.36.3", "RUN_HERE_SUITE": "scripts/node/tests"}
@@ -450,6 +457,7 @@ def check_in_a_copy(tmp_path: pathlib.Path, file: str, line: str) -> subprocess.
     return subprocess.run(check, cwd=root, capture_output=True, text=True, timeout=60)
 
 
+@engines_here.needs("jobset")
 def test_a_pin_a_fork_still_sets_in_its_settings_file_is_refused_naming_its_new_home(tmp_path):
     refused = check_in_a_copy(tmp_path, "k8s/base/settings.env", "JOBSET_VERSION=v0.13.0")
     assert refused.returncode == 2
@@ -462,6 +470,7 @@ def test_a_trainer_variable_in_the_settings_file_is_refused_naming_trainer_env(t
     assert "TRAINER_PER_WORKER_BATCH_SIZE belong in k8s/base/trainer.env" in refused.stderr, refused.stderr
 
 
+@engines_here.needs("jobset")
 def test_a_moved_pin_still_wins_from_the_environment_and_make_s_command_line():
     assert project_settings.load(environ={"JOBSET_VERSION": "v0.13.0"})["JOBSET_VERSION"] == "v0.13.0"
     dry = dry_make("k3d-up", "KUEUE_VERSION=v0.20.0", "ENGINE=jobset")

@@ -23,7 +23,12 @@ from scripts.tune import space as spaces
 
 EXAMPLE = ROOT / "scripts" / "tune" / "search_space.yaml"
 PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")  # Katib's TrialTemplateParamReplaceFormatRegex
-OVERLAYS = {"TFJob": "k8s/engines/tfjob/sync", "TrainJob": "k8s/engines/trainjob/sync"}
+# The trial kinds Katib takes whose engine folder this checkout holds.
+OVERLAYS = {
+    kind: overlay
+    for kind, overlay in {"TFJob": "k8s/engines/tfjob/sync", "TrainJob": "k8s/engines/trainjob/sync"}.items()
+    if kind in manifest.ENGINE_KINDS
+}
 
 
 def tool_argv(space: pathlib.Path = EXAMPLE, kind: str = "TFJob") -> list[str]:
@@ -169,9 +174,13 @@ def test_the_same_command_follows_its_experiment_and_another_is_refused(capsys, 
 @pytest.mark.parametrize(
     ("overlay", "complaint"),
     [
-        ("k8s/engines/jobset/sync", "ENGINE=jobset: Katib v0.19.0 takes TFJob and TrainJob trials"),
-        ("k8s/engines/tfjob/async", "STRATEGY=async"),
-        ("k8s/engines/trainjob/async", "STRATEGY=async"),
+        (overlay, complaint)
+        for overlay, complaint in (
+            ("k8s/engines/jobset/sync", f"ENGINE=jobset: Katib v0.19.0 takes {' and '.join(OVERLAYS)} trials"),
+            ("k8s/engines/tfjob/async", "STRATEGY=async"),
+            ("k8s/engines/trainjob/async", "STRATEGY=async"),
+        )
+        if overlay.split("/")[2] in manifest.ENGINES
     ],
 )
 def test_an_engine_or_strategy_katib_cannot_run_as_trials_is_refused(capsys, monkeypatch, overlay, complaint):
