@@ -5,7 +5,9 @@ engine is adding such a folder; deleting one (a fork that runs only TFJobs) leav
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import pathlib
+from types import ModuleType
 
 from .settings import ROOT
 
@@ -52,6 +54,17 @@ def names() -> tuple[str, ...]:
 def kinds() -> dict[str, str]:
     """Each engine's kind to its name: {"TFJob": "tfjob", ...}."""
     return {engine.kind: name for name, engine in engines().items()}
+
+
+def has_part(name: str, module: str) -> bool:
+    """Whether the engine's folder holds this part (k8s/engines/<name>/<module>.py: local_run, customize, cluster,
+    katib...)."""
+    return (ENGINES_DIR / name / f"{module}.py").is_file()
+
+
+def part(name: str, module: str) -> ModuleType:
+    """One part of an engine's folder, imported when first asked for."""
+    return importlib.import_module(f"k8s.engines.{name}.{module}")
 
 
 def dependents(name: str) -> list[str]:

@@ -13,13 +13,12 @@ and its admission rules, so adding an engine is adding a folder. A cluster part 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, ManifestError, engine_of
+from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, engine_module, engine_of
 
 Manifest = dict[str, Any]
 JOB_VERBS = ["get", "list", "watch", "create", "delete"]  # what creating and following a job takes (API_RULES)
@@ -85,10 +84,7 @@ def kind_of(engine: str) -> str:
 
 def cluster_part(kind: str) -> ModuleType:
     """The cluster.py of the engine folder whose kind this is."""
-    name = ENGINE_KINDS.get(kind)
-    if name is None:
-        raise ManifestError(f"{kind} is no engine's kind here: run one of {', '.join(ENGINE_KINDS)} (k8s/engines/)")
-    return importlib.import_module(f"k8s.engines.{name}.cluster")
+    return engine_module(kind, "cluster")
 
 
 class Engine:

@@ -11,7 +11,6 @@ operator's admission rules before anything reaches a cluster.
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import pathlib
 import re
@@ -182,10 +181,18 @@ def _set_setting(container: Manifest, name: str, value: str) -> None:
                 argv[index] = prefix + value
 
 
+def engine_module(kind: str, module: str) -> ModuleType:
+    """One part of the engine folder whose kind this is (k8s/engines/<engine>/<module>.py)."""
+    name = ENGINE_KINDS.get(kind)
+    if name is None:
+        raise ManifestError(f"{kind} is no engine's kind here: run one of {', '.join(ENGINE_KINDS)} (k8s/engines/)")
+    return engine_folders.part(name, module)
+
+
 def engine_part(objects: list[Manifest]) -> ModuleType:
     """The customize.py of the rendered job's engine folder (k8s/engines/<engine>/): which templates run the trainer,
     how the worker count scales it, what else carries the trainer's command line and the image."""
-    return importlib.import_module(f"k8s.engines.{engine_of(objects)}.customize")
+    return engine_folders.part(engine_of(objects), "customize")
 
 
 def trainer_templates(objects: list[Manifest]) -> list[Manifest]:

@@ -8,15 +8,11 @@ need, `rules(manifests, replicas, planned)`) or turns it into another engine's o
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
-from scripts.common.manifest import ENGINE_KINDS, ManifestError
+from scripts.common.manifest import engine_module
 
 
 def local_run(kind: str) -> ModuleType:
     """The local_run module of the engine folder whose kind this is."""
-    name = ENGINE_KINDS.get(kind)
-    if name is None:
-        raise ManifestError(f"{kind} is no engine's kind here: run one of {', '.join(ENGINE_KINDS)} (k8s/engines/)")
-    return importlib.import_module(f"k8s.engines.{name}.local_run")
+    return engine_module(kind, "local_run")

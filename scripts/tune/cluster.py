@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -194,15 +193,14 @@ def katib_part(objects: list[dict[str, Any]]) -> ModuleType:
     """The katib.py of the overlay's engine folder (k8s/engines/<engine>/): a job Katib can run as a trial and read
     its chief; TuneClusterError where it cannot (an engine without one, the async shape)."""
     engine = manifest.engine_of(objects)
-    try:
-        part = importlib.import_module(f"k8s.engines.{engine}.katib")
-    except ModuleNotFoundError:
-        takes = [name for name in manifest.ENGINES if (engine_folders.ENGINES_DIR / name / "katib.py").exists()]
+    if not engine_folders.has_part(engine, "katib"):
+        takes = [name for name in manifest.ENGINES if engine_folders.has_part(name, "katib")]
         kinds = " and ".join(kind for kind, name in manifest.ENGINE_KINDS.items() if name in takes)
         raise TuneClusterError(
             f"ENGINE={engine}: Katib {project_settings.load().get('KATIB_VERSION', '')} takes {kinds} trials "
             f"(katib-config's trialResources); use " + " or ".join(f"ENGINE={name}" for name in takes)
-        ) from None
+        )
+    part = engine_folders.part(engine, "katib")
     if part.asynchronous(objects):
         raise TuneClusterError(
             "STRATEGY=async: a trial's chief and parameter servers are other replicas than the workers Katib's "

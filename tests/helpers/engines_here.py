@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 import pytest
@@ -25,4 +24,4 @@ def part(engine: str, module: str) -> ModuleType:
     skips where a fork deleted the folder, whose checks went with it."""
     if engine not in engine_folders.names():
         pytest.skip(f"the engine folder k8s/engines/{engine}/ is deleted")
-    return importlib.import_module(f"k8s.engines.{engine}.{module}")
+    return engine_folders.part(engine, module)

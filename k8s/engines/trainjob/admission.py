@@ -55,7 +55,7 @@ def runtime_problems(runtime: Manifest) -> list[str]:
     trainers = [
         c
         for rjob in replicated
-        if (rjob.get("template", {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == "trainer"
+        if (rjob.get("template", {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == TRAINER_ANCESTOR
         for c in rjob["template"]["spec"]["template"]["spec"].get("containers") or []
         if c.get("name") == NODE
     ]
@@ -101,7 +101,7 @@ def trainjob_jobset_spec(trainjob: Manifest, runtime: Manifest) -> Manifest:
     replicated = []
     for rjob in template.get("replicatedJobs") or []:
         labels = (rjob.get("template", {}).get("metadata") or {}).get("labels", {})
-        if nodes and labels.get(ANCESTOR_LABEL) == "trainer":
+        if nodes and labels.get(ANCESTOR_LABEL) == TRAINER_ANCESTOR:
             job_spec = {**rjob["template"]["spec"], "parallelism": nodes, "completions": nodes}
             rjob = {**rjob, "template": {**rjob["template"], "spec": job_spec}}
         replicated.append(rjob)
