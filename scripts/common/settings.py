@@ -234,16 +234,24 @@ def _shown(path: pathlib.Path) -> str:
 
 def home(key: str) -> str:
     """The settings file that holds the key, as the user finds it from the repository's root."""
-    found = next((path for path in settings_files()[1:] if path.exists() and key in _read(path)), SETTINGS_FILE)
+    owner = TRAINER_FILE if key.startswith(TRAINER_PREFIX) else SETTINGS_FILE
+    found = next((path for path in settings_files()[1:] if path.exists() and key in _read(path)), owner)
     return _shown(found)
+
+
+def trainer_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment's non-empty TRAINER_* variables: each reaches the pods whether or not trainer.env lists it,
+    so that `TRAINER_TRAIN_FILES=... make submit` works for an option trainer.env shows only as an example."""
+    return {key: value for key, value in environ.items() if key.startswith(TRAINER_PREFIX) and value}
 
 
 def load(path: pathlib.Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings file's pairs (no path: every file's), each replaced by a non-empty environment variable of the
-    same name."""
+    same name; trainer.env's (and every file's) also gain the environment's other TRAINER_* variables."""
     environ = os.environ if environ is None else environ
     settings = load_file(path)
-    for key in settings:
+    extra = trainer_variables(environ) if path is None or path.name == TRAINER_FILE.name else {}
+    for key in [*settings, *(key for key in extra if key not in settings)]:
         if environ.get(key):
             _check(key, environ[key], f"environment variable {key}")
             settings[key] = environ[key]
@@ -272,7 +280,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         defaults = load_file()
-        given = {key: os.environ[key] for key in defaults if key in os.environ}
+        given = {key: os.environ[key] for key in defaults if key in os.environ} | trainer_variables(os.environ)
         for key, value in given.items():
             _check(key, value, f"environment variable {key}")
         check({**defaults, **given})

@@ -345,6 +345,8 @@ def test_make_refuses_an_unsafe_value_naming_the_key_before_any_command_runs(val
         ("CERT_MANAGER_MANIFEST_SHA256", "abc", "64 lower-case hexadecimal digits"),
         ("BASE_IMAGE_DIGEST", "latest", "image digest"),
         ("TRAINER_TRAIN_FILES", "/data/a|b", "letters, digits"),
+        # Not a line of trainer.env, only an example there: the environment's value reaches the pods, so it is held too.
+        ("TRAINER_CLASS_NAMES", "cat;dog", "k8s/base/trainer.env"),
     ],
 )
 def test_the_scripts_hold_each_key_to_its_own_rule_naming_it(key, value, allowed):
@@ -374,14 +376,31 @@ def cluster_options() -> dict[str, dataclasses.Field]:
     return {name: fields[name] for name in (*chosen, *(field.name for kind in kinds for field in option_fields(kind)))}
 
 
-def test_the_settings_file_lists_the_trainer_options_a_cluster_user_sets_and_no_other():
+def trainer_file_examples() -> dict[str, str]:
+    """trainer.env's commented-out example lines (# TRAINER_X=value), by key."""
+    lines = project_settings.TRAINER_FILE.read_text().splitlines()
+    return dict(line[2:].split("=", 1) for line in lines if re.match(r"# TRAINER_[A-Z_]+=", line))
+
+
+def test_the_trainer_file_lists_or_shows_the_trainer_options_a_cluster_user_sets_and_no_other():
     from trainer.settings.options import env_name
 
-    listed = {key for key in SETTINGS if key.startswith("TRAINER_")}
+    listed = {key for key in SETTINGS if key.startswith("TRAINER_")} | set(trainer_file_examples())
     meant = {env_name(name) for name in cluster_options()}
     assert listed == meant, (
-        f"missing from settings.env: {sorted(meant - listed)}; not such an option: {sorted(listed - meant)}"
+        f"missing from trainer.env: {sorted(meant - listed)}; not such an option: {sorted(listed - meant)}"
     )
+
+
+def test_the_trainer_files_examples_are_values_the_trainer_takes():
+    from trainer.context import parse_config
+    from trainer.settings.options import env_name
+
+    examples = trainer_file_examples()
+    assert examples and not examples.keys() & SETTINGS.keys()
+    config = parse_config(["--dataset", "tfrecord"], dict(examples))
+    read = {env_name(name): str(value) for group in config.groups for name, value in vars(group).items()}
+    assert {key: read.get(key) for key in examples} == examples
 
 
 def test_a_trainer_setting_with_choices_takes_one_of_them_or_empty_for_the_default():
