@@ -8,8 +8,8 @@ a `python` in argv[0] becomes this interpreter, the one whose environment holds 
 A pod has its own network; local replicas share one host. So every named container port except
 tfjob-port gets a free loopback port, and env values and args that name the port are rewritten. A TFJob's
 replicas get TF_CONFIG with loopback addresses; a JobSet's pods get what JobSet and Kubernetes give them (names,
-hostnames, labels for the downward API, JOB_COMPLETION_INDEX) plus JOBSET_LOCAL_ADDRESSES, which maps their DNS
-names to loopback ports (trainer/distribution/cluster.py).
+hostnames, labels for the downward API, JOB_COMPLETION_INDEX), and the TF_CONFIG their template writes with each
+pod's DNS name replaced by a loopback address (k8s/engines/jobset/local_run.py).
 """
 
 from __future__ import annotations

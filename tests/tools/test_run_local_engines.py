@@ -75,7 +75,9 @@ def live_pod(runner: subprocess.Popen, replicated_job: str, index: int) -> psuti
             env = child.environ()
         except psutil.Error:
             continue
-        if env.get("JOBSET_REPLICATED_JOB") == replicated_job and env.get("JOB_COMPLETION_INDEX") == str(index):
+        if env.get("HOSTNAME", "").startswith(f"multi-worker-{replicated_job}-0-") and env.get(
+            "JOB_COMPLETION_INDEX"
+        ) == str(index):
             return child
     raise AssertionError(f"no live process for {replicated_job} {index}")
 

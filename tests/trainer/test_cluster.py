@@ -186,3 +186,52 @@ def test_tasks_on_this_host_count_the_processes_that_share_its_cores():
     on_localhost = {"cluster": async_cluster, "task": {"type": "ps", "index": 0}}
     assert parse_tf_config(json.dumps(on_localhost)).tasks_on_this_host == 4
     assert SINGLE_PROCESS.tasks_on_this_host == 1
+
+
+# A range: how an engine's pod template writes N addresses with Kubernetes' $(VAR) references (k8s/engines/jobset/).
+def test_a_range_is_the_same_list_written_out():
+    ranged = {"worker": {"count": 3, "address": "mw-worker-0-{index}.mw:2222"}}
+    listed = {"worker": [f"mw-worker-0-{i}.mw:2222" for i in range(3)]}
+    assert parse_tf_config(tf_config(ranged, "worker", 2)) == parse_tf_config(tf_config(listed, "worker", 2))
+
+
+def test_ranges_and_lists_mix_across_task_types():
+    cluster = {"chief": ["mw-chief-0-0.mw:2222"], "ps": ["mw-ps-0-0.mw:2222"]}
+    cluster["worker"] = {"count": 2, "address": "mw-node-0-{index}.mw:2222"}
+    coordinator = parse_tf_config(tf_config(cluster, "chief", 0))
+    assert coordinator.role == "coordinator" and coordinator.members["worker"] == (
+        "mw-node-0-0.mw:2222",
+        "mw-node-0-1.mw:2222",
+    )
+
+
+@pytest.mark.parametrize(
+    "listed, says",
+    [
+        ({"count": 2}, "cluster.worker: a range has exactly count and address"),
+        ({"count": 2, "address": "a-{index}:1", "step": 1}, "a range has exactly count and address"),
+        ({"count": 0, "address": "a-{index}:1"}, "cluster.worker.count: must be a whole number of tasks, 1 or more"),
+        ({"count": "2", "address": "a-{index}:1"}, "cluster.worker.count: must be a whole number"),
+        ({"count": 2, "address": "a-0:1"}, "cluster.worker.address: must hold {index} once"),
+        ({"count": 2, "address": "a-{index}-{i}:1"}, "must hold {index} once and no other braces"),
+    ],
+)
+def test_a_bad_range_names_its_field_and_the_fix(listed, says):
+    with pytest.raises(ClusterConfigError) as error:
+        parse_tf_config(tf_config({"worker": listed}, "worker", 0))
+    assert says in str(error.value) and "Fix: use" in str(error.value)
+
+
+def test_a_reference_the_pod_could_not_expand_names_the_variable_and_exits_2_before_tensorflow():
+    # As a pod whose template writes "count": $(WORKERS) with no WORKERS: Kubernetes leaves the reference as written.
+    text = '{"cluster": {"worker": {"count": $(WORKERS), "address": "a-{index}:1"}}, "task": {"type": "worker"}}'
+    probe = (
+        "import sys; from trainer.__main__ import main; code = main(['--dataset', 'synthetic']); "
+        "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(code)"
+    )
+    result = run_python(probe, {"PATH": "/usr/bin:/bin", "TF_CONFIG": text}, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "tensorflow imported: False" in result.stdout
+    assert "$(WORKERS) was not expanded: the container has no variable WORKERS defined before TF_CONFIG" in (
+        result.stderr
+    )

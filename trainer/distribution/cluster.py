@@ -1,4 +1,4 @@
-"""Who this process is in the training group, read from TF_CONFIG or from what a JobSet gives its pods.
+"""Who this process is in the training group, read from TF_CONFIG.
 
 Pure Python on purpose: a bad TF_CONFIG stops the program before TensorFlow
 starts. The Kubeflow operator v1.9 writes
@@ -7,23 +7,11 @@ starts. The Kubeflow operator v1.9 writes
 with optional "chief", "ps" and "evaluator" lists; people write the same shape
 by hand with 127.0.0.1 addresses.
 
-JobSet (kubernetes-sigs/jobset v0.12.0), alone or under Kubeflow Trainer v2, sets no TF_CONFIG and no variable
-of its own. Without TF_CONFIG, a pod with JOBSET_NAME builds the same cluster from (see from_jobset):
-  JOBSET_NAME, JOBSET_REPLICATED_JOB, JOBSET_JOB_INDEX   the pod's metadata jobset.sigs.k8s.io/jobset-name,
-        replicatedjob-name and job-index, read through the downward API (JobSet puts them on every pod:
-        labelAndAnnotateObject in pkg/controllers/jobset_controller.go);
-  JOB_COMPLETION_INDEX   the pod's index in its Job, set by Kubernetes for Indexed Jobs (JobSet's default mode);
-  JOBSET_TASKS           the group's shape, which no label exposes (a Job's parallelism is not on its pods):
-        <replicatedJob>=<pods per Job>[x<Jobs>], comma-separated, e.g. worker=2 or chief=1,ps=1,worker=2,evaluator=1.
-        A replicated job is named after its task type; Trainer v2's trainer Job, `node`, holds the workers;
-  JOBSET_SUBDOMAIN       optional: the JobSet's network.subdomain (JobSet's default: the JobSet's name);
-  JOBSET_PORT            optional: the port every task listens on (default 2222).
-Each task's address is its pod's DNS name, <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>:<port>:
-the Indexed Job gives pod i the hostname <job>-<i>, the Job is <jobset>-<replicatedJob>-<jobIndex>
-(placement.GenJobName), and the subdomain is the JobSet's headless Service (network.enableDNSHostnames). Task
-indexes follow (jobIndex, podIndex). Trainer v2 (v2.3.0, pkg/runtime/framework/plugins/jobset/jobset.go
-IdentifyPodNetwork) names its endpoints the same way. JOBSET_LOCAL_ADDRESSES, a JSON object mapping those
-addresses to others, is run-local's stand-in for cluster DNS (every task on 127.0.0.1, each on its own port).
+A task type's list may also be written as a range, {"count": N, "address": "...{index}..."}: N addresses that
+differ only by their index, 0 to N-1. An engine that writes TF_CONFIG into its pod template with Kubernetes'
+$(VAR) references (k8s/engines/jobset/) needs it: no reference can repeat an address N times.
+  "worker": {"count": 3, "address": "job-worker-0-{index}.job:2222"}
+is the same list as the three addresses written out.
 
 Two strategies, chosen by --strategy or by the shape of TF_CONFIG (auto):
   sync   all-reduce (MultiWorkerMirroredStrategy): chief and workers train together, rank 0 reports.
@@ -38,15 +26,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from trainer.base.errors import ClusterConfigError
 from trainer.settings.config import STRATEGIES
-
-DEFAULT_PORT = 2222  # the Kubeflow TFJob's default port, used by the JobSet source when JOBSET_PORT is unset
-# The replicated job names the JobSet source knows, and their task types: Trainer v2's trainer Job is `node`.
-JOBSET_TASK_TYPES = {"chief": "chief", "worker": "worker", "ps": "ps", "evaluator": "evaluator", "node": "worker"}
 
 TRAINING_TYPES = ("chief", "worker")
 KNOWN_TYPES = ("chief", "worker", "evaluator", "ps")
@@ -135,10 +120,6 @@ def _fail(field: str, problem: str, fix: str) -> ClusterConfigError:
     return ClusterConfigError(f"TF_CONFIG {field}: {problem}. Fix: {fix}")
 
 
-def _jobset_fail(variable: str, problem: str, fix: str) -> ClusterConfigError:
-    return ClusterConfigError(f"JobSet pod, {variable}: {problem}. Fix: {fix}")
-
-
 def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
     """Parses the TF_CONFIG text for --strategy `strategy` (auto, sync or async); None or blank means one
     process without distribution."""
@@ -162,6 +143,14 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
 
 def _json_object(text: str) -> dict[str, Any]:
     """TF_CONFIG's JSON object."""
+    unexpanded = re.search(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", text)
+    if unexpanded:
+        raise _fail(
+            "(whole value)",
+            f"$({unexpanded[1]}) was not expanded: the container has no variable {unexpanded[1]} defined before "
+            "TF_CONFIG",
+            f"define {unexpanded[1]} earlier in the container's env (or in envFrom), as k8s/engines/jobset/ does",
+        )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
@@ -195,9 +184,13 @@ def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
             )
         if task_type not in KNOWN_TYPES:
             raise _fail(f"cluster.{task_type}", "unknown task type", f"use only {', '.join(KNOWN_TYPES)}")
+        if isinstance(addresses, dict):
+            addresses = address_range(task_type, addresses)
         if not isinstance(addresses, list) or not all(isinstance(a, str) and a for a in addresses):
             raise _fail(
-                f"cluster.{task_type}", "must be a list of 'host:port' strings", f'use "{task_type}": ["host:2222"]'
+                f"cluster.{task_type}",
+                'must be a list of \'host:port\' strings, or a range {"count": N, "address": "...{index}..."}',
+                f'use "{task_type}": ["host:2222"]',
             )
         members[task_type] = tuple(addresses)
     if len(members.get("chief", ())) > 1:
@@ -207,6 +200,31 @@ def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
             "list one chief and put the rest under 'worker'",
         )
     return members
+
+
+def address_range(task_type: str, spec: dict[str, Any]) -> list[str]:
+    """A range's addresses: its address with {index} replaced by 0 to count - 1."""
+    count, address = spec.get("count"), spec.get("address")
+    example = f'"{task_type}": {{"count": 2, "address": "job-{task_type}-{{index}}.job:2222"}}'
+    if set(spec) != {"count", "address"}:
+        raise _fail(
+            f"cluster.{task_type}", f"a range has exactly count and address, got {sorted(spec)}", f"use {example}"
+        )
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise _fail(
+            f"cluster.{task_type}.count", f"must be a whole number of tasks, 1 or more, got {count!r}", f"use {example}"
+        )
+    if (
+        not isinstance(address, str)
+        or address.count("{index}") != 1
+        or re.search(r"[{}]", address.replace("{index}", ""))
+    ):
+        raise _fail(
+            f"cluster.{task_type}.address",
+            f"must hold {{index}} once and no other braces, got {address!r}",
+            f"use {example}",
+        )
+    return [address.replace("{index}", str(index)) for index in range(count)]
 
 
 def _task(task: Any, members: Mapping[str, tuple[str, ...]]) -> tuple[str, int]:
@@ -278,134 +296,8 @@ def _choose_strategy(members: Mapping[str, tuple[str, ...]], requested: str) -> 
     return chosen
 
 
-@dataclasses.dataclass(frozen=True)
-class JobSetShape:
-    """One entry of JOBSET_TASKS: a replicated job of `jobs` Jobs with `pods` pods each."""
-
-    replicated_job: str
-    pods: int
-    jobs: int = 1
-
-    @property
-    def task_type(self) -> str:
-        return JOBSET_TASK_TYPES[self.replicated_job]
-
-
-def parse_jobset_tasks(text: str) -> tuple[JobSetShape, ...]:
-    """JOBSET_TASKS (<replicatedJob>=<pods per Job>[x<Jobs>], comma-separated) as shapes, in order."""
-    example = "e.g. worker=2, or chief=1,ps=1,worker=2,evaluator=1 (see k8s/engines/jobset/*)"
-    shapes: list[JobSetShape] = []
-    for entry in (e.strip() for e in text.split(",")):
-        name, sep, size = entry.partition("=")
-        pods_text, _, jobs_text = size.partition("x")
-        if not sep or not pods_text.isdigit() or not (jobs_text or "1").isdigit():
-            raise _jobset_fail(
-                "JOBSET_TASKS", f"{entry!r} is not <replicatedJob>=<pods per Job>[x<Jobs>]", f"write {example}"
-            )
-        if name not in JOBSET_TASK_TYPES:
-            raise _jobset_fail(
-                "JOBSET_TASKS",
-                f"replicated job {name!r} is not named after a task type",
-                f"name the replicated jobs {', '.join(JOBSET_TASK_TYPES)} (node: Trainer v2's trainer Job, the "
-                "workers)",
-            )
-        shape = JobSetShape(name, int(pods_text), int(jobs_text or "1"))
-        if shape.pods < 1 or shape.jobs < 1:
-            raise _jobset_fail("JOBSET_TASKS", f"{entry!r} has no pod", f"give every replicated job a pod, {example}")
-        if any(s.replicated_job == name for s in shapes):
-            raise _jobset_fail("JOBSET_TASKS", f"lists {name!r} twice", "list each replicated job once")
-        same_type = [s.replicated_job for s in shapes if s.task_type == shape.task_type]
-        if same_type:
-            raise _jobset_fail(
-                "JOBSET_TASKS",
-                f"{same_type[0]!r} and {name!r} both hold {shape.task_type} tasks",
-                f"keep one replicated job of {shape.task_type} tasks",
-            )
-        shapes.append(shape)
-    return tuple(shapes)
-
-
-def _index(environ: Mapping[str, str], variable: str, below: int, fix: str) -> int:
-    text = environ.get(variable, "")
-    if not text.isdigit():
-        raise _jobset_fail(variable, f"{text!r} is not an index" if text else "missing", fix)
-    if int(text) >= below:
-        raise _jobset_fail(variable, f"{text} is out of range (0..{below - 1} by JOBSET_TASKS)", fix)
-    return int(text)
-
-
-def from_jobset(environ: Mapping[str, str], strategy: str = "auto") -> Cluster:
-    """The cluster of a JobSet pod, from the variables the module docstring lists; exits 2 (ClusterConfigError)
-    naming the variable and the fix when they cannot describe a group this trainer runs."""
-    name = environ.get("JOBSET_NAME", "")
-    tasks_text = environ.get("JOBSET_TASKS", "")
-    if not tasks_text:
-        raise _jobset_fail(
-            "JOBSET_TASKS",
-            "missing: no label gives a pod the size of its group",
-            "set env JOBSET_TASKS in the pod template, e.g. worker=$(WORKERS) (k8s/engines/jobset/sync)",
-        )
-    shapes = {shape.replicated_job: shape for shape in parse_jobset_tasks(tasks_text)}
-    downward = "from the pod's label jobset.sigs.k8s.io/{label} (env valueFrom fieldRef, k8s/engines/jobset/sync)"
-    own = environ.get("JOBSET_REPLICATED_JOB", "")
-    if not own:
-        raise _jobset_fail("JOBSET_REPLICATED_JOB", "missing", "set it " + downward.format(label="replicatedjob-name"))
-    if own not in shapes:
-        raise _jobset_fail(
-            "JOBSET_REPLICATED_JOB",
-            f"{own!r} is not in JOBSET_TASKS ({tasks_text})",
-            f"add {own}=<pods> to JOBSET_TASKS, or name the replicated job as JOBSET_TASKS does",
-        )
-    shape = shapes[own]
-    job_index = _index(environ, "JOBSET_JOB_INDEX", shape.jobs, "set it " + downward.format(label="job-index"))
-    pod_index = _index(
-        environ,
-        "JOB_COMPLETION_INDEX",
-        shape.pods,
-        "run the pod in an Indexed Job (JobSet's default completionMode) with parallelism and completions equal "
-        f"to the pods JOBSET_TASKS gives {own!r}",
-    )
-    port_text = environ.get("JOBSET_PORT") or str(DEFAULT_PORT)
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise _jobset_fail("JOBSET_PORT", f"{port_text!r} is not a port", "set a port number, e.g. 2222")
-    subdomain = environ.get("JOBSET_SUBDOMAIN") or name
-    local = _local_addresses(environ.get("JOBSET_LOCAL_ADDRESSES"))
-    members: dict[str, tuple[str, ...]] = {}
-    for rjob, rshape in shapes.items():
-        addresses = [
-            f"{name}-{rjob}-{job}-{pod}.{subdomain}:{port_text}"
-            for job in range(rshape.jobs)
-            for pod in range(rshape.pods)
-        ]
-        missing = [a for a in addresses if local is not None and a not in local]
-        if missing:
-            raise _jobset_fail("JOBSET_LOCAL_ADDRESSES", f"has no address for {missing[0]}", "map every task's address")
-        members[rshape.task_type] = tuple(local[a] if local is not None else a for a in addresses)
-    config = {"cluster": members, "task": {"type": shape.task_type, "index": job_index * shape.pods + pod_index}}
-    try:
-        return parse_tf_config(json.dumps(config), strategy)
-    except ClusterConfigError as error:
-        raise ClusterConfigError(
-            f"JobSet pod: the group that JOBSET_TASKS={tasks_text} describes cannot run: {error}. In a JobSet, each "
-            f"TF_CONFIG list is a replicated job of that name (k8s/engines/jobset/async has the async shape)"
-        ) from None
-
-
-def _local_addresses(text: str | None) -> dict[str, str] | None:
-    if not text:
-        return None
-    try:
-        mapping = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise _jobset_fail("JOBSET_LOCAL_ADDRESSES", f"not valid JSON ({error.msg})", "unset it on a cluster") from None
-    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-        raise _jobset_fail("JOBSET_LOCAL_ADDRESSES", "must map addresses to addresses", "unset it on a cluster")
-    return mapping
-
-
 def from_environment(environ: Mapping[str, str] | None = None, strategy: str = "auto") -> Cluster:
-    """TF_CONFIG when set (the TFJob's, or one written by hand), else a JobSet pod's variables, else one process."""
+    """TF_CONFIG when set (the TFJob operator's, an engine's pod template's, or one written by hand), else one
+    process."""
     environ = os.environ if environ is None else environ
-    if not (environ.get("TF_CONFIG") or "").strip() and environ.get("JOBSET_NAME"):
-        return from_jobset(environ, strategy)
     return parse_tf_config(environ.get("TF_CONFIG"), strategy)

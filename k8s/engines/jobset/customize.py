@@ -1,6 +1,6 @@
 """How make's command line applies to a JobSet (scripts/common/manifest.py's customize finds it here by the
-engine): which pod templates run the trainer, and how the worker count scales the workers' Job and every pod's
-JOBSET_TASKS (the trainer builds TF_CONFIG from it)."""
+engine): which pod templates run the trainer, and how the worker count scales the workers' Job and the worker
+count in every pod's TF_CONFIG."""
 
 from __future__ import annotations
 
@@ -13,19 +13,14 @@ from scripts.common.manifest import (
     trainer_of,
 )
 
-JOBSET_TASKS = "JOBSET_TASKS"
 WORKER_JOBS = ("worker", "node")  # the workers' replicated job: JobSet's, and Trainer v2's trainer Job
-
-
-def _with_tasks(value: str, job: str, pods: int) -> str:
-    """A JOBSET_TASKS value (<replicatedJob>=<pods>,...) with `job`'s pod count set."""
-    entries = [entry.partition("=") for entry in value.split(",") if entry]
-    return ",".join(f"{name}={pods if name == job else count}" for name, _, count in entries)
+# The worker count in the overlays' TF_CONFIG: the settings' WORKERS, which a count given here replaces.
+WORKER_COUNT = '"count": $(WORKERS)'
 
 
 def scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:
-    """Sets the workers' Job to `workers` pods (parallelism, completions and every pod's JOBSET_TASKS); returns its
-    replicated job's name."""
+    """Sets the workers' Job to `workers` pods (parallelism, completions and the count in every pod's TF_CONFIG);
+    returns its replicated job's name."""
     jobs = {rjob["name"]: rjob for rjob in jobset_spec.get("replicatedJobs") or []}
     name = next((job for job in WORKER_JOBS if job in jobs), None)
     if name is None:
@@ -36,8 +31,8 @@ def scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:
     job_spec["parallelism"] = job_spec["completions"] = workers
     for template in replicated_job_templates(jobset_spec):
         for entry in trainer_of(template).get("env") or []:
-            if entry.get("name") == JOBSET_TASKS and "value" in entry:
-                entry["value"] = _with_tasks(str(entry["value"]), name, workers)
+            if entry.get("name") == "TF_CONFIG" and "value" in entry:
+                entry["value"] = str(entry["value"]).replace(WORKER_COUNT, f'"count": {workers}')
     return name
 
 

@@ -1,6 +1,7 @@
 """The local runner's part of a JobSet (scripts/localrun/ finds it here by the engine's folder): what it emulates of
 a JobSet (`validate`), one process per pod with the names, labels and hostnames JobSet and Kubernetes give it
-(`plan`), and the controller's rules over them (`rules`, local_rules.py's JobSetRules)."""
+(`plan`), and the controller's rules over them (`rules`, local_rules.py's JobSetRules). Cluster DNS is not there:
+each pod's TF_CONFIG, as its template writes it, has every pod's DNS name replaced by a 127.0.0.1 address."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from scripts.localrun.envvars import PodMeta
 from scripts.localrun.manifests import Manifests
 from scripts.localrun.operator_rules import Replica
 from scripts.localrun.podplan import Planner, ProcessPlan
-from trainer.distribution.cluster import DEFAULT_PORT
+from trainer.base.errors import ClusterConfigError
+from trainer.distribution.cluster import address_range
 
 from .local_rules import ACTIONS, POD_FAILURE_ACTIONS, JobSetRules, JobState, job_backoff_limit
 
@@ -106,7 +108,7 @@ def plan(self: Planner) -> tuple[list[tuple[Replica, ProcessPlan]], Planned]:
     planned: list[tuple[Replica, ProcessPlan]] = []
     jobs: list[JobState] = []
     pods: dict[str, tuple[str, str]] = {}
-    addresses: dict[str, str] = {}
+    hosts: dict[str, str] = {}  # each replica's pod's DNS name
     job_global_index = 0
     for rjob in rjobs:
         job_spec = rjob["template"]["spec"]
@@ -162,8 +164,7 @@ def plan(self: Planner) -> tuple[list[tuple[Replica, ProcessPlan]], Planned]:
                 plan = self.plan_container(replica.name, pod_name, pod_spec, container, where, pod, hostname)
                 # The Job controller sets it in every container of an Indexed Job's pod.
                 plan.env.setdefault("JOB_COMPLETION_INDEX", str(pod_index))
-                port = plan.env.get("JOBSET_PORT") or str(DEFAULT_PORT)
-                addresses[f"{hostname}.{subdomain}:{port}"] = ""
+                hosts[replica.name] = f"{hostname}.{subdomain}"
                 pods[replica.name] = (str(container.get("name")), pod_name)
                 job_pods.append(replica.name)
                 planned.append((replica, plan))
@@ -176,9 +177,7 @@ def plan(self: Planner) -> tuple[list[tuple[Replica, ProcessPlan]], Planned]:
                     pod_failure_rules=list((job_spec.get("podFailurePolicy") or {}).get("rules") or []),
                 )
             )
-    local = {name: f"127.0.0.1:{port}" for name, port in zip(addresses, free_ports(len(addresses)), strict=True)}
-    for _, plan in planned:
-        plan.env["JOBSET_LOCAL_ADDRESSES"] = json.dumps(local, separators=(",", ":"))
+    local_tf_configs(js, planned, hosts)
     names = [replica.rtype for replica, _ in planned]
     leader = "chief" if "chief" in names else next((n for n in ("worker", "node") if n in names), names[0])
     self.chief = next(plan for replica, plan in planned if replica.rtype == leader and replica.index == 0)
@@ -188,3 +187,40 @@ def plan(self: Planner) -> tuple[list[tuple[Replica, ProcessPlan]], Planned]:
 def rules(manifests: Manifests, replicas: list[tuple[Replica, ProcessPlan]], planned: Planned) -> JobSetRules:
     jobs, pods = planned
     return JobSetRules(manifests.name, manifests.namespace, manifests.job["spec"], [r for r, _ in replicas], jobs, pods)
+
+
+def local_tf_configs(jobset: str, planned: list[tuple[Replica, ProcessPlan]], hosts: dict[str, str]) -> None:
+    """Each pod's TF_CONFIG with every address on 127.0.0.1, a port each; refuses a TF_CONFIG that is not JSON once
+    expanded, or that lists no address for one of the JobSet's pods or one for a pod the JobSet does not have."""
+    configs = {}
+    for replica, plan in planned:
+        where = f"JobSet {jobset} pod {hosts[replica.name]}: TF_CONFIG"
+        try:
+            config = json.loads(plan.env.get("TF_CONFIG") or "null")
+            cluster = {
+                task_type: address_range(task_type, listed) if isinstance(listed, dict) else list(listed)
+                for task_type, listed in (config or {})["cluster"].items()
+            }
+        except (ValueError, TypeError, KeyError, ClusterConfigError) as error:
+            raise ManifestError(
+                f"{where} is not a cluster once its variables are expanded ({error}): {plan.env.get('TF_CONFIG')!r}"
+            ) from None
+        configs[replica.name] = (config, cluster)
+    addresses = list(dict.fromkeys(a for _, cluster in configs.values() for listed in cluster.values() for a in listed))
+    by_host = {address.rsplit(":", 1)[0]: address for address in addresses}
+    problems = [f"pod {host} has no address in TF_CONFIG's cluster" for host in hosts.values() if host not in by_host]
+    problems += [
+        f"TF_CONFIG lists {address}, which is no pod of the JobSet"
+        for host, address in by_host.items()
+        if host not in hosts.values()
+    ]
+    if problems:
+        raise ManifestError(
+            f"JobSet {jobset}: " + "; ".join(problems) + ". Make TF_CONFIG's cluster name each replicated job's pods, "
+            "<jobset>-<replicatedJob>-0-<index>.<jobset>:<port> (k8s/engines/jobset/sync/jobset.yaml)"
+        )
+    local = dict(zip(addresses, (f"127.0.0.1:{port}" for port in free_ports(len(addresses))), strict=True))
+    for replica, plan in planned:
+        config, cluster = configs[replica.name]
+        members = {task_type: [local[a] for a in listed] for task_type, listed in cluster.items()}
+        plan.env["TF_CONFIG"] = json.dumps({**config, "cluster": members}, separators=(",", ":"))

@@ -1,6 +1,7 @@
 """How make's command line applies to a TrainJob (scripts/common/manifest.py's customize finds it here by the
 engine): its runtime's replicated jobs run the trainer; the worker count is the TrainJob's numNodes, with the
-runtime's JOBSET_TASKS as for a JobSet; the TrainJob's own trainer fields go over the runtime's `node` container."""
+count in the runtime's TF_CONFIG as for a JobSet; the TrainJob's own trainer fields go over the runtime's `node`
+container."""
 
 from __future__ import annotations
 

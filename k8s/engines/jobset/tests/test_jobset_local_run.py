@@ -230,22 +230,23 @@ def test_each_pod_of_the_overlay_gets_jobsets_names_labels_and_indexes_and_the_t
         assert plan.env["HOSTNAME"] == hostname
         assert plan.pod_name.startswith(hostname + "-")
         assert plan.env["JOB_COMPLETION_INDEX"] == str(pod_index)
-        assert (plan.env["JOBSET_NAME"], plan.env["JOBSET_REPLICATED_JOB"], plan.env["JOBSET_JOB_INDEX"]) == (
-            "multi-worker",
-            replica.rtype,
-            "0",
-        )
-        assert plan.env["JOBSET_TASKS"] == f"chief=1,ps=1,{worker_job}=3,evaluator=1"
-        assert "TF_CONFIG" not in plan.env
+        assert plan.env["JOBSET_NAME"] == "multi-worker"
         assert names[replica.name][0] == ("node" if engine == "trainjob" else "trainer")
-        local = json.loads(plan.env["JOBSET_LOCAL_ADDRESSES"])
-        assert f"{hostname}.multi-worker:2222" in local
         clusters[replica.name] = from_environment(plan.env)
-    # Every pod builds the same group from its own variables, and finds itself in it.
+    # Every pod reads the same group from its TF_CONFIG, every address a local one, and finds itself in it with the
+    # task type and index its replicated job and completion index give it.
     assert len({json.dumps(c.members, sort_keys=True) for c in clusters.values()}) == 1
-    assert len({a for c in clusters.values() for a in c.members[c.task_type]}) == 6
+    members = clusters["chief-0"].members
+    assert [len(members[t]) for t in ("chief", "ps", "worker", "evaluator")] == [1, 1, 3, 1]
+    assert all(a.startswith("127.0.0.1:") for addresses in members.values() for a in addresses)
+    assert len({a for addresses in members.values() for a in addresses}) == 6
+    assert {name: (c.task_type, c.task_index) for name, c in clusters.items()} == {
+        "chief-0": ("chief", 0),
+        "ps-0": ("ps", 0),
+        **{f"{worker_job}-{i}": ("worker", i) for i in range(3)},
+        "evaluator-0": ("evaluator", 0),
+    }
     assert clusters["chief-0"].role == "coordinator" and clusters["evaluator-0"].role == "evaluator"
-    assert clusters[f"{worker_job}-2"].task_index == 2
 
 
 def test_a_label_that_changes_with_every_restart_is_not_supported_locally(tmp_path):
@@ -288,3 +289,15 @@ def test_what_run_local_does_not_emulate_of_a_jobset_stops_it(change, says):
     with pytest.raises(ManifestError, match="JobSet multi-worker cannot run") as error:
         manifests.parse(objects, "x")
     assert says in str(error.value)
+
+
+def test_a_pod_its_tf_config_does_not_list_stops_the_run_naming_the_pod(tmp_path):
+    # A Job scaled by hand, past the count its TF_CONFIG gives: on a cluster the third worker would wait for a group
+    # that never names it.
+    objects = render(overlay("jobset", "sync"))
+    jobset = next(o for o in objects if o["kind"] == "JobSet")
+    jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
+    jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"] = 3
+    with pytest.raises(ManifestError) as refused:
+        local_run.plan(Planner(manifests.parse(objects, "jobset"), tmp_path, Problems()))
+    assert "pod multi-worker-worker-0-2.multi-worker has no address in TF_CONFIG's cluster" in str(refused.value)

@@ -30,8 +30,10 @@ def test_the_trainjob_runs_as_the_jobset_overlays_jobset_renamed_as_trainer_v2_n
     }
     for rjob in renamed["replicatedJobs"]:
         for entry in rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]:
-            if entry["name"] == "JOBSET_TASKS":
-                entry["value"] = entry["value"].replace("worker=", "node=")
+            if entry["name"] == "TF_CONFIG":  # the workers' addresses name the node Job; their task type is worker
+                entry["value"] = entry["value"].replace("-worker-0-", "-node-0-")
+            if entry["name"] == "TF_TASK_TYPE" and entry["value"] == "node":
+                entry["value"] = "worker"
     assert made["metadata"]["name"] == trainjob["metadata"]["name"]
     assert made["spec"] == renamed
 
