@@ -98,11 +98,11 @@ module_build training-operator github.com/kubeflow/training-operator "$TRAINING_
 module_build kube-router github.com/cloudnativelabs/kube-router/v2 "$NODE_KUBE_ROUTER_VERSION" ./cmd/kube-router \
   "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$NODE_KUBE_ROUTER_VERSION"
 # The engines' controllers and Kueue's, each while its folder in k8s/engines is there (engine_builds in common.sh).
-engine_builds=$(engine_builds)
+builds=$(engine_builds)
 while read -r -u 3 folder _ module version _ name package _ ldflags; do
   [[ -n $folder ]] || continue  # no engine of a pinned module left
   module_build "$name" "$module" "$version" "$package" "$ldflags"
-done 3<<<"$engine_builds"
+done 3<<<"$builds"
 
 # SERVE=1 (make cluster-up SERVE=1): what serving and the pipeline run, from the same modules: Argo Workflows'
 # controller and executor (the executor image's name comes from the version ldflag), KServe's controller, and the
@@ -158,7 +158,7 @@ render_engines "$engines/engines"
 while read -r -u 3 folder _ _ version _ name _ deployment _; do
   [[ -n $folder ]] || continue
   image "$(deployment_image "$engines/engines/$folder" "$deployment")" 65532:65532 /manager "$bin/$name-$version:/manager"
-done 3<<<"$engine_builds"
+done 3<<<"$builds"
 rm -rf "$engines"
 if [[ -n ${KATIB:-} ]]; then
   # As their Dockerfiles lay them out, each binary in its working directory; the trial's collector runs as the
