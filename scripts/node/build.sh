@@ -97,13 +97,12 @@ module_build training-operator github.com/kubeflow/training-operator "$TRAINING_
   ./cmd/training-operator.v1
 module_build kube-router github.com/cloudnativelabs/kube-router/v2 "$NODE_KUBE_ROUTER_VERSION" ./cmd/kube-router \
   "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$NODE_KUBE_ROUTER_VERSION"
-# The engines' controllers, with the version ldflags their Makefiles set (the commit is the one the module holds).
-module_build jobset sigs.k8s.io/jobset "$JOBSET_VERSION" . \
-  "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION -X sigs.k8s.io/jobset/pkg/version.GitCommit=$JOBSET_MODULE_COMMIT"
-module_build trainer-controller-manager github.com/kubeflow/trainer/v2 "$KUBEFLOW_TRAINER_VERSION" \
-  ./cmd/trainer-controller-manager
-module_build kueue sigs.k8s.io/kueue "$KUEUE_VERSION" ./cmd/kueue \
-  "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit=$KUEUE_COMMIT"
+# The engines' controllers and Kueue's, each while its folder in k8s/engines is there (engine_builds in common.sh).
+builds=$(engine_builds)
+while read -r -u 3 folder _ module version _ name package _ ldflags; do
+  [[ -n $folder ]] || continue  # no engine of a pinned module left
+  module_build "$name" "$module" "$version" "$package" "$ldflags"
+done 3<<<"$builds"
 
 # SERVE=1 (make cluster-up SERVE=1): what serving and the pipeline run, from the same modules: Argo Workflows'
 # controller and executor (the executor image's name comes from the version ldflag), KServe's controller, and the
@@ -156,12 +155,10 @@ image "$TRAINING_OPERATOR_IMAGE" 65532:65532 /manager "$bin/training-operator-$T
 # distroless/static:nonroot, their upstream base, runs them as 65532 too.
 engines=$(mktemp -d)
 render_engines "$engines/engines"
-image "$(deployment_image "$engines/engines/jobset" jobset-controller-manager)" 65532:65532 /manager \
-  "$bin/jobset-$JOBSET_VERSION:/manager"
-image "$(deployment_image "$engines/engines/trainjob" kubeflow-trainer-controller-manager)" 65532:65532 /manager \
-  "$bin/trainer-controller-manager-$KUBEFLOW_TRAINER_VERSION:/manager"
-image "$(deployment_image "$engines/engines/kueue" kueue-controller-manager)" 65532:65532 /manager \
-  "$bin/kueue-$KUEUE_VERSION:/manager"
+while read -r -u 3 folder _ _ version _ name _ deployment _; do
+  [[ -n $folder ]] || continue
+  image "$(deployment_image "$engines/engines/$folder" "$deployment")" 65532:65532 /manager "$bin/$name-$version:/manager"
+done 3<<<"$builds"
 rm -rf "$engines"
 if [[ -n ${KATIB:-} ]]; then
   # As their Dockerfiles lay them out, each binary in its working directory; the trial's collector runs as the

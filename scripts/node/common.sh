@@ -165,15 +165,36 @@ module_commit() {
   go mod download -json "$1@$2" | sed -n 's/^\t\t"Hash": "\(.*\)",*$/\1/p'
 }
 
+# engine_builds: the controllers the node builds for the engines and add-ons that k8s/engines installs from a pinned
+# module, one line each: FOLDER REPO MODULE VERSION COMMIT NAME PACKAGE DEPLOYMENT LDFLAGS (the table below names
+# the settings that hold VERSION and COMMIT, and the package of the version ldflags). A line is left out when
+# k8s/engines/FOLDER is gone (a fork may delete an optional engine, and its settings go with it), so neither the build
+# nor render_engines asks for a version that is not there. NAME-VERSION is the binary's name in the build cache;
+# LDFLAGS are the version ldflags the module's Makefile sets (the commit is the one the module holds), none for "-".
+engine_builds() {
+  local folder repo module version_key commit_key name package deployment stamps version commit
+  while read -r folder repo module version_key commit_key name package deployment stamps; do
+    [ -d "k8s/engines/$folder" ] || continue
+    version=${!version_key} commit=${!commit_key}
+    echo "$folder $repo $module $version $commit $name $package $deployment" \
+      "$([ "$stamps" = - ] || echo "-X $stamps.GitVersion=$version -X $stamps.GitCommit=$commit")"
+  done <<'EOF_BUILDS'
+jobset kubernetes-sigs/jobset sigs.k8s.io/jobset JOBSET_VERSION JOBSET_MODULE_COMMIT jobset . jobset-controller-manager sigs.k8s.io/jobset/pkg/version
+trainjob kubeflow/trainer github.com/kubeflow/trainer/v2 KUBEFLOW_TRAINER_VERSION KUBEFLOW_TRAINER_COMMIT trainer-controller-manager ./cmd/trainer-controller-manager kubeflow-trainer-controller-manager -
+kueue kubernetes-sigs/kueue sigs.k8s.io/kueue KUEUE_VERSION KUEUE_COMMIT kueue ./cmd/kueue kueue-controller-manager sigs.k8s.io/kueue/pkg/version
+EOF_BUILDS
+}
+
 # render_engines DIR: a copy of k8s/engines in DIR whose GitHub sources are the pinned modules' files in the Go module
 # cache (checked against the checksum database by the go command), each refused unless the proxy's commit for its tag
 # is the one the settings pin. Kueue's controller is the only pod there whose policy forces a pull: the copy pulls it
 # only if it is not present, as the node has no registry.
 render_engines() {
-  local out=$1 repo module version commit dir file
+  local out=$1 builds folder repo module version commit dir file
+  builds=$(engine_builds)
   cp -R k8s/engines "$out"
-  while read -r repo module version commit; do
-    [[ -n $repo ]] || continue  # an engine a fork deleted: its settings, and so its line, are gone
+  while read -r folder repo module version commit _; do
+    [[ -n $folder ]] || continue  # no engine of a pinned module left
     dir=$(module_dir "$module" "$version")
     if [ "$(module_commit "$module" "$version")" != "$commit" ]; then
       echo "error: the module proxy's $module@$version is not the commit the settings pin ($commit): check the version and the commit in the engine's k8s/engines/<engine>/settings.env and scripts/node/settings.env" >&2
@@ -183,12 +204,8 @@ render_engines() {
     grep -rl --include=kustomization.yaml "github.com/$repo.git/" "$out" | while read -r file; do
       sed -i "s|github.com/$repo.git/\(.*\)?ref=[A-Z_]*\$|$(realpath --relative-to "$(dirname "$file")" "$dir")/\1|" "$file"
     done
-  done <<EOF_MODULES
-$([[ -z ${JOBSET_VERSION:-} ]] || echo "kubernetes-sigs/jobset sigs.k8s.io/jobset $JOBSET_VERSION $JOBSET_MODULE_COMMIT")
-$([[ -z ${KUBEFLOW_TRAINER_VERSION:-} ]] || echo "kubeflow/trainer github.com/kubeflow/trainer/v2 $KUBEFLOW_TRAINER_VERSION $KUBEFLOW_TRAINER_COMMIT")
-kubernetes-sigs/kueue sigs.k8s.io/kueue $KUEUE_VERSION $KUEUE_COMMIT
-EOF_MODULES
-  cat >>"$out/kueue/kustomization.yaml" <<'EOF_PATCH'
+  done <<<"$builds"
+  [ ! -d "$out/kueue" ] || cat >>"$out/kueue/kustomization.yaml" <<'EOF_PATCH'
 
 patches:
   - target: {kind: Deployment, name: kueue-controller-manager}

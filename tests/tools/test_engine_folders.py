@@ -7,6 +7,8 @@ import pathlib
 import shutil
 import subprocess
 
+import yaml
+
 import engines_here
 from scripts.common import engine_folders, manifest
 
@@ -29,6 +31,26 @@ def test_the_shipped_engines_are_found_from_their_folders_the_default_first():
 def test_an_engine_goes_with_the_engines_built_on_it():
     assert engine_folders.dependents("jobset") == ["jobset", "trainjob"]
     assert engine_folders.dependents("trainjob") == ["trainjob"]
+
+
+def test_an_engines_kustomizations_reach_only_its_folder_the_base_its_engines_and_the_add_ons():
+    """What an overlay renders of an engine is in the engine's folder: its pod templates get the trainer's pod from
+    its own component (<engine>/trainer-pod, its kind's paths), not from one that lists every kind."""
+    engines = engine_folders.engines()
+    add_ons = {path.name for path in engine_folders.ENGINES_DIR.iterdir() if path.is_dir() and path.name not in engines}
+    for engine in engines.values():
+        allowed = {engine.name, *engine.requires, *add_ons}
+        for kustomization in engine.folder.rglob("kustomization.yaml"):
+            parsed = yaml.safe_load(kustomization.read_text())
+            for entry in (*parsed.get("resources", ()), *parsed.get("components", ())):
+                if "://" in entry or entry.startswith("github.com/"):
+                    continue  # an install's upstream source
+                reached = (kustomization.parent / entry).resolve()
+                if reached.is_relative_to(ROOT / "k8s" / "base"):
+                    continue
+                assert reached.is_relative_to(engine_folders.ENGINES_DIR), (kustomization, entry)
+                assert reached.relative_to(engine_folders.ENGINES_DIR).parts[0] in allowed, (kustomization, entry)
+    assert not (ROOT / "k8s" / "components").exists()  # the trainer's pod was copied from there into every kind
 
 
 def test_adding_an_engine_is_adding_a_folder(tmp_path):

@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from scripts.common import engine_folders
+from scripts.common import settings as project_settings
 from stub_tools import path_with, run_script, with_real
 
 ROOM = pathlib.Path(__file__).resolve().parents[1]
@@ -121,6 +123,47 @@ def test_the_node_applies_the_local_path_classes_from_the_renderer_k3d_up_shares
     # One renderer: the node keeps no copy of its own (k3d-up's test holds k3d-up to the same script).
     for script_path in ROOM.glob("*.sh"):
         assert "storageClassConfigs" not in script_path.read_text(), script_path
+
+
+def engine_builds(root: pathlib.Path, settings: dict[str, str]) -> list[list[str]]:
+    """common.sh's engine_builds, run in root with these settings only: each line's fields."""
+    function = re.search(r"^engine_builds\(\) \{\n.*?^\}\n", (ROOM / "common.sh").read_text(), re.MULTILINE | re.DOTALL)
+    assert function, "scripts/node/common.sh has no engine_builds"
+    done = subprocess.run(
+        [shutil.which("bash"), "-c", f"set -euo pipefail\n{function.group(0)}engine_builds"],
+        cwd=root,
+        env={"PATH": os.environ["PATH"], **settings},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return [line.split(" ", 8) for line in done.stdout.splitlines()]
+
+
+def test_the_node_builds_the_controllers_of_the_engine_folders_that_are_there(tmp_path):
+    """build.sh and render_engines build and render an engine's controller from engine_builds, which leaves out an
+    engine a fork deleted (its settings went with its folder), under the names and versions the build cache holds."""
+    settings = project_settings.load_file()
+    here = {line[0]: line for line in engine_builds(ROOM.parents[1], settings)}
+    cached = {folder: f"{line[5]}-{line[3]}" for folder, line in here.items()}
+    expected = {"kueue": f"kueue-{settings['KUEUE_VERSION']}"}
+    if "jobset" in engine_folders.names():
+        expected["jobset"] = f"jobset-{settings['JOBSET_VERSION']}"
+    if "trainjob" in engine_folders.names():
+        expected["trainjob"] = f"trainer-controller-manager-{settings['KUBEFLOW_TRAINER_VERSION']}"
+    assert cached == expected
+    build = (ROOM / "build.sh").read_text()
+    assert "JOBSET_VERSION" not in build and "KUBEFLOW_TRAINER_VERSION" not in build  # only through the table
+    # A fork without the optional engines: neither their folders nor their settings.
+    fork = tmp_path / "fork"
+    shutil.copytree(engine_folders.ENGINES_DIR, fork / "k8s" / "engines")
+    for name in engine_folders.names():
+        if name != engine_folders.DEFAULT:
+            shutil.rmtree(fork / "k8s" / "engines" / name, ignore_errors=True)
+    pinned = ("JOBSET_VERSION", "JOBSET_COMMIT", "KUBEFLOW_TRAINER_VERSION", "KUBEFLOW_TRAINER_COMMIT")
+    without = {key: value for key, value in settings.items() if key not in pinned}
+    assert [line[0] for line in engine_builds(fork, without)] == ["kueue"]
 
 
 def test_link_rate_shapes_both_ends_of_the_agents_link_and_unlimited_removes_the_limit(tmp_path):
