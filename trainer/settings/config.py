@@ -125,7 +125,7 @@ class Config:
     threads: int = option(
         0,
         "TensorFlow intra- and inter-op threads (0 = the visible cores, shared out among the TF_CONFIG tasks "
-        "on this host); the manifests (k8s/components/trainer-pod) set TRAINER_THREADS to the pod's CPU limit "
+        "on this host); the manifests (k8s/base/trainer-pod.yaml) set TRAINER_THREADS to the pod's CPU limit "
         "(rounded up)",
     )
     startup_timeout: float = option(600.0, "seconds to wait for every worker to join before giving up")
