@@ -8,8 +8,8 @@ with optional "chief", "ps" and "evaluator" lists; people write the same shape
 by hand with 127.0.0.1 addresses.
 
 A task type's list may also be written as a range, {"count": N, "address": "...{index}..."}: N addresses that
-differ only by their index, 0 to N-1. An engine that writes TF_CONFIG into its pod template with Kubernetes'
-$(VAR) references (k8s/engines/jobset/) needs it: no reference can repeat an address N times.
+differ only by their index, 0 to N-1. An engine whose pod template writes TF_CONFIG with Kubernetes' $(VAR)
+references (the JobSet overlays do) needs it: no reference can repeat an address N times.
   "worker": {"count": 3, "address": "job-worker-0-{index}.job:2222"}
 is the same list as the three addresses written out.
 
@@ -149,7 +149,7 @@ def _json_object(text: str) -> dict[str, Any]:
             "(whole value)",
             f"$({unexpanded[1]}) was not expanded: the container has no variable {unexpanded[1]} defined before "
             "TF_CONFIG",
-            f"define {unexpanded[1]} earlier in the container's env (or in envFrom), as k8s/engines/jobset/ does",
+            f"define {unexpanded[1]} earlier in the container's env than TF_CONFIG, or in its envFrom",
         )
     try:
         config = json.loads(text)
