@@ -11,6 +11,7 @@ operator's admission rules before anything reaches a cluster.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import pathlib
 import re
@@ -118,30 +119,37 @@ def engine_of(objects: Iterable[Manifest]) -> str:
     return ENGINE_KINDS[found[0]["kind"]]
 
 
-def replicated_job_templates(jobset_spec: Manifest) -> list[Manifest]:
-    """The pod templates of a JobSet spec's replicated jobs (a JobSet's spec, or a TrainingRuntime's template.spec)."""
-    return [rjob["template"]["spec"]["template"] for rjob in jobset_spec.get("replicatedJobs") or []]
+# The generic kinds whose one pod template is spec.template; every engine's kinds are its customize.py's.
+TEMPLATE_KINDS = ("Job", "Deployment")
+
+
+@functools.cache
+def _customize_parts() -> tuple[ModuleType, ...]:
+    """Every engine folder's customize.py, the default's first."""
+    return tuple(
+        engine_folders.part(name, "customize") for name in ENGINES if engine_folders.has_part(name, "customize")
+    )
 
 
 def pod_templates(obj: Manifest) -> list[Manifest]:
-    """The pod templates inside a Job, Deployment, TFJob, JobSet or Trainer v2 runtime."""
-    if obj["kind"] == "TFJob":
-        return [spec["template"] for spec in obj["spec"]["tfReplicaSpecs"].values()]
-    if obj["kind"] in ("Job", "Deployment"):
+    """The pod templates inside a Job or Deployment, or inside an engine's object (a TFJob, a JobSet, a Trainer v2
+    runtime: the engine folder's customize.py whose POD_TEMPLATE_KINDS holds the kind says where they are)."""
+    if obj["kind"] in TEMPLATE_KINDS:
         return [obj["spec"]["template"]]
-    if obj["kind"] == "JobSet":
-        return replicated_job_templates(obj["spec"])
-    if obj["kind"] in ("TrainingRuntime", "ClusterTrainingRuntime"):
-        return replicated_job_templates(obj["spec"]["template"]["spec"])
+    for part in _customize_parts():
+        if obj["kind"] in part.POD_TEMPLATE_KINDS:
+            return part.pod_templates(obj)
     return []
 
 
 def trainer_of(template: Manifest) -> Manifest:
-    """The trainer's container in an engine's pod template: `tensorflow` (TFJob), `trainer` (JobSet) or `node`
-    (Trainer v2), else the first container (k8s/components/trainer-pod puts the trainer first)."""
+    """The trainer's container in an engine's pod template: the one named as an engine's customize.py's
+    TRAINER_CONTAINER (`tensorflow`, `trainer`, `node`), else the first container (k8s/components/trainer-pod puts
+    the trainer first)."""
+    names = {part.TRAINER_CONTAINER for part in _customize_parts()}
     containers = template["spec"]["containers"]
     for container in containers:
-        if container.get("name") in (TFJOB_CONTAINER, "trainer", "node"):
+        if container.get("name") in names:
             return container
     return containers[0]
 

@@ -1,21 +1,26 @@
 """How make's command line applies to a JobSet (scripts/common/manifest.py's customize finds it here by the
-engine): which pod templates run the trainer, and how the worker count scales the workers' Job and the worker
-count in every pod's TF_CONFIG."""
+engine): where a JobSet's pod templates are and which container in them is the trainer, which pod templates run the
+trainer, and how the worker count scales the workers' Job and the worker count in every pod's TF_CONFIG."""
 
 from __future__ import annotations
 
-from scripts.common.manifest import (
-    Manifest,
-    ManifestError,
-    pod_templates,
-    replicated_job_templates,
-    the_one,
-    trainer_of,
-)
+from scripts.common.manifest import Manifest, ManifestError, the_one, trainer_of
 
+TRAINER_CONTAINER = "trainer"  # the trainer's container in the overlays' replicated jobs
+POD_TEMPLATE_KINDS = ("JobSet",)  # what pod_templates reads (manifest.pod_templates asks)
 WORKER_JOBS = ("worker", "node")  # the workers' replicated job: JobSet's, and Trainer v2's trainer Job
 # The worker count in the overlays' TF_CONFIG: the settings' WORKERS, which a count given here replaces.
 WORKER_COUNT = '"count": $(WORKERS)'
+
+
+def replicated_job_templates(jobset_spec: Manifest) -> list[Manifest]:
+    """The pod templates of a JobSet spec's replicated jobs (a JobSet's spec, or a TrainingRuntime's template.spec)."""
+    return [rjob["template"]["spec"]["template"] for rjob in jobset_spec.get("replicatedJobs") or []]
+
+
+def pod_templates(obj: Manifest) -> list[Manifest]:
+    """Each replicated job's pod template."""
+    return replicated_job_templates(obj["spec"])
 
 
 def scale_jobset(jobset_spec: Manifest, where: str, workers: int) -> str:

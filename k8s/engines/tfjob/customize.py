@@ -1,9 +1,19 @@
 """How make's command line applies to a TFJob (scripts/common/manifest.py's customize finds it here by the engine):
-which pod templates run the trainer, and how the worker count scales it."""
+where a TFJob's pod templates are and which container in them is the trainer, which templates run the trainer, and
+how the worker count scales it."""
 
 from __future__ import annotations
 
-from scripts.common.manifest import CHIEF_TYPES, Manifest, ManifestError, pod_templates, the_one
+from scripts.common.manifest import CHIEF_TYPES, Manifest, ManifestError, the_one
+
+# The container the operator gives TF_CONFIG: its webhook requires one of this name in every replica.
+TRAINER_CONTAINER = "tensorflow"
+POD_TEMPLATE_KINDS = ("TFJob",)  # what pod_templates reads (manifest.pod_templates asks)
+
+
+def pod_templates(obj: Manifest) -> list[Manifest]:
+    """Each replica's pod template."""
+    return [spec["template"] for spec in obj["spec"]["tfReplicaSpecs"].values()]
 
 
 def trainer_templates(objects: list[Manifest]) -> list[Manifest]:

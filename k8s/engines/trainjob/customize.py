@@ -1,12 +1,21 @@
 """How make's command line applies to a TrainJob (scripts/common/manifest.py's customize finds it here by the
-engine): its runtime's replicated jobs run the trainer; the worker count is the TrainJob's numNodes, with the
-count in the runtime's TF_CONFIG as for a JobSet; the TrainJob's own trainer fields go over the runtime's `node`
-container."""
+engine): where a runtime's pod templates are and which container in them is the trainer; its runtime's replicated
+jobs run the trainer; the worker count is the TrainJob's numNodes, with the count in the runtime's TF_CONFIG as for a
+JobSet; the TrainJob's own trainer fields go over the runtime's `node` container."""
 
 from __future__ import annotations
 
-from k8s.engines.jobset.customize import scale_jobset
-from scripts.common.manifest import Manifest, pod_templates, runtime_of, the_one
+from k8s.engines.jobset.customize import replicated_job_templates, scale_jobset
+from k8s.engines.trainjob.local_run import NODE, RUNTIME_KINDS
+from scripts.common.manifest import Manifest, runtime_of, the_one
+
+TRAINER_CONTAINER = NODE  # Trainer v2's trainer container, in its runtime's trainer Job
+POD_TEMPLATE_KINDS = RUNTIME_KINDS  # what pod_templates reads (manifest.pod_templates asks)
+
+
+def pod_templates(obj: Manifest) -> list[Manifest]:
+    """A (Cluster)TrainingRuntime's replicated jobs' pod templates (a TrainJob holds none)."""
+    return replicated_job_templates(obj["spec"]["template"]["spec"])
 
 
 def trainer_templates(objects: list[Manifest]) -> list[Manifest]:
