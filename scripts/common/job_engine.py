@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from scripts.common.manifest import ENGINE_KINDS, TFJOB_CONTAINER, engine_module, engine_of
+from scripts.common.manifest import ENGINE_KINDS, engine_module, engine_of
 
 Manifest = dict[str, Any]
 JOB_VERBS = ["get", "list", "watch", "create", "delete"]  # what creating and following a job takes (API_RULES)
@@ -93,8 +93,8 @@ class Engine:
     kind = ""
     # The condition type that means the job succeeded (the other end is always Failed).
     succeeded = ""
-    # The container whose log is the trainer's.
-    container = TFJOB_CONTAINER
+    # The container whose log is the trainer's (each engine names its own).
+    container = ""
     # What the job does once a lost node's pods are deleted (make status's advice for a lost node).
     after_lost_pods = "restarts its group on the nodes that remain, from the last checkpoint."
 

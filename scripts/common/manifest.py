@@ -2,19 +2,14 @@
 
 `render()` runs the real renderer (`kubectl kustomize k8s/engines/<engine>/<strategy>`); `customize()` applies the
 command line (image, worker count, dataset, epochs, trainer flags) to the rendered objects,
-for `make submit` and `make run-local` alike;
-`to_tfjob()` turns the TFJob document into the Kubeflow SDK's model and `request_body()`
-gives the exact JSON the SDK sends; `webhook_problems()` applies the training
-operator's admission rules before anything reaches a cluster.
+for `make submit` and `make run-local` alike, with each engine's part from its folder (`engine_module`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import json
 import pathlib
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,14 +27,8 @@ ENGINES = engine_folders.names()  # the engine folders this checkout holds
 STRATEGIES = engine_folders.STRATEGIES
 # The object that runs the training group, per engine; a TrainJob comes with the TrainingRuntime it names.
 ENGINE_KINDS = engine_folders.kinds()
-TFJOB_CONTAINER = "tensorflow"
 # The image's ENTRYPOINT (the Dockerfile's; tests/tools/test_run_local_manifest.py holds the two equal).
 IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", "python", "-m", "trainer")
-# The operator's DNS-1035 label rule for job names (apimachinery NameIsDNS1035Label).
-DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_LABEL_MAX = 63
-# The tfReplicaSpecs keys the operator knows, in the order run-local starts them (a chief first).
-REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 CHIEF_TYPES = ("Chief", "Master")
 
 Manifest = dict[str, Any]
@@ -286,75 +275,3 @@ def trainer_config(args: Sequence[str], environ: dict[str, str]):
         raise ManifestError(
             f"trainer flags {list(args)} are not accepted by `python -m trainer` (see its --help)"
         ) from None
-
-
-def tensorflow_container(template: Manifest) -> Manifest:
-    """The `tensorflow` container of a replica's pod template: the one the operator gives TF_CONFIG."""
-    for container in template["spec"]["containers"]:
-        if container.get("name") == TFJOB_CONTAINER:
-            return container
-    raise ManifestError(f"pod template has no container named {TFJOB_CONTAINER!r}")
-
-
-def trainer_container(tfjob: Manifest) -> Manifest:
-    """The `tensorflow` container of the TFJob's Worker replicas."""
-    return tensorflow_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"])
-
-
-def to_tfjob(document: Manifest):
-    """The TFJob document as the SDK's KubeflowOrgV1TFJob (unknown fields would be dropped)."""
-    from kubeflow.training import ApiClient
-    from kubeflow.training.utils.utils import FakeResponse
-
-    if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "TFJob":
-        raise ManifestError(
-            f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}"
-        )
-    return ApiClient().deserialize(FakeResponse(document), "KubeflowOrgV1TFJob")
-
-
-def request_body(tfjob_model) -> Manifest:
-    """The JSON body TrainingClient.create_job sends (the kubernetes client's serializer)."""
-    import kubernetes.client
-
-    return json.loads(json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(tfjob_model)))
-
-
-def webhook_problems(document: Manifest) -> list[str]:
-    """Why the training operator's TFJob admission webhook (v1.9) would reject this, if it would.
-
-    Its rules: the name is a DNS-1035 label; tfReplicaSpecs exists; every replica type has
-    containers, each with an image, one of them named `tensorflow`; at most one of Chief and
-    Master. One more rule of ours: pod and service names `<job>-<type>-<index>` are DNS labels too.
-    """
-    problems = []
-    name = document.get("metadata", {}).get("name", "")
-    if not DNS_1035_LABEL.match(name) or len(name) > DNS_LABEL_MAX:
-        problems.append(
-            f"metadata.name {name!r} is not a DNS-1035 label (a-z, 0-9, '-', starts with a letter, "
-            f"at most {DNS_LABEL_MAX} characters): set JOB_NAME in k8s/base/settings.env"
-        )
-    specs = document.get("spec", {}).get("tfReplicaSpecs")
-    if not specs:
-        return problems + ["spec.tfReplicaSpecs is required"]
-    for replica_type, spec in specs.items():
-        path = f"spec.tfReplicaSpecs.{replica_type}"
-        if replica_type not in REPLICA_TYPES:
-            problems.append(f"{path}: unknown replica type; use one of {', '.join(REPLICA_TYPES)}")
-        containers = (spec or {}).get("template", {}).get("spec", {}).get("containers") or []
-        if not containers:
-            problems.append(f"{path}.template.spec.containers must be specified")
-        for index, container in enumerate(containers):
-            if not container.get("image"):
-                problems.append(f"{path}.template.spec.containers[{index}].image is required")
-        if not any(container.get("name") == TFJOB_CONTAINER for container in containers):
-            problems.append(
-                f"{path}.template.spec.containers: no container named {TFJOB_CONTAINER!r}; "
-                f"the operator requires one (it is the container that gets TF_CONFIG)"
-            )
-        longest = f"{name}-{replica_type.lower()}-{max(0, int((spec or {}).get('replicas') or 1) - 1)}"
-        if len(longest) > DNS_LABEL_MAX:
-            problems.append(f"pod name {longest!r} is longer than {DNS_LABEL_MAX} characters: shorten JOB_NAME")
-    if sum(rtype in specs for rtype in CHIEF_TYPES) > 1:
-        problems.append("spec.tfReplicaSpecs must not have more than 1 Chief or Master role")
-    return problems

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from scripts.common import manifest as tfjob_manifest
+from k8s.engines.tfjob.admission import webhook_problems
 from scripts.common.manifest import CHIEF_TYPES, ENGINE_KINDS, ManifestError
 
 from .engine_modules import local_run
@@ -86,7 +86,7 @@ def replica_count(spec: dict[str, Any]) -> int:
 def validate(tfjob: dict[str, Any]) -> None:
     """The training operator's admission webhook rules, so a job the cluster would reject fails here too,
     and the replica counts and restart policies run-local can run."""
-    problems = tfjob_manifest.webhook_problems(tfjob)
+    problems = webhook_problems(tfjob)
     for rtype, spec in replica_specs(tfjob).items():
         path = f"spec.tfReplicaSpecs.{rtype}"
         if replica_count(spec) < 0:

@@ -22,15 +22,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from k8s.engines.tfjob.admission import REPLICA_TYPES, tensorflow_container
+from k8s.engines.tfjob.customize import TRAINER_CONTAINER
 from scripts.common import tfconfig
-from scripts.common.manifest import (
-    IMAGE_ENTRYPOINT,
-    REPLICA_TYPES,
-    TFJOB_CONTAINER,
-    pod_templates,
-    tensorflow_container,
-    trainer_config,
-)
+from scripts.common.manifest import IMAGE_ENTRYPOINT, pod_templates, trainer_config
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment
 from scripts.common.settings import ROOT
@@ -202,7 +197,7 @@ class Planner:
                 if other is not container:
                     self.problems.notes.append(
                         f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
-                        f"run locally (only {TFJOB_CONTAINER!r} is)"
+                        f"run locally (only {TRAINER_CONTAINER!r} is)"
                     )
             for index in range(counts[rtype]):
                 replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))

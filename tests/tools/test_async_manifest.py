@@ -13,6 +13,8 @@ import sys
 import kubernetes_validate
 import pytest
 
+from k8s.engines.tfjob import admission as tfjob_admission
+from k8s.engines.tfjob import cluster as tfjob_cluster
 from local_runner import job_model_dir
 from multiworker import python_prints
 from scripts.common import manifest as tfjob_manifest
@@ -52,14 +54,14 @@ def test_every_replica_is_a_valid_pod_template_with_resources(tfjob):
             K8S_VERSION,
             strict=True,
         )
-        container = tfjob_manifest.tensorflow_container(spec["template"])
+        container = tfjob_admission.tensorflow_container(spec["template"])
         assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
         assert {port["name"] for port in container["ports"]} >= {"tfjob-port"}
 
 
 def test_the_sdk_model_and_the_webhook_accept_it(tfjob):
-    assert tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob)) == tfjob
-    assert tfjob_manifest.webhook_problems(tfjob) == []
+    assert tfjob_cluster.sdk_request_body(tfjob_cluster.to_tfjob(tfjob)) == tfjob
+    assert tfjob_admission.webhook_problems(tfjob) == []
 
 
 def test_the_operators_tf_config_gives_every_replica_its_role(tfjob):
@@ -70,7 +72,7 @@ def test_the_operators_tf_config_gives_every_replica_its_role(tfjob):
         # Plain values only: TRAINER_THREADS comes from the container's own CPU limit (resourceFieldRef).
         env = {
             entry["name"]: entry["value"]
-            for entry in tfjob_manifest.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]
+            for entry in tfjob_admission.tensorflow_container(replicas(tfjob)[rtype]["template"])["env"]
             if "value" in entry
         }
         config = parse_config([], env)

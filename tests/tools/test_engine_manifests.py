@@ -23,6 +23,7 @@ import yaml
 
 import crd_schemas
 import engines_here
+from k8s.engines.tfjob import cluster as tfjob_cluster
 from pod_security import pod_templates
 from scripts.common import job_engine
 from scripts.common import manifest as tfjob_manifest
@@ -407,7 +408,7 @@ def test_the_tfjob_with_the_documented_scheduling_policy_passes_the_crd_schema_a
     crd_schemas.validate(tfjob)
     tfjob["spec"]["runPolicy"]["schedulingPolicy"] = dict(SCHEDULING_POLICY)
     crd_schemas.validate(tfjob)
-    assert tfjob_manifest.request_body(tfjob_manifest.to_tfjob(tfjob)) == tfjob
+    assert tfjob_cluster.sdk_request_body(tfjob_cluster.to_tfjob(tfjob)) == tfjob
 
 
 def with_kueue(overlay: str, tmp_path: pathlib.Path) -> tuple[list[dict], list[dict]]:

@@ -13,6 +13,8 @@ import subprocess
 import kubernetes_validate
 import pytest
 
+from k8s.engines.tfjob import admission as tfjob_admission
+from k8s.engines.tfjob import cluster as tfjob_cluster
 from scripts.common import manifest as tfjob_manifest
 from scripts.common import settings as project_settings
 from scripts.localrun.envvars import EnvResolver, PodMeta, Problems, expand
@@ -120,13 +122,13 @@ def test_strict_validation_rejects_a_misspelt_field(tfjob):
 
 
 def test_tfjob_deserializes_into_the_sdk_model_without_losing_a_field(tfjob):
-    model = tfjob_manifest.to_tfjob(tfjob)
+    model = tfjob_cluster.to_tfjob(tfjob)
     assert type(model).__name__ == "KubeflowOrgV1TFJob"
-    assert tfjob_manifest.request_body(model) == tfjob
+    assert tfjob_cluster.sdk_request_body(model) == tfjob
 
 
 def test_tfjob_passes_the_operator_webhook_rules(tfjob):
-    assert tfjob_manifest.webhook_problems(tfjob) == []
+    assert tfjob_admission.webhook_problems(tfjob) == []
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,7 @@ def test_tfjob_passes_the_operator_webhook_rules(tfjob):
 def test_webhook_rules_reject_what_the_operator_rejects(tfjob, breakage, complaint):
     broken = copy.deepcopy(tfjob)
     breakage(broken)
-    problems = tfjob_manifest.webhook_problems(broken)
+    problems = tfjob_admission.webhook_problems(broken)
     assert any(complaint in problem for problem in problems), problems
 
 
@@ -164,7 +166,7 @@ def test_tfjob_takes_its_names_ports_and_counts_from_settings(rendered, tfjob):
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     assert list(tfjob["spec"]["tfReplicaSpecs"]) == ["Worker"]
     assert worker["replicas"] == int(SETTINGS["WORKERS"])
-    container = tfjob_manifest.trainer_container(tfjob)
+    container = tfjob_admission.trainer_container(tfjob)
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"tfjob-port": int(SETTINGS["TFJOB_PORT"]), "status": int(SETTINGS["TRAINER_STATUS_PORT"])}
     assert container["image"] == SETTINGS["IMAGE_NAME"]
@@ -205,7 +207,7 @@ def test_data_preparation_job_prepares_the_dataset_the_trainer_reads(rendered, t
     assert container["command"] == [*image_entrypoint()[:-1], "trainer.data"]
     assert not container.get("args")  # its dataset and data dir are the settings the trainer reads, below
     trainer = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-    trainer_env = pod_env(rendered, tfjob_manifest.trainer_container(tfjob), trainer)
+    trainer_env = pod_env(rendered, tfjob_admission.trainer_container(tfjob), trainer)
     data_env = pod_env(rendered, container, job["spec"]["template"]["spec"])
     for key in DATA_SETTINGS:
         assert trainer_env.get(key) == data_env.get(key), key
@@ -240,7 +242,7 @@ def test_a_users_files_in_the_settings_reach_the_trainer_and_the_data_job_alike(
     objects = tfjob_manifest.render()
     job = component(objects, "Job", "prepare-data")
     data_env = pod_env(objects, job["spec"]["template"]["spec"]["containers"][0])
-    trainer_env = pod_env(objects, tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
+    trainer_env = pod_env(objects, tfjob_admission.trainer_container(tfjob_manifest.the_one(objects, "TFJob")))
     assert {key: data_env[key] for key in files} == {key: trainer_env[key] for key in files} == files
 
 
@@ -250,7 +252,7 @@ def test_a_fork_module_alone_names_the_dataset_of_the_trainer_and_the_data_job(m
     monkeypatch.setenv("TRAINER_MODULE", "examples.regression")
     objects = tfjob_manifest.render()
     data = component(objects, "Job", "prepare-data")["spec"]["template"]["spec"]["containers"][0]
-    trainer = tfjob_manifest.trainer_container(tfjob_manifest.the_one(objects, "TFJob"))
+    trainer = tfjob_admission.trainer_container(tfjob_manifest.the_one(objects, "TFJob"))
     for container in (data, trainer):
         config = tfjob_manifest.trainer_config(container.get("args") or [], pod_env(objects, container))
         assert (config.module, config.dataset) == ("examples.regression", "linear_features"), container["name"]
@@ -264,7 +266,7 @@ def test_status_service_reaches_the_chief_of_this_job(rendered, tfjob):
     }
     (port,) = service["spec"]["ports"]
     assert port["port"] == int(SETTINGS["TRAINER_STATUS_PORT"])
-    names = {p["name"] for p in tfjob_manifest.trainer_container(tfjob)["ports"]}
+    names = {p["name"] for p in tfjob_admission.trainer_container(tfjob)["ports"]}
     assert port["targetPort"] in names
 
 
@@ -273,7 +275,7 @@ def test_tensorboard_reads_this_jobs_model_directory_on_the_volume(rendered, tfj
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = pod_env(rendered, container, deployment["spec"]["template"]["spec"])
     trainer = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-    model_dir = pod_env(rendered, tfjob_manifest.trainer_container(tfjob), trainer)["TRAINER_MODEL_DIR"]
+    model_dir = pod_env(rendered, tfjob_admission.trainer_container(tfjob), trainer)["TRAINER_MODEL_DIR"]
     assert model_dir == f"{SETTINGS['MODEL_ROOT']}/{SETTINGS['JOB_NAME']}"
     assert f"--logdir={model_dir}" in [expand(arg, env) for arg in container["args"]]
     assert container["volumeMounts"][0]["readOnly"] is True
@@ -306,7 +308,7 @@ def test_run_policy_matches_the_trainer_exit_codes(tfjob):
 def test_the_trainers_threads_are_the_pods_cpu_limit(tfjob):
     # TensorFlow would size its pools to the node's cores and be throttled to the limit; the kubelet writes
     # the limit (whole CPUs, rounded up) into TRAINER_THREADS, which the trainer's --threads reads.
-    container = tfjob_manifest.trainer_container(tfjob)
+    container = tfjob_admission.trainer_container(tfjob)
     (threads,) = [entry for entry in container["env"] if entry["name"] == "TRAINER_THREADS"]
     assert threads == {
         "name": "TRAINER_THREADS",
@@ -336,4 +338,4 @@ def test_the_makefile_builds_the_image_name_the_manifests_run(tfjob):
     ).stdout
     submitted = re.search(r"-m scripts\.cluster\.submit --kustomize \S+ --image (\S+)", plan).group(1)
     assert submitted == f"{SETTINGS['IMAGE_NAME']}:rev123"
-    assert submitted.rsplit(":", 1)[0] == tfjob_manifest.trainer_container(tfjob)["image"]
+    assert submitted.rsplit(":", 1)[0] == tfjob_admission.trainer_container(tfjob)["image"]

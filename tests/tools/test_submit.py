@@ -15,6 +15,8 @@ import threading
 import pytest
 import yaml
 
+from k8s.engines.tfjob import admission as tfjob_admission
+from k8s.engines.tfjob import cluster as tfjob_cluster
 from scripts.cluster import job_follower
 from scripts.cluster import steps as cluster_steps
 from scripts.cluster import submit as submit_module
@@ -67,7 +69,7 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
     expected = copy.deepcopy(rendered)
     worker = expected["spec"]["tfReplicaSpecs"]["Worker"]
     worker["replicas"] = 3
-    container = tfjob_manifest.trainer_container(expected)
+    container = tfjob_admission.trainer_container(expected)
     container["image"] = IMAGE
     container["args"] = list(container.get("args") or []) + ["--per-worker-batch-size", "32", "--scale-learning-rate"]
     # The settings reach the pod through envFrom; the command line's values are variables after them, so they win.
@@ -78,9 +80,9 @@ def test_dry_run_prints_the_rendered_tfjob_with_the_command_line_applied(dry_run
 
 
 def test_dry_run_object_is_a_valid_sdk_tfjob_the_operator_accepts(dry_run):
-    model = tfjob_manifest.to_tfjob(dry_run)
+    model = tfjob_cluster.to_tfjob(dry_run)
     assert model.kind == "TFJob" and model.spec.tf_replica_specs["Worker"].replicas == 3
-    assert tfjob_manifest.webhook_problems(dry_run) == []
+    assert tfjob_admission.webhook_problems(dry_run) == []
 
 
 class RecordingAPI(http.server.BaseHTTPRequestHandler):
@@ -111,7 +113,7 @@ def test_dry_run_output_is_exactly_the_body_training_client_create_job_sends(dry
     try:
         configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{server.server_port}")
         client = TrainingClient(client_configuration=configuration, job_kind="TFJob", namespace=SETTINGS["NAMESPACE"])
-        client.create_job(job=tfjob_manifest.to_tfjob(dry_run), namespace=SETTINGS["NAMESPACE"])
+        client.create_job(job=tfjob_cluster.to_tfjob(dry_run), namespace=SETTINGS["NAMESPACE"])
     finally:
         server.shutdown()
     ((method, path, body),) = RecordingAPI.requests

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 import claim_cluster
+from k8s.engines.tfjob import customize as tfjob_customize
 from scripts.common import kubectl as project_kubectl
 from scripts.common import manifest
 from scripts.common.settings import ROOT, load
@@ -236,7 +237,7 @@ def test_ctrl_c_says_whether_the_experiment_goes_on_in_the_cluster(capsys, monke
 def test_a_failed_trials_reason_is_the_trainers_line_not_a_peer_the_engine_stopped(monkeypatch):
     def pod(exit_code: int, message: str) -> dict:
         terminated = {"state": {"terminated": {"exitCode": exit_code, "message": message}}}
-        return {"status": {"containerStatuses": [{"name": manifest.TFJOB_CONTAINER, **terminated}]}}
+        return {"status": {"containerStatuses": [{"name": tfjob_customize.TRAINER_CONTAINER, **terminated}]}}
 
     diverged = "error: training diverged at step 4 (epoch 1): the loss went non-finite"
     stopped = "E1205 12:00:01 collective_ops.cc:123] Collective ops aborted: peer worker-0 gone, an error long after"

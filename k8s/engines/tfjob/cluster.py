@@ -1,9 +1,13 @@
 """The TFJob's part of make submit (scripts/common/job_engine.py finds it here by the job's kind): the training
 operator v1's TFJob through the Kubeflow SDK `kubeflow-training`'s TrainingClient, checked against the operator's
-webhook rules (scripts/common/manifest.py's webhook_problems) before any cluster call."""
+webhook rules (admission.py's webhook_problems) before any cluster call."""
 
 from __future__ import annotations
 
+import json
+
+from k8s.engines.tfjob.admission import trainer_container, webhook_problems
+from k8s.engines.tfjob.customize import TRAINER_CONTAINER
 from scripts.common import manifest
 from scripts.common.job_engine import JOB_VERBS, Clients, Condition, Engine, JobView, Manifest, foreground
 
@@ -19,6 +23,7 @@ API_RULES = [{"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"], "verbs": J
 
 class TFJobEngine(Engine):
     kind, succeeded = "TFJob", "Succeeded"
+    container = TRAINER_CONTAINER
     after_lost_pods = "fails: make submit again resumes from the last checkpoint on the nodes that remain."
 
     def __init__(self, training_client, name: str, namespace: str):
@@ -34,7 +39,7 @@ class TFJobEngine(Engine):
         return JobView(deleting=bool(job.metadata and job.metadata.deletion_timestamp), conditions=conditions)
 
     def create(self, objects: list[Manifest]) -> None:
-        tfjob = manifest.to_tfjob(manifest.the_one(objects, "TFJob"))
+        tfjob = to_tfjob(manifest.the_one(objects, "TFJob"))
         self.training.create_job(job=tfjob, namespace=self.namespace)
 
     def delete(self) -> None:
@@ -56,11 +61,11 @@ def engine(objects: list[Manifest], namespace: str, clients: Clients) -> TFJobEn
 
 
 def admission_problems(objects: list[Manifest]) -> tuple[str, list[str]]:
-    return "the training operator", manifest.webhook_problems(manifest.the_one(objects, "TFJob"))
+    return "the training operator", webhook_problems(manifest.the_one(objects, "TFJob"))
 
 
 def chief_container(objects: list[Manifest]) -> Manifest:
-    return manifest.trainer_container(manifest.the_one(objects, "TFJob"))
+    return trainer_container(manifest.the_one(objects, "TFJob"))
 
 
 def objects_before_job(objects: list[Manifest]) -> list[Manifest]:
@@ -69,4 +74,23 @@ def objects_before_job(objects: list[Manifest]) -> list[Manifest]:
 
 def request_body(objects: list[Manifest]) -> Manifest:
     """The exact JSON the SDK sends."""
-    return manifest.request_body(manifest.to_tfjob(manifest.the_one(objects, "TFJob")))
+    return sdk_request_body(to_tfjob(manifest.the_one(objects, "TFJob")))
+
+
+def to_tfjob(document: Manifest):
+    """The TFJob document as the SDK's KubeflowOrgV1TFJob (unknown fields would be dropped)."""
+    from kubeflow.training import ApiClient
+    from kubeflow.training.utils.utils import FakeResponse
+
+    if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "TFJob":
+        raise manifest.ManifestError(
+            f"expected a kubeflow.org/v1 TFJob, got {document.get('apiVersion')} {document.get('kind')}"
+        )
+    return ApiClient().deserialize(FakeResponse(document), "KubeflowOrgV1TFJob")
+
+
+def sdk_request_body(tfjob_model) -> Manifest:
+    """The JSON body TrainingClient.create_job sends (the kubernetes client's serializer)."""
+    import kubernetes.client
+
+    return json.loads(json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(tfjob_model)))

@@ -6,12 +6,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+from k8s.engines.tfjob.customize import TRAINER_CONTAINER
 from scripts.common import manifest
 from scripts.common.manifest import Manifest
 
 # The pod whose output Katib's collector reads: the first worker (the chief; the operator labels it master when no
 # Chief replica exists), its `tensorflow` container.
-PRIMARY_CONTAINER = manifest.TFJOB_CONTAINER
+PRIMARY_CONTAINER = TRAINER_CONTAINER
 PRIMARY_LABELS = {"training.kubeflow.org/job-role": "master"}
 POD_LABEL = "training.kubeflow.org/job-name"  # on every pod of the job, valued with its name
 SHARED_KINDS: tuple[str, ...] = ()  # nothing of its own that every trial shares
@@ -27,7 +28,7 @@ def trial_spec(objects: list[Manifest], flags: Sequence[str], env: list[dict[str
     job = copy.deepcopy(manifest.the_one(objects, "TFJob"))
     for replica in job["spec"]["tfReplicaSpecs"].values():
         for container in replica["template"]["spec"]["containers"]:
-            if container["name"] == manifest.TFJOB_CONTAINER:
+            if container["name"] == TRAINER_CONTAINER:
                 container["command"] = list(manifest.IMAGE_ENTRYPOINT)
                 container["terminationMessagePolicy"] = "FallbackToLogsOnError"
                 container["args"] = [*(container.get("args") or []), *flags]
