@@ -5,11 +5,12 @@ the image's ENTRYPOINT runs (the Dockerfile's: tini, then `python -m trainer`). 
 (tini) is dropped, because the runner's process group does its job here (forward signals, reap);
 a `python` in argv[0] becomes this interpreter, the one whose environment holds the trainer.
 
-A pod has its own network; local replicas share one host. So every named container port except
-tfjob-port gets a free loopback port, and env values and args that name the port are rewritten. A TFJob's
-replicas get TF_CONFIG with loopback addresses; a JobSet's pods get what JobSet and Kubernetes give them (names,
-hostnames, labels for the downward API, JOB_COMPLETION_INDEX), and the TF_CONFIG their template writes with each
-pod's DNS name replaced by a loopback address (k8s/engines/jobset/local_run.py).
+A pod has its own network; local replicas share one host. So every named container port gets a free loopback
+port, but those the engine addresses itself (a TFJob's tfjob-port, in TF_CONFIG), and env values and args that name
+the port are rewritten. Each engine's local_run.py plans its pods with plan_container: a TFJob's replicas get
+TF_CONFIG with loopback addresses; a JobSet's pods get what JobSet and Kubernetes give them (names, hostnames, labels
+for the downward API, JOB_COMPLETION_INDEX), and the TF_CONFIG their template writes with each pod's DNS name
+replaced by a loopback address (k8s/engines/jobset/local_run.py).
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ import pathlib
 import re
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from k8s.engines.tfjob.admission import REPLICA_TYPES, tensorflow_container
-from k8s.engines.tfjob.customize import TRAINER_CONTAINER
-from scripts.common import tfconfig
 from scripts.common.manifest import IMAGE_ENTRYPOINT, pod_templates, trainer_config
 from scripts.common.ports import free_ports
 from scripts.common.processes import inherited_environment
@@ -32,13 +30,11 @@ from scripts.common.settings import ROOT
 from trainer.settings.config import Config
 
 from .envvars import EnvResolver, PodMeta, Problems, expand
-from .manifests import Manifests, replica_count, replica_specs
-from .operator_rules import Replica
+from .manifests import Manifests
 from .volumes import EMPTY_DIRS, PathMapper, claim_dirs, container_mounts, pod_claims
 
 TRAINER_MODULE = ("-m", "trainer")
 INITS = ("tini", "tini-static", "dumb-init")
-TFJOB_PORT_NAME = "tfjob-port"
 # Listeners of a pod are reached through Services only; local ones stay on loopback unless the manifest says.
 LOOPBACK_DEFAULTS = {"TRAINER_STATUS_HOST": "127.0.0.1"}
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
@@ -68,8 +64,10 @@ def without_init(argv: list[str]) -> list[str]:
     return argv
 
 
-def local_ports(container: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    declared = [port for port in container.get("ports") or [] if port.get("name") != TFJOB_PORT_NAME]
+def local_ports(container: Mapping[str, Any], own_ports: Collection[str] = ()) -> dict[str, tuple[int, int]]:
+    """A free loopback port for each named container port but own_ports (those the engine gives an address of its
+    own, as a TFJob's TF_CONFIG does)."""
+    declared = [port for port in container.get("ports") or [] if port.get("name") not in own_ports]
     return {
         port.get("name") or str(port["containerPort"]): (int(port["containerPort"]), local)
         for port, local in zip(declared, free_ports(len(declared)), strict=True)
@@ -83,19 +81,6 @@ def _rewrite_port(text: str, ports: Mapping[str, tuple[int, int]]) -> str:
         if text.endswith(f"={container_port}") and text.startswith("-"):
             return text[: -len(str(container_port))] + str(local)
     return text
-
-
-def operator_labels(job: str, rtype: str, index: int, is_chief: bool) -> dict[str, str]:
-    """The labels the training operator puts on a TFJob's pod (kubeflow/trainer v1.9.4, pkg/controller.v1/common)."""
-    labels = {
-        "training.kubeflow.org/job-name": job,
-        "training.kubeflow.org/replica-type": rtype.lower(),
-        "training.kubeflow.org/replica-index": str(index),
-        "training.kubeflow.org/operator-name": "tfjob-controller",
-    }
-    if is_chief:
-        labels["training.kubeflow.org/job-role"] = "master"
-    return labels
 
 
 def settings_of(plan: ProcessPlan) -> Config:
@@ -113,7 +98,7 @@ class Planner:
         self.resolver = EnvResolver(manifests.config_maps)
         claims = {c for template in pod_templates(manifests.job) for c in pod_claims(template["spec"])}
         self.claims = claim_dirs(claims, job_dir) if claims else {}
-        self.chief: ProcessPlan | None = None  # set by replicas(): the replica labelled job-role=master
+        self.chief: ProcessPlan | None = None  # set by the engine's plan: the chief's process
 
     def _base_env(self, hostname: str) -> dict[str, str]:
         # The local shell's TF_CONFIG and TRAINER_* would change what the manifest says; a pod has neither.
@@ -156,11 +141,13 @@ class Planner:
         where: str,
         pod: PodMeta | None = None,
         hostname: str | None = None,
+        own_ports: Collection[str] = (),
     ) -> ProcessPlan:
-        """pod: the pod's metadata for the downward API; hostname: the pod's, when not its name (Indexed Jobs)."""
+        """pod: the pod's metadata for the downward API; hostname: the pod's, when not its name (Indexed Jobs);
+        own_ports: the container ports the engine gives an address of its own (local_ports)."""
         pod_dir = self.job_dir / EMPTY_DIRS / pod_name
         mapper = PathMapper(container_mounts(container, pod_spec, self.claims, where, self.problems, pod_dir))
-        ports = local_ports(container)
+        ports = local_ports(container, own_ports)
         resolved = self.resolver.resolve(container, pod_spec, where, self.problems, pod)
         container_env = {k: _rewrite_port(mapper.rewrite(v), ports) for k, v in resolved.items()}
         env = self._base_env(hostname or pod_name)
@@ -177,59 +164,15 @@ class Planner:
             ports=ports,
         )
 
-    def replicas(self) -> list[tuple[Replica, ProcessPlan]]:
-        """One process per replica of the TFJob, with the TF_CONFIG the operator would give it."""
-        tfjob, job = self.manifests.tfjob, self.manifests.name
-        specs = replica_specs(tfjob)
-        counts = {rtype: replica_count(spec) for rtype, spec in specs.items()}
-        tasks = [(rtype, i) for rtype, n in counts.items() for i in range(n)]
-        ports = dict(zip(tasks, free_ports(len(tasks)), strict=True))
-        address = lambda rtype, i: f"127.0.0.1:{ports[(rtype, i)]}"  # noqa: E731 (the operator's Service names, made local)
-        chief = tfconfig.chief_of(counts)
-        planned = []
-        for rtype in REPLICA_TYPES:
-            if not counts.get(rtype):
-                continue
-            spec = specs[rtype]
-            pod_spec = spec["template"]["spec"]
-            container = tensorflow_container(spec["template"])
-            for other in pod_spec.get("initContainers", []) + pod_spec["containers"]:
-                if other is not container:
-                    self.problems.notes.append(
-                        f"TFJob {job} {rtype}: container {other.get('name')!r} is not "
-                        f"run locally (only {TRAINER_CONTAINER!r} is)"
-                    )
-            for index in range(counts[rtype]):
-                replica = Replica(rtype=rtype, index=index, restart_policy=spec.get("restartPolicy", "Never"))
-                pod_name = f"{job}-{rtype.lower()}-{index}"
-                pod = PodMeta(
-                    name=pod_name,
-                    namespace=self.manifests.namespace,
-                    labels={
-                        **(spec["template"].get("metadata") or {}).get("labels", {}),
-                        **operator_labels(job, rtype, index, (rtype, index) == chief),
-                    },
-                    annotations=(spec["template"].get("metadata") or {}).get("annotations", {}),
-                )
-                where = f"TFJob {job} {rtype} {index}"
-                plan = self.plan_container(replica.name, pod_name, pod_spec, container, where, pod)
-                if (rtype, index) == chief:
-                    self.chief = plan
-                config = tfconfig.tf_config(counts, rtype, index, address)
-                if config is not None:
-                    plan.env["TF_CONFIG"] = config
-                planned.append((replica, plan))
-        return planned
-
     def preparation_jobs(self) -> list[ProcessPlan]:
-        """The batch Jobs that use the TFJob's volume (the data preparation), one process each."""
+        """The batch Jobs that use the job's volume (the data preparation), one process each."""
         plans = []
         for job in self.manifests.jobs:
             pod_spec = job["spec"]["template"]["spec"]
             if not set(pod_claims(pod_spec)) & set(self.claims):
                 continue
             name = job["metadata"]["name"]
-            # kustomize prefixes the Job with the TFJob's name; the console shows the short part.
+            # kustomize prefixes the Job with the job's name; the console shows the short part.
             short = name.removeprefix(f"{self.manifests.name}-")
             container, *rest = pod_spec["containers"]
             for other in rest + pod_spec.get("initContainers", []):

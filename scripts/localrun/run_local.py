@@ -24,10 +24,11 @@ from scripts.common.cli import image_dir_of, split_trainer_flags
 from scripts.common.settings import LOCAL_RUNS
 
 from . import manifests as manifest_io
+from .batch_job import BatchJobRules
 from .console import Console
 from .engine_modules import local_run
 from .envvars import Problems
-from .operator_rules import JobRules, Replica
+from .operator_rules import Replica
 from .podplan import Planner, ProcessPlan, settings_of
 from .report import shown, summarize
 from .supervisor import Rules, Supervisor
@@ -139,10 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.clean:
             clean(job_dir)
         planner = Planner(manifests, job_dir, problems)
-        if manifests.kind == "TFJob":
-            replicas = planner.replicas()
-        else:
-            replicas, planned = local_run(manifests.kind).plan(planner)
+        engine = local_run(manifests.kind)
+        replicas, planned = engine.plan(planner)
         preparations = planner.preparation_jobs()
         if not problems.errors:
             chief_settings = settings_of(planner.chief)
@@ -157,14 +156,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run-local: error: {error}", file=sys.stderr)
         return 2
 
-    spec = manifests.job["spec"]
-    run_policy = spec.get("runPolicy") or {}
-    if manifests.kind == "TFJob" and run_policy.get("suspend"):
-        print(
-            f"run-local: TFJob {manifests.name} has runPolicy.suspend: true; the operator would start no pod",
-            file=sys.stderr,
-        )
-        return 2
     chief = planner.chief
     console = Console([p.name for _, p in replicas] + [p.name for p in preparations], job_dir / "run-local" / "logs")
     watchdog = Watchdog(max(p.grace_s for _, p in replicas))
@@ -173,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             console.say(local_run(manifests.made_from["kind"]).describe(manifests.made_from, manifests.job))
         console.say(
             f"{manifests.kind} {manifests.namespace}/{manifests.name}: {len(replicas)} "
-            f"{'replica' if manifests.kind == 'TFJob' else 'pod'}(s); "
+            f"{getattr(engine, 'PROCESS_NOUN', 'pod')}(s); "
             f"volume {', '.join(sorted(planner.claims)) or '(none)'} -> {shown(job_dir)} "
             f"(kept between runs like the claim; --clean starts afresh)"
         )
@@ -191,24 +182,12 @@ def main(argv: list[str] | None = None) -> int:
                 "--skip-prepare: the data-preparation Job does not run; the trainer reads what is on the volume"
             )
         for plan in preparations:
-            rules = JobRules(plan.name, manifests.namespace, [Replica("Worker", 0)], None, None, kind="Job")
-            code = run_job(rules, {plan.name: (rules.replicas[0], plan)}, console, watchdog, job_dir, None)
+            preparation = BatchJobRules(plan.name, manifests.namespace)
+            code = run_job(preparation, {plan.name: (preparation.replicas[0], plan)}, console, watchdog, job_dir, None)
             if code != 0:
-                console.say(f"data preparation Job {plan.name} did not succeed; the TFJob is not started")
+                console.say(f"data preparation Job {plan.name} did not succeed; the {manifests.kind} is not started")
                 return code
-        rules: Rules
-        if manifests.kind == "TFJob":
-            rules = JobRules(
-                manifests.name,
-                manifests.namespace,
-                [r for r, _ in replicas],
-                run_policy.get("backoffLimit"),
-                run_policy.get("activeDeadlineSeconds"),
-                spec.get("successPolicy", ""),
-                clean_pod_policy=run_policy.get("cleanPodPolicy", ""),
-            )
-        else:
-            rules = local_run(manifests.kind).rules(manifests, replicas, planned)
+        rules: Rules = engine.rules(manifests, replicas, planned)
         model_dir = pathlib.Path(chief.cwd) / chief_settings.model_dir
         return run_job(rules, {p.name: (r, p) for r, p in replicas}, console, watchdog, job_dir, model_dir)
     finally:

@@ -41,8 +41,8 @@ def describe_exit(returncode: int) -> str:
 
 
 class Rules(Protocol):
-    """What the supervisor asks of an engine's rules (operator_rules.JobRules; an engine folder's, such as
-    k8s/engines/jobset/local_rules.py's JobSetRules)."""
+    """What the supervisor asks of an engine's rules (an engine folder's local_rules.py: the TFJob's TFJobRules,
+    the JobSet's JobSetRules), or of a batch Job's (batch_job.BatchJobRules)."""
 
     kind: str
     name: str

@@ -118,7 +118,7 @@ def overlay_pods_env(k8s: pathlib.Path, engine: str, strategy: str, tmp_path: pa
     parsed = local_manifests.parse(objects, engine)
     problems = Problems()
     planner = Planner(parsed, tmp_path / f"{engine}-{strategy}", problems)
-    pods = planner.replicas() if engine == "tfjob" else local_run(parsed.kind).plan(planner)[0]
+    pods = local_run(parsed.kind).plan(planner)[0]
     plans = {f"{engine}-{strategy} {plan.name}": plan for _, plan in pods}
     plans.update({f"{engine}-{strategy} {plan.name}": plan for plan in planner.preparation_jobs()})
     assert not problems.errors, problems.errors

@@ -9,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from k8s.engines.tfjob.local_run import plan as plan_tfjob
 from scripts.common.manifest import IMAGE_ENTRYPOINT, customize, render
 from scripts.localrun import manifests, run_local
 from scripts.localrun.envvars import EnvResolver, Problems, expand
@@ -117,7 +118,7 @@ def test_resource_fields_are_rounded_up_to_the_divisor_as_the_kubelet_does(limit
 def test_each_replica_of_the_project_gets_the_threads_the_kubelet_would_give_its_pod(tmp_path):
     project = manifests.parse(render(), "k8s")
     problems = Problems()
-    replicas = Planner(project, tmp_path, problems).replicas()
+    replicas = plan_tfjob(Planner(project, tmp_path, problems))[0]
     assert problems.errors == [] and len(replicas) >= 2
     (job,) = [obj for obj in render() if obj["kind"] == "TFJob"]
     limit = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
@@ -184,7 +185,7 @@ def test_what_run_local_does_not_emulate_is_refused_naming_the_field(tmp_path, f
     pod = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     change(pod["containers"][0], pod)
     problems = Problems()
-    Planner(parsed(job), tmp_path, problems).replicas()
+    plan_tfjob(Planner(parsed(job), tmp_path, problems))
     assert f"not supported locally: {field} (in TFJob demo Worker 0)" in problems.errors
 
 
@@ -210,7 +211,7 @@ def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
         "env": [{"name": "DATA", "value": "/mnt/training/data"}, {"name": "LIST", "value": "/mnt/training/a:/x"}],
     }
     planner = Planner(parsed(tfjob(container)), tmp_path / "job", Problems())
-    (_, plan), _ = planner.replicas()
+    (_, plan), _ = plan_tfjob(planner)[0]
     local = str((tmp_path / "job").resolve())
     assert plan.argv == [
         sys.executable,
@@ -227,7 +228,7 @@ def test_volume_paths_in_env_args_and_flags_map_to_the_job_directory(tmp_path):
 
 def test_without_a_command_the_image_entrypoint_runs_and_tini_is_dropped(tmp_path):
     container = {"name": "tensorflow", "image": "img", "args": ["--epochs", "1"]}
-    (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
+    (_, plan), _ = plan_tfjob(Planner(parsed(tfjob(container)), tmp_path, Problems()))[0]
     assert plan.argv == [sys.executable, "-m", "trainer", "--epochs", "1"]
     assert without_init(["/usr/bin/tini", "-g", "--", "python", "x.py"]) == ["python", "x.py"]
 
@@ -247,7 +248,7 @@ def test_named_ports_get_free_loopback_ports_and_only_tensorflow_gets_tf_config(
     job = tfjob(container)
     job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "x"})
     problems = Problems()
-    (_, first), (_, second) = Planner(parsed(job), tmp_path, problems).replicas()
+    (_, first), (_, second) = plan_tfjob(Planner(parsed(job), tmp_path, problems))[0]
     assert first.ports["status"][0] == 8080 and first.env["TRAINER_STATUS_PORT"] == str(first.ports["status"][1])
     assert first.ports["status"][1] != second.ports["status"][1]
     assert first.env["TRAINER_STATUS_HOST"] == "127.0.0.1"
@@ -258,7 +259,7 @@ def test_named_ports_get_free_loopback_ports_and_only_tensorflow_gets_tf_config(
 def test_a_single_replica_gets_no_tf_config_even_if_the_shell_has_one(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"stale": true}')
     monkeypatch.setenv("TRAINER_EPOCHS", "99")
-    ((_, plan),) = Planner(parsed(tfjob(replicas=1)), tmp_path, Problems()).replicas()
+    ((_, plan),) = plan_tfjob(Planner(parsed(tfjob(replicas=1)), tmp_path, Problems()))[0]
     assert "TF_CONFIG" not in plan.env and "TRAINER_EPOCHS" not in plan.env
 
 
@@ -279,7 +280,7 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
         [tfjob(container), prep], workers=3, dataset="synthetic", epochs=1, trainer_args=["--seed", "7"]
     )
     result = manifests.parse(objects, "test")
-    worker = result.tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    worker = result.job["spec"]["tfReplicaSpecs"]["Worker"]
     tf_container = worker["template"]["spec"]["containers"][0]
     assert worker["replicas"] == 3
     assert tf_container["args"] == ["--dataset=synthetic", "--seed", "7"]
@@ -300,6 +301,7 @@ def test_overrides_scale_workers_and_set_dataset_epochs_and_flags_without_editin
         ),
         (lambda j: j["spec"]["tfReplicaSpecs"].update(Chief={"replicas": 2}), "at most one Chief"),
         (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"), "restartPolicy"),
+        (lambda j: j["spec"].update(runPolicy={"suspend": True}), "the operator would start no pod"),
     ],
 )
 def test_jobs_the_operator_webhook_rejects_are_rejected(change, message):
@@ -313,7 +315,7 @@ def test_the_projects_kustomization_renders_to_a_runnable_tfjob(tmp_path):
     project = manifests.parse(render(), "k8s")
     problems = Problems()
     planner = Planner(project, tmp_path, problems)
-    replicas = planner.replicas()
+    replicas = plan_tfjob(planner)[0]
     assert problems.errors == []
     assert [plan.name for _, plan in replicas] == [f"worker-{i}" for i in range(len(replicas))]
     assert all(plan.argv[:3] == [sys.executable, "-m", "trainer"] for _, plan in replicas)
@@ -331,7 +333,7 @@ def test_command_expansion_sees_only_the_containers_variables(tmp_path, monkeypa
         "args": ["$(FROM_MY_SHELL)", "$(OWN)"],
         "env": [{"name": "OWN", "value": "mine"}],
     }
-    (_, plan), _ = Planner(parsed(tfjob(container)), tmp_path, Problems()).replicas()
+    (_, plan), _ = plan_tfjob(Planner(parsed(tfjob(container)), tmp_path, Problems()))[0]
     assert plan.argv[-2:] == ["$(FROM_MY_SHELL)", "mine"]
 
 
@@ -352,7 +354,7 @@ def test_submit_and_run_local_apply_the_command_line_to_a_chief_replica_alike(tm
 
     objects = submit.build_objects(submit.parse_args(["--image", "img", *command_line]))
     submitted = submit.tfjob_manifest.the_one(objects, "TFJob")
-    local = run_local.load(run_local.parse_args(["--manifest", str(manifest), *command_line])).tfjob
+    local = run_local.load(run_local.parse_args(["--manifest", str(manifest), *command_line])).job
 
     assert submitted["spec"] == local["spec"]
     chief = submitted["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
@@ -371,7 +373,7 @@ def test_each_pod_gets_its_own_empty_scratch_dir_where_its_temporary_files_and_h
     stale = tmp_path / "run-local" / "pods" / f"{project.name}-worker-0" / "scratch" / "left-by-an-earlier-run"
     stale.parent.mkdir(parents=True)
     stale.write_text("x")
-    plans = [plan for _, plan in Planner(project, tmp_path, Problems()).replicas()]
+    plans = [plan for _, plan in plan_tfjob(Planner(project, tmp_path, Problems()))[0]]
     scratch = [tmp_path.resolve() / "run-local" / "pods" / plan.pod_name / "scratch" for plan in plans]
     assert [plan.env["TMPDIR"] for plan in plans] == [str(path) for path in scratch]
     assert [plan.env["HOME"] for plan in plans] == [str(path) for path in scratch]
@@ -399,7 +401,7 @@ def test_tfjob_pods_read_their_name_namespace_uid_and_operator_labels_through_th
         ],
     }
     problems = Problems()
-    plans = [plan for _, plan in Planner(parsed(tfjob(container)), tmp_path, problems).replicas()]
+    plans = [plan for _, plan in plan_tfjob(Planner(parsed(tfjob(container)), tmp_path, problems))[0]]
     assert problems.errors == []
     assert [(plan.env["POD"], plan.env["NS"], plan.env["ROLE"]) for plan in plans] == [
         ("demo-worker-0", "default", "master"),

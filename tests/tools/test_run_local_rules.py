@@ -2,11 +2,13 @@
 
 import pytest
 
-from scripts.localrun.operator_rules import JobRules, KubeletBackoff, Replica, exit_code_of
+from k8s.engines.tfjob.local_rules import TFJobRules
+from scripts.localrun.batch_job import BatchJobRules
+from scripts.localrun.operator_rules import KubeletBackoff, Replica, exit_code_of
 
 
 def job(*replicas, backoff_limit=None, deadline=None, success_policy=""):
-    return JobRules("demo", "default", list(replicas), backoff_limit, deadline, success_policy)
+    return TFJobRules("demo", "default", list(replicas), backoff_limit, deadline, success_policy)
 
 
 def workers(n, policy):
@@ -125,3 +127,19 @@ def test_active_deadline_fails_the_job_once_reached():
         rules.past_deadline(5.0).message == "Job demo has failed because it was active longer than specified deadline"
     )
     assert job(*workers(1, "Never")).past_deadline(1e9) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "condition"),
+    [
+        (0, ("Succeeded", "JobSucceeded", "Job default/prepare successfully completed.")),
+        (3, ("Failed", "JobFailed", "Job default/prepare has failed because 1 Worker replica(s) failed.")),
+    ],
+)
+def test_a_batch_jobs_one_pod_decides_the_job_and_is_not_restarted(code, condition):
+    rules = BatchJobRules("prepare", "default")
+    (pod,) = rules.replicas
+    outcome = rules.on_exit(pod, code, 0.0)
+    assert (outcome.condition.type, outcome.condition.reason, outcome.condition.message) == condition
+    assert not (outcome.recreate or outcome.restart_group) and outcome.restart_after is None
+    assert pod.phase == condition[0] and pod.exit_codes == [code]

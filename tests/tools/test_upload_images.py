@@ -327,7 +327,7 @@ def test_run_local_reads_a_local_images_folder_where_it_is_by_its_absolute_path(
         ]
     )
     objects = run_local.load(args)
-    templates = [spec["template"] for spec in objects.tfjob["spec"]["tfReplicaSpecs"].values()]
+    templates = [spec["template"] for spec in objects.job["spec"]["tfReplicaSpecs"].values()]
     templates += [job["spec"]["template"] for job in objects.jobs]  # the data preparation
     environments = [
         {item["name"]: item.get("value") for item in container.get("env", [])}
