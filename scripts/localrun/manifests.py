@@ -42,12 +42,12 @@ def load_text(text: str, source: str) -> list[dict[str, Any]]:
 
 
 def parse(docs: list[dict[str, Any]], source: str) -> Manifests:
-    """Picks the one TFJob, JobSet or TrainJob (made into its JobSet), the ConfigMaps it may reference, and the
-    batch Jobs."""
+    """Picks the one engine's object (a TFJob, a JobSet, a TrainJob made into its JobSet), the ConfigMaps it may
+    reference, and the batch Jobs."""
     engines = [d for d in docs if d.get("kind") in ENGINE_KINDS]
     if len(engines) != 1:
         kinds = ", ".join(d["kind"] for d in engines) or "none"
-        raise ManifestError(f"{source}: expected exactly one TFJob, JobSet or TrainJob, found {kinds}")
+        raise ManifestError(f"{source}: expected exactly one {' or '.join(ENGINE_KINDS)}, found {kinds}")
     engine, made_from = engines[0], None
     as_run = getattr(local_run(engine["kind"]), "as_run", None)
     if as_run is not None:

@@ -84,7 +84,7 @@ def container_mounts(
             continue
         claim = volume["persistentVolumeClaim"]["claimName"]
         if claim not in claims:
-            problems.notes.append(f"{label}: claim {claim!r} is not one of the TFJob's; the path is left as written")
+            problems.notes.append(f"{label}: claim {claim!r} is not one of the job's; the path is left as written")
             continue
         claims[claim].mkdir(parents=True, exist_ok=True)
         mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", claims[claim].resolve()))
