@@ -7,6 +7,8 @@ from .operator_rules import Condition, Outcome, Replica
 
 
 class BatchJobRules:
+    """The Job's one pod ("Worker" 0, restartPolicy Never as run-local runs it); its exit ends the Job."""
+
     kind = "Job"
     clean_pod_policy = "None"  # one pod: nothing else runs once it has ended
     active_deadline_s: float | None = None
@@ -15,13 +17,9 @@ class BatchJobRules:
         self.name, self.namespace = name, namespace
         self.replicas = [Replica("Worker", 0)]
 
-    @staticmethod
-    def _end_pod(replica: Replica, exit_code: int) -> None:
-        replica.phase = "Succeeded" if exit_code == 0 else "Failed"
-
     def record_exit(self, replica: Replica, exit_code: int) -> None:
         replica.exit_codes.append(exit_code)
-        self._end_pod(replica, exit_code)
+        replica.end(exit_code)
 
     def on_exit(self, replica: Replica, exit_code: int, finished_at: float) -> Outcome:
         self.record_exit(replica, exit_code)

@@ -54,6 +54,10 @@ class Replica:
     def restarts(self) -> int:
         return self.in_place_restarts + self.recreations
 
+    def end(self, exit_code: int) -> None:
+        """Nothing restarts the container: the pod ends in the phase its exit code gives."""
+        self.phase = "Succeeded" if exit_code == 0 else "Failed"
+
 
 @dataclasses.dataclass(frozen=True)
 class Condition:

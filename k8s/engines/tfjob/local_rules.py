@@ -69,15 +69,10 @@ class TFJobRules:
         """The operator never restarts a TFJob's replicas as a group."""
         raise AssertionError("a TFJob has no group restart")
 
-    @staticmethod
-    def _end_pod(replica: Replica, exit_code: int) -> None:
-        """Nothing restarts the container: the pod ends in the phase its exit code gives."""
-        replica.phase = "Succeeded" if exit_code == 0 else "Failed"
-
     def record_exit(self, replica: Replica, exit_code: int) -> None:
         """An exit after the job's outcome is decided: no rule applies, but the pod still ends, as on a cluster."""
         replica.exit_codes.append(exit_code)
-        self._end_pod(replica, exit_code)
+        replica.end(exit_code)
 
     def on_exit(self, replica: Replica, exit_code: int, finished_at: float) -> Outcome:
         replica.exit_codes.append(exit_code)
@@ -95,7 +90,7 @@ class TFJobRules:
                 + (f" after a {delay:.0f} s crash-loop back-off" if delay else ""),
             )
         if exit_code != 0 and self.backoff_limit == 0:
-            self._end_pod(replica, exit_code)
+            replica.end(exit_code)
             return Outcome(condition=self._backoff_failed())
         if policy == "ExitCode" and exit_code >= RETRYABLE_EXIT_CODE:
             replica.recreations += 1
@@ -107,7 +102,7 @@ class TFJobRules:
                 condition=Condition("Restarting", f"{self.kind}Restarting", message),
                 note=f"exit code {exit_code} is retryable (>= {RETRYABLE_EXIT_CODE}): pod recreated",
             )
-        self._end_pod(replica, exit_code)
+        replica.end(exit_code)
         note = (
             ""
             if exit_code == 0
