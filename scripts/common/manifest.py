@@ -133,8 +133,8 @@ def pod_templates(obj: Manifest) -> list[Manifest]:
 
 def trainer_of(template: Manifest) -> Manifest:
     """The trainer's container in an engine's pod template: the one named as an engine's customize.py's
-    TRAINER_CONTAINER (`tensorflow`, `trainer`, `node`), else the first container (k8s/components/trainer-pod puts
-    the trainer first)."""
+    TRAINER_CONTAINER (`tensorflow`, `trainer`, `node`), else the first container (each engine's trainer-pod
+    component copies the trainer's pod into the first)."""
     names = {part.TRAINER_CONTAINER for part in _customize_parts()}
     containers = template["spec"]["containers"]
     for container in containers:
