@@ -197,19 +197,6 @@ def trainer_templates(objects: list[Manifest]) -> list[Manifest]:
     return engine_part(objects).trainer_templates(objects)
 
 
-def runtime_of(objects: list[Manifest]) -> Manifest:
-    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob names, from the same manifests."""
-    trainjob = the_one(objects, "TrainJob")
-    ref = trainjob["spec"].get("runtimeRef") or {}
-    kind = ref.get("kind") or "ClusterTrainingRuntime"  # Trainer v2's default
-    for obj in objects:
-        if obj.get("kind") == kind and obj["metadata"].get("name") == ref.get("name"):
-            return obj
-    raise ManifestError(
-        f"TrainJob {trainjob['metadata']['name']} names {kind} {ref.get('name')!r}, which the manifests do not hold"
-    )
-
-
 def customize(
     objects: list[Manifest],
     *,

@@ -11,11 +11,16 @@ class BatchJobRules:
 
     kind = "Job"
     clean_pod_policy = "None"  # one pod: nothing else runs once it has ended
+    progress_conditions: tuple[str, ...] = ("Running",)  # the job goes on after these
     active_deadline_s: float | None = None
 
     def __init__(self, name: str, namespace: str):
         self.name, self.namespace = name, namespace
         self.replicas = [Replica("Worker", 0)]
+
+    def cleanup(self, running: str) -> str:
+        """Never asked: clean_pod_policy None."""
+        return f"the Job has ended: stopping {running}"
 
     def record_exit(self, replica: Replica, exit_code: int) -> None:
         replica.exit_codes.append(exit_code)

@@ -49,6 +49,9 @@ class Rules(Protocol):
     namespace: str
     clean_pod_policy: str
     active_deadline_s: float | None
+    progress_conditions: tuple[str, ...]  # the condition types after which the job goes on
+
+    def cleanup(self, running: str) -> str: ...  # what the finished job does to the replicas still running
 
     def on_exit(self, replica: Replica, exit_code: int, finished_at: float) -> Outcome: ...
 
@@ -57,10 +60,6 @@ class Rules(Protocol):
     def on_deadline(self, elapsed_s: float) -> Outcome | None: ...
 
     def begin_attempt(self) -> None: ...
-
-
-# Conditions that report progress; the job goes on.
-PROGRESS_CONDITIONS = ("Restarting", "Running", "RestartingJobSet")
 
 
 @dataclasses.dataclass
@@ -226,7 +225,7 @@ class Supervisor:
 
     def _set_condition(self, condition: Condition, now: float) -> None:
         self._console.say(f"{condition.type}: {condition.message}")
-        if condition.type in PROGRESS_CONDITIONS:
+        if condition.type in self._rules.progress_conditions:
             return
         self._condition = condition
         self._end = now
@@ -234,11 +233,7 @@ class Supervisor:
         if self._rules.clean_pod_policy in ("Running", "All") and self._procs:
             # common/job.go DeletePodsAndServices: a finished job's running pods are deleted.
             running = ", ".join(sorted(self._procs))
-            self._console.say(
-                f"a finished JobSet deletes its active Jobs: stopping {running}"
-                if self._rules.kind == "JobSet"
-                else f"cleanPodPolicy {self._rules.clean_pod_policy}: deleting the running replicas {running}"
-            )
+            self._console.say(self._rules.cleanup(running))
             for name in list(self._procs):
                 self._stop(name, now)
         elif condition.type == "Failed":

@@ -44,6 +44,11 @@ OVERLAYS = sorted(
 SOURCES = sorted(p.name for p in FIXTURES.glob("*.yaml") if p.name.split("-")[0] in tfjob_manifest.ENGINES) + OVERLAYS
 
 
+def runtime_of(objects):
+    """The runtime the manifests' TrainJob names, as Trainer's folder finds it."""
+    return engines_here.part("trainjob", "local_run").runtime_of(objects)
+
+
 def load(source: str) -> list[dict]:
     if source.endswith(".yaml"):
         return [doc for doc in yaml.safe_load_all((FIXTURES / source).read_text()) if doc]
@@ -59,7 +64,7 @@ def jobset_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     """(name, spec) of every JobSet that would reach JobSet's webhook: a JobSet, or the one a TrainJob makes."""
     specs = [(obj["metadata"]["name"], obj["spec"]) for obj in objects if obj["kind"] == "JobSet"]
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        runtime = tfjob_manifest.runtime_of(objects)
+        runtime = runtime_of(objects)
         specs.append(
             (
                 trainjob["metadata"]["name"],
@@ -170,7 +175,7 @@ def test_the_kubeflow_sdk_reads_the_runtime_as_a_custom_trainer(objects):
     from kubeflow_trainer_api import models
 
     if any(obj["kind"] == "TrainJob" for obj in objects):
-        runtime = models.TrainerV1alpha1TrainingRuntime.from_dict(tfjob_manifest.runtime_of(objects))
+        runtime = models.TrainerV1alpha1TrainingRuntime.from_dict(runtime_of(objects))
         trainer = sdk_utils.get_runtime_trainer(
             runtime.metadata.labels[engines_here.part("trainjob", "cluster").FRAMEWORK_LABEL],
             runtime.spec.template.spec.replicated_jobs,
@@ -184,10 +189,7 @@ def test_every_job_passes_the_jobset_and_trainer_webhook_rules(objects):
     for name, spec in jobset_specs(objects):
         assert engines_here.part("jobset", "admission").jobset_problems(name, spec) == [], name
     for trainjob in (obj for obj in objects if obj["kind"] == "TrainJob"):
-        assert (
-            engines_here.part("trainjob", "admission").trainjob_problems(trainjob, tfjob_manifest.runtime_of(objects))
-            == []
-        )
+        assert engines_here.part("trainjob", "admission").trainjob_problems(trainjob, runtime_of(objects)) == []
 
 
 def rjobs(spec: dict) -> list[dict]:
@@ -252,7 +254,7 @@ def trainer_rjob(runtime: dict) -> dict:
 def test_trainer_rules_reject_what_trainer_v2_rejects(breakage, complaint):
     objects = copy.deepcopy(load("trainjob-sync.yaml"))
     trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
-    runtime = tfjob_manifest.runtime_of(objects)
+    runtime = runtime_of(objects)
     breakage(trainjob, runtime)
     problems = engines_here.part("trainjob", "admission").trainjob_problems(trainjob, runtime)
     assert any(complaint in problem for problem in problems), problems
@@ -263,7 +265,7 @@ def test_a_trainjob_whose_runtime_is_not_shipped_is_refused_naming_it():
     trainjob = next(obj for obj in objects if obj["kind"] == "TrainJob")
     trainjob["spec"]["runtimeRef"]["name"] = "torch-distributed"
     with pytest.raises(tfjob_manifest.ManifestError, match="'torch-distributed'"):
-        tfjob_manifest.runtime_of(objects)
+        runtime_of(objects)
 
 
 # Each CRD's CEL rules that apply on create (rules on oldSelf apply on update only): where each is enforced here, or
@@ -437,7 +439,7 @@ def test_the_kueue_component_labels_only_the_job_with_the_example_local_queue(ov
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
     crd_schemas.validate(job)
     if kind == "TrainJob":  # the SDK's Labels option carries it into the TrainJob it creates
-        _, _, options = engines_here.part("trainjob", "cluster").sdk_call(job, tfjob_manifest.runtime_of(queued))
+        _, _, options = engines_here.part("trainjob", "cluster").sdk_call(job, runtime_of(queued))
         assert any(getattr(o, "labels", {}).get("kueue.x-k8s.io/queue-name") for o in options)
 
 
@@ -463,7 +465,7 @@ def test_the_kueue_example_queue_covers_every_resource_the_job_s_pods_request(ov
     kind = job_engine.engine_kind(queued)
     job = next(obj for obj in queued if obj["kind"] == kind)
     # A TrainJob's pods are its runtime's.
-    pods_of = [job, tfjob_manifest.runtime_of(queued)] if kind == "TrainJob" else [job]
+    pods_of = [job, runtime_of(queued)] if kind == "TrainJob" else [job]
     requested = {
         name
         for template in pod_templates(pods_of)

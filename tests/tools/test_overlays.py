@@ -95,7 +95,7 @@ def test_the_trainjob_runtime_is_plain_ml_with_the_names_trainer_v2_requires(ren
     for strategy in manifest.STRATEGIES:
         objects = rendered["trainjob", strategy]
         trainjob = manifest.the_one(objects, "TrainJob")
-        runtime = manifest.runtime_of(objects)
+        runtime = engines_here.part("trainjob", "local_run").runtime_of(objects)
         assert trainjob["spec"]["runtimeRef"] == {
             "apiGroup": "trainer.kubeflow.org",
             "kind": "TrainingRuntime",

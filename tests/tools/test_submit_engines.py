@@ -300,7 +300,7 @@ def test_the_created_job_is_the_rendered_one(cluster):
     else:
         # The SDK's body and the rendered TrainJob (with the runtime's image, which CustomTrainerContainer must carry)
         # are stored alike once the API server applies the CRD's defaults; submit --dry-run prints the latter.
-        runtime = tfjob_manifest.runtime_of(cluster.objects)
+        runtime = engines_here.part("trainjob", "local_run").runtime_of(cluster.objects)
         expected = engines_here.part("trainjob", "cluster").sdk_request_body(cluster.job, runtime)
         assert crd_schemas.with_defaults(sent) == crd_schemas.with_defaults(expected)
         assert sent["spec"]["trainer"]["image"] == engines_here.part("trainjob", "cluster").runtime_trainer_image(

@@ -72,6 +72,11 @@ class JobSetRules:
 
     kind = "JobSet"
     clean_pod_policy = "Running"  # a finished JobSet deletes its active Jobs, and so their running pods
+    progress_conditions = ("RestartingJobSet", "Running")  # the job goes on after these
+
+    def cleanup(self, running: str) -> str:
+        """What the finished JobSet does to the pods still running."""
+        return f"a finished JobSet deletes its active Jobs: stopping {running}"
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ class TFJobRules:
     """The TFJob's state; on_exit maps a replica's exit to what the kubelet and the training operator do next."""
 
     kind = "TFJob"
+    progress_conditions = ("Restarting", "Running")  # the job goes on after these
 
     def __init__(
         self,
@@ -40,6 +41,10 @@ class TFJobRules:
         self.active_deadline_s = active_deadline_s
         self.success_policy = success_policy or "Default"
         self.has_chief = any(r.rtype in CHIEF_TYPES for r in self.replicas)
+
+    def cleanup(self, running: str) -> str:
+        """What the finished TFJob's cleanPodPolicy does to the replicas still running."""
+        return f"cleanPodPolicy {self.clean_pod_policy}: deleting the running replicas {running}"
 
     def _failed(self, message: str) -> Condition:
         return Condition("Failed", f"{self.kind}Failed", message)

@@ -13,7 +13,7 @@ from typing import Any
 
 from k8s.engines.jobset.cluster import JobSetEngine, first_replicated_job
 from k8s.engines.trainjob import admission
-from k8s.engines.trainjob.local_run import ANCESTOR_LABEL, NODE, RUNTIME_KINDS, TRAINER_ANCESTOR
+from k8s.engines.trainjob.local_run import ANCESTOR_LABEL, NODE, RUNTIME_KINDS, TRAINER_ANCESTOR, runtime_of
 from scripts.common import manifest
 from scripts.common.job_engine import JOB_VERBS, Clients, Condition, JobView, Manifest, foreground
 from scripts.common.settings import load
@@ -47,7 +47,7 @@ class TrainJobEngine(JobSetEngine):
     @classmethod
     def of(cls, trainer_client, objects: list[Manifest], namespace: str) -> TrainJobEngine:
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
-        runtime = manifest.runtime_of(objects)
+        runtime = runtime_of(objects)
         chief = first_replicated_job(runtime["spec"]["template"]["spec"])
         return cls(trainer_client, trainjob["metadata"]["name"], namespace, chief["name"])
 
@@ -68,7 +68,7 @@ class TrainJobEngine(JobSetEngine):
 
     def create(self, objects: list[Manifest]) -> None:
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
-        runtime, trainer, options = sdk_call(trainjob, manifest.runtime_of(objects))
+        runtime, trainer, options = sdk_call(trainjob, runtime_of(objects))
         self.trainer.train(runtime=runtime, trainer=trainer, options=options)
 
     def delete(self) -> None:
@@ -157,7 +157,7 @@ def engine(objects: list[Manifest], namespace: str, clients: Clients) -> TrainJo
 
 def admission_problems(objects: list[Manifest]) -> tuple[str, list[str]]:
     """Trainer's rules, and what the SDK cannot send (sdk_call raises ManifestError naming the field)."""
-    job, runtime = manifest.the_one(objects, "TrainJob"), manifest.runtime_of(objects)
+    job, runtime = manifest.the_one(objects, "TrainJob"), runtime_of(objects)
     who = f"Kubeflow Trainer {load().get('KUBEFLOW_TRAINER_VERSION', '')}".rstrip()
     problems = admission.trainjob_problems(job, runtime)
     sdk_call(job, runtime)
@@ -167,7 +167,7 @@ def admission_problems(objects: list[Manifest]) -> tuple[str, list[str]]:
 def chief_container(objects: list[Manifest]) -> Manifest:
     """The chief's `node` container as its pod runs it: the TrainJob's args and env applied to its runtime's."""
     job = manifest.the_one(objects, "TrainJob")
-    runtime = manifest.runtime_of(objects)
+    runtime = runtime_of(objects)
     chief = first_replicated_job(runtime["spec"]["template"]["spec"])
     containers = chief["template"]["spec"]["template"]["spec"]["containers"]
     container = dict(next((c for c in containers if c["name"] == NODE), containers[0]))
@@ -186,4 +186,4 @@ def objects_before_job(objects: list[Manifest]) -> list[Manifest]:
 
 
 def request_body(objects: list[Manifest]) -> Manifest:
-    return sdk_request_body(manifest.the_one(objects, "TrainJob"), manifest.runtime_of(objects))
+    return sdk_request_body(manifest.the_one(objects, "TrainJob"), runtime_of(objects))

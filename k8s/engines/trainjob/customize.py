@@ -6,8 +6,8 @@ JobSet; the TrainJob's own trainer fields go over the runtime's `node` container
 from __future__ import annotations
 
 from k8s.engines.jobset.customize import replicated_job_templates, scale_jobset
-from k8s.engines.trainjob.local_run import NODE, RUNTIME_KINDS
-from scripts.common.manifest import Manifest, runtime_of, the_one
+from k8s.engines.trainjob.local_run import NODE, RUNTIME_KINDS, runtime_of
+from scripts.common.manifest import Manifest, the_one
 
 TRAINER_CONTAINER = NODE  # Trainer v2's trainer container, in its runtime's trainer Job
 POD_TEMPLATE_KINDS = RUNTIME_KINDS  # what pod_templates reads (manifest.pod_templates asks)

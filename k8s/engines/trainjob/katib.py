@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from k8s.engines.trainjob.local_run import NODE, RUNTIME_KINDS
+from k8s.engines.trainjob.local_run import NODE, RUNTIME_KINDS, runtime_of
 from scripts.common import manifest
 from scripts.common.manifest import Manifest
 
@@ -19,7 +19,7 @@ SHARED_KINDS = RUNTIME_KINDS  # the runtime every trial's TrainJob names, applie
 
 
 def asynchronous(objects: list[Manifest]) -> bool:
-    replicated = manifest.runtime_of(objects)["spec"]["template"]["spec"]["replicatedJobs"]
+    replicated = runtime_of(objects)["spec"]["template"]["spec"]["replicatedJobs"]
     return [job["name"] for job in replicated] != [NODE]
 
 
@@ -28,7 +28,7 @@ def trial_spec(objects: list[Manifest], flags: Sequence[str], env: list[dict[str
     so the termination message is set there): the trial's own values go into the TrainJob's trainer overrides, which
     Trainer applies to that container."""
     job = copy.deepcopy(manifest.the_one(objects, "TrainJob"))
-    (template,) = manifest.pod_templates(manifest.runtime_of(objects))
+    (template,) = manifest.pod_templates(runtime_of(objects))
     container = manifest.trainer_of(template)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     trainer = job["spec"].setdefault("trainer", {})

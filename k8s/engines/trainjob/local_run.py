@@ -17,7 +17,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from scripts.common.manifest import ManifestError
+from scripts.common.manifest import Manifest, ManifestError, the_one
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_ANCESTOR = "trainer"
@@ -53,8 +53,9 @@ def _merge_resources(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> d
 
 
 def find_runtime(trainjob: Mapping[str, Any], objects: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob names, from the same manifests."""
     ref = trainjob["spec"].get("runtimeRef") or {}
-    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    kind = ref.get("kind") or "ClusterTrainingRuntime"  # Trainer v2's default
     name = trainjob["metadata"]["name"]
     if kind not in RUNTIME_KINDS:
         raise ManifestError(
@@ -63,10 +64,12 @@ def find_runtime(trainjob: Mapping[str, Any], objects: list[Mapping[str, Any]]) 
     for obj in objects:
         if obj.get("kind") == kind and obj["metadata"].get("name") == ref.get("name"):
             return obj
-    raise ManifestError(
-        f"TrainJob {name} names {kind} {ref.get('name')!r}, which the manifests do not hold: run-local runs the "
-        f"runtime it renders (a runtime installed on a cluster is not supported locally)"
-    )
+    raise ManifestError(f"TrainJob {name} names {kind} {ref.get('name')!r}, which the manifests do not hold")
+
+
+def runtime_of(objects: list[Manifest]) -> Manifest:
+    """The runtime the manifests' one TrainJob names."""
+    return find_runtime(the_one(objects, "TrainJob"), objects)
 
 
 def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,7 +133,14 @@ def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
 
 def as_run(trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, Any]:
     """The JobSet that runs the TrainJob: Trainer's, from the TrainJob and the runtime it names."""
-    return jobset_for(trainjob, find_runtime(trainjob, objects))
+    try:
+        runtime = find_runtime(trainjob, objects)
+    except ManifestError as error:
+        raise ManifestError(
+            f"{error}: run-local runs the runtime it renders (a runtime installed on a cluster is not supported "
+            f"locally)"
+        ) from None
+    return jobset_for(trainjob, runtime)
 
 
 def describe(trainjob: Mapping[str, Any], jobset: Mapping[str, Any]) -> str:
