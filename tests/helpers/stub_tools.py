@@ -12,11 +12,12 @@ import sys
 BASICS = ("bash", "dirname")
 
 
-def path_with(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
-    """A PATH holding only the basics plus the given stub tools (name -> shell body)."""
+def path_with(tmp_path: pathlib.Path, stubs: dict[str, str], tools: tuple[str, ...] = BASICS) -> str:
+    """A PATH holding only the system's `tools` (the basics by default) plus the given stub tools (name -> shell
+    body), and this interpreter as python3."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in BASICS:
+    for tool in tools:
         if tool not in stubs:  # a stub is written into bin_dir: through a link it would overwrite the system's tool
             (bin_dir / tool).symlink_to(shutil.which(tool))
     # The scripts check the settings with python3 (scripts/common/settings.py): this interpreter stands in.

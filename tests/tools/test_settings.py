@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import engines_here
+import stub_tools
 from kubernetes_ranges import outside_ranges
 from multiworker import python_prints
 from scripts.common import settings as project_settings
@@ -229,17 +230,9 @@ def test_the_image_name_and_flavour_reach_make_submit(spelling):
 
 def tool_path(tmp_path: pathlib.Path, stubs: dict[str, str]) -> str:
     """A PATH holding make's tools, this Python, and the given stubs (name -> bash body), but no kubectl."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in TOOLS:
-        if tool not in stubs:  # a stub is written into bin_dir: through a link it would overwrite the system's tool
-            (bin_dir / tool).symlink_to(shutil.which(tool))
-    for name in ("python3", "python3.11"):
-        (bin_dir / name).symlink_to(sys.executable)
-    for name, body in stubs.items():
-        (bin_dir / name).write_text(f"#!{shutil.which('bash')}\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    return str(bin_dir)
+    path = stub_tools.path_with(tmp_path, stubs, tools=TOOLS)
+    (pathlib.Path(path) / "python3.11").symlink_to(sys.executable)
+    return path
 
 
 def test_a_stub_on_the_tool_path_leaves_the_systems_tool_as_it_was(tmp_path, monkeypatch):
