@@ -18,6 +18,9 @@ SHAPES = [
     ("jobset", "sync", "jobset.sigs.k8s.io/jobset-name"),
     ("trainjob", "sync", "jobset.sigs.k8s.io/jobset-name"),  # Trainer names its JobSet after the TrainJob
     ("tfjob", "async", "training.kubeflow.org/job-name"),
+    # Their pod templates write TF_CONFIG, each replicated job its own task type (k8s/engines/jobset/async).
+    ("jobset", "async", "jobset.sigs.k8s.io/jobset-name"),
+    ("trainjob", "async", "jobset.sigs.k8s.io/jobset-name"),
 ]
 
 
