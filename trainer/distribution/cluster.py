@@ -127,7 +127,7 @@ def parse_tf_config(text: str | None, strategy: str = "auto") -> Cluster:
         _choose_strategy({}, strategy)
         return SINGLE_PROCESS
     config = _json_object(text)
-    members = _members(config.get("cluster") or {})
+    members = cluster_members(config.get("cluster") or {})
     chosen = _choose_strategy(members, strategy)
     training = len(members.get("chief", ())) + len(members.get("worker", ()))
     task = config.get("task")
@@ -168,8 +168,8 @@ def _json_object(text: str) -> dict[str, Any]:
     return config
 
 
-def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
-    """TF_CONFIG's cluster: each task type's addresses."""
+def cluster_members(cluster: Any) -> dict[str, tuple[str, ...]]:
+    """TF_CONFIG's cluster: each task type's addresses, a range written out (the local runner reads it too)."""
     if not isinstance(cluster, dict):
         raise _fail(
             "cluster", "must be an object mapping task types to address lists", 'use {"worker": ["host:port", ...]}'
@@ -185,7 +185,7 @@ def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
         if task_type not in KNOWN_TYPES:
             raise _fail(f"cluster.{task_type}", "unknown task type", f"use only {', '.join(KNOWN_TYPES)}")
         if isinstance(addresses, dict):
-            addresses = address_range(task_type, addresses)
+            addresses = _address_range(task_type, addresses)
         if not isinstance(addresses, list) or not all(isinstance(a, str) and a for a in addresses):
             raise _fail(
                 f"cluster.{task_type}",
@@ -202,7 +202,7 @@ def _members(cluster: Any) -> dict[str, tuple[str, ...]]:
     return members
 
 
-def address_range(task_type: str, spec: dict[str, Any]) -> list[str]:
+def _address_range(task_type: str, spec: dict[str, Any]) -> list[str]:
     """A range's addresses: its address with {index} replaced by 0 to count - 1."""
     count, address = spec.get("count"), spec.get("address")
     example = f'"{task_type}": {{"count": 2, "address": "job-{task_type}-{{index}}.job:2222"}}'

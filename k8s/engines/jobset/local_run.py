@@ -15,7 +15,7 @@ from scripts.localrun.manifests import Manifests
 from scripts.localrun.operator_rules import Replica
 from scripts.localrun.podplan import Planner, ProcessPlan
 from trainer.base.errors import ClusterConfigError
-from trainer.distribution.cluster import address_range
+from trainer.distribution.cluster import cluster_members
 
 from .local_rules import ACTIONS, POD_FAILURE_ACTIONS, JobSetRules, JobState, job_backoff_limit
 
@@ -197,10 +197,7 @@ def local_tf_configs(jobset: str, planned: list[tuple[Replica, ProcessPlan]], ho
         where = f"JobSet {jobset} pod {hosts[replica.name]}: TF_CONFIG"
         try:
             config = json.loads(plan.env.get("TF_CONFIG") or "null")
-            cluster = {
-                task_type: address_range(task_type, listed) if isinstance(listed, dict) else list(listed)
-                for task_type, listed in (config or {})["cluster"].items()
-            }
+            cluster = cluster_members((config or {})["cluster"])
         except (ValueError, TypeError, KeyError, ClusterConfigError) as error:
             raise ManifestError(
                 f"{where} is not a cluster once its variables are expanded ({error}): {plan.env.get('TF_CONFIG')!r}"
