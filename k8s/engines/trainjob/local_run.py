@@ -52,8 +52,9 @@ def _merge_resources(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> d
     return merged
 
 
-def find_runtime(trainjob: Mapping[str, Any], objects: list[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob names, from the same manifests."""
+def find_runtime(trainjob: Mapping[str, Any], objects: list[Mapping[str, Any]], missing: str = "") -> Mapping[str, Any]:
+    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob names, from the same manifests; `missing` ends the
+    message when they do not hold it."""
     ref = trainjob["spec"].get("runtimeRef") or {}
     kind = ref.get("kind") or "ClusterTrainingRuntime"  # Trainer v2's default
     name = trainjob["metadata"]["name"]
@@ -64,7 +65,7 @@ def find_runtime(trainjob: Mapping[str, Any], objects: list[Mapping[str, Any]]) 
     for obj in objects:
         if obj.get("kind") == kind and obj["metadata"].get("name") == ref.get("name"):
             return obj
-    raise ManifestError(f"TrainJob {name} names {kind} {ref.get('name')!r}, which the manifests do not hold")
+    raise ManifestError(f"TrainJob {name} names {kind} {ref.get('name')!r}, which the manifests do not hold{missing}")
 
 
 def runtime_of(objects: list[Manifest]) -> Manifest:
@@ -133,14 +134,8 @@ def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
 
 def as_run(trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, Any]:
     """The JobSet that runs the TrainJob: Trainer's, from the TrainJob and the runtime it names."""
-    try:
-        runtime = find_runtime(trainjob, objects)
-    except ManifestError as error:
-        raise ManifestError(
-            f"{error}: run-local runs the runtime it renders (a runtime installed on a cluster is not supported "
-            f"locally)"
-        ) from None
-    return jobset_for(trainjob, runtime)
+    local = ": run-local runs the runtime it renders (a runtime installed on a cluster is not supported locally)"
+    return jobset_for(trainjob, find_runtime(trainjob, objects, missing=local))
 
 
 def describe(trainjob: Mapping[str, Any], jobset: Mapping[str, Any]) -> str:
