@@ -235,3 +235,15 @@ def test_a_reference_the_pod_could_not_expand_names_the_variable_and_exits_2_bef
     assert "$(WORKERS) was not expanded: the container has no variable WORKERS defined before TF_CONFIG" in (
         result.stderr
     )
+
+
+def test_a_pod_template_from_before_tf_config_was_written_exits_2_instead_of_training_alone():
+    # An overlay copied before the JobSet's pod template wrote TF_CONFIG sets JOBSET_TASKS and no TF_CONFIG: each pod
+    # would have trained as a group of one, into the same model dir.
+    probe = "import sys; from trainer.__main__ import main; sys.exit(main(['--dataset', 'synthetic']))"
+    env = {"PATH": "/usr/bin:/bin", "JOBSET_NAME": "mw", "JOBSET_TASKS": "worker=2", "JOB_COMPLETION_INDEX": "0"}
+    result = run_python(probe, env, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "JOBSET_TASKS is set but TF_CONFIG is not" in result.stderr and "k8s/engines/jobset/sync/jobset.yaml" in (
+        result.stderr
+    )

@@ -37,6 +37,9 @@ TRAINING_TYPES = ("chief", "worker")
 KNOWN_TYPES = ("chief", "worker", "evaluator", "ps")
 # The tasks of an async cluster that tf.distribute connects (the evaluator is not one of them).
 ASYNC_TYPES = ("chief", "worker", "ps")
+# What the trainer once built a JobSet pod's cluster from, without TF_CONFIG (k8s/README.md documented it until
+# 2026-12): a pod template that still sets them and no TF_CONFIG would start every pod as a group of one.
+RETIRED_CLUSTER_VARIABLES = ("JOBSET_TASKS", "JOBSET_LOCAL_ADDRESSES")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,4 +303,11 @@ def from_environment(environ: Mapping[str, str] | None = None, strategy: str = "
     """TF_CONFIG when set (the TFJob operator's, an engine's pod template's, or one written by hand), else one
     process."""
     environ = os.environ if environ is None else environ
+    retired = [name for name in RETIRED_CLUSTER_VARIABLES if environ.get(name)]
+    if retired and not (environ.get("TF_CONFIG") or "").strip():
+        raise ClusterConfigError(
+            f"{retired[0]} is set but TF_CONFIG is not: the trainer no longer builds a JobSet pod's cluster from the "
+            "JOBSET_* variables, and alone it would train as a group of one. Fix: write TF_CONFIG in the pod "
+            "template, as k8s/engines/jobset/sync/jobset.yaml does (k8s/README.md)"
+        )
     return parse_tf_config(environ.get("TF_CONFIG"), strategy)
