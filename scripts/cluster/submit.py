@@ -376,6 +376,15 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def with_cause(error: BaseException) -> str:
+    """The error and, where it wraps one, what the server answered in one line: the SDKs' "Failed to create ..."
+    keep the reason (a webhook's refusal, a quota) in the exception they raise from, or as its multi-line dump."""
+    cause = error.__cause__
+    if cause is None:
+        return str(error)
+    return f"{(str(error).splitlines() or [''])[0]}: {job_follower.describe(cause)}"
+
+
 def request_body(objects: list[dict], namespace: str) -> dict:
     """What creating the job sends: the SDK's TFJob body; the JobSet as rendered; the TrainJob as rendered with the
     image the SDK's CustomTrainerContainer carries (test_submit_engines checks the SDK sends exactly this)."""
@@ -401,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             return delete_job(objects, args.namespace)
         return submit(objects, args)
     except cluster_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {with_cause(error)}", file=sys.stderr)
         return EXIT_CLUSTER
     except KeyboardInterrupt:
         print("interrupted before the job was followed; `make status` shows what exists", file=sys.stderr)

@@ -114,7 +114,9 @@ class FakeAPIServer:
             queued = self.failures.get(path) or []
             if queued:
                 failure = queued.pop(0)
-                return failure if failure == DROP else (failure, status(failure, "Failure"))
+                if failure == DROP or isinstance(failure, tuple):  # a dropped connection, or (code, body) as given
+                    return failure
+                return failure, status(failure, "Failure")
             if path == self.job_path and method == "GET":
                 return self._get_job()
             if path == self.job_path and method == "DELETE":
@@ -326,6 +328,82 @@ def test_a_trainjobs_runtime_is_applied_before_the_trainjob_is_created(cluster):
     reads = [i for i, (m, path, _) in enumerate(cluster.api.log) if path.startswith(RUNTIMES_PATH)]
     post = next(i for i, (m, path, _) in enumerate(cluster.api.log) if m == "POST")
     assert reads and reads[0] < post
+
+
+def webhook_denial(message: str) -> tuple[int, dict]:
+    """What the API server answers when Trainer's validating webhook refuses a TrainJob (controller-runtime's
+    admission.Denied: 403 Forbidden, the field errors in the message)."""
+    name = "validator.trainjob.trainer.kubeflow.org"
+    body = {**status(403, "Forbidden"), "message": f'admission webhook "{name}" denied the request: {message}'}
+    return 403, body
+
+
+# Trainer v2.3.0's refusal of a TrainJob whose runtime its controller's cache has not seen (ValidateObjects).
+RUNTIME = f"{SETTINGS['JOB_NAME']}-tensorflow"
+NOT_CACHED = webhook_denial(
+    f'spec.runtimeRef: Invalid value: {{"name":"{RUNTIME}"}}: trainingruntimes.trainer.kubeflow.org "{RUNTIME}" not'
+    " found: specified trainingRuntime must be created before the TrainJob is created"
+)
+
+
+def trainjob_engine_at(api: FakeAPIServer, clock: FakeClock):
+    server = serve(api)
+    objects = rendered(KINDS["TrainJob"]["fixture"])
+    api.runtime = engines_here.part("trainjob", "local_run").runtime_of(objects)
+    engine = engine_at(server.server_port, objects)
+    engine.sleep, engine.clock = clock.sleep, clock
+    return server, engine, objects
+
+
+@engines_here.needs("trainjob")
+def test_a_trainjob_refused_while_trainers_cache_lacks_its_runtime_is_created_once_the_cache_has_it():
+    api, clock = FakeAPIServer("TrainJob"), FakeClock()
+    collection = KINDS["TrainJob"]["collection"]
+    api.failures = {collection: [NOT_CACHED, NOT_CACHED]}
+    server, engine, objects = trainjob_engine_at(api, clock)
+    try:
+        engine.create(objects)
+    finally:
+        server.shutdown()
+    assert [method for method, path, _ in api.log if path == collection] == ["POST"] * 3
+    assert api.created["metadata"]["name"] == SETTINGS["JOB_NAME"]
+
+
+@engines_here.needs("trainjob")
+def test_a_runtime_trainers_cache_never_sees_ends_the_wait_with_the_webhooks_refusal():
+    cluster_part = engines_here.part("trainjob", "cluster")
+    api, clock = FakeAPIServer("TrainJob"), FakeClock()
+    collection = KINDS["TrainJob"]["collection"]
+    api.failures = {collection: [NOT_CACHED] * 1000}
+    server, engine, objects = trainjob_engine_at(api, clock)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            engine.create(objects)
+    finally:
+        server.shutdown()
+    assert cluster_part.RUNTIME_CACHE_WAIT_S <= clock.now < cluster_part.RUNTIME_CACHE_WAIT_S + 2
+    assert cluster_part.RUNTIME_NOT_CACHED in submit.with_cause(refused.value)
+    assert api.created is None
+
+
+@engines_here.needs("trainjob")
+def test_a_trainjob_the_webhook_refuses_ends_submit_at_once_with_the_webhooks_reason(monkeypatch, capsys):
+    api = FakeAPIServer("TrainJob")
+    collection = KINDS["TrainJob"]["collection"]
+    api.failures = {collection: [webhook_denial("spec.trainer.numNodes: Invalid value: 0: must be positive")]}
+    server, engine, objects = trainjob_engine_at(api, FakeClock())
+    monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: objects)
+    monkeypatch.setattr(submit, "build_objects", lambda args: objects)
+    monkeypatch.setattr(submit, "submit", lambda objects, args: engine.create(objects))
+    try:
+        assert submit.main(["--image", "img:1"]) == submit.EXIT_CLUSTER
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert [method for method, path, _ in api.log if path == collection] == ["POST"]
+    # Before, submit printed only the SDK's "Failed to create TrainJob: <namespace>/<name>".
+    assert f"error: Failed to create TrainJob: {NAMESPACE}/{SETTINGS['JOB_NAME']}: HTTP 403 Forbidden" in err
+    assert "spec.trainer.numNodes: Invalid value: 0: must be positive" in err
 
 
 def test_a_failed_job_ends_submit_with_exit_1_and_the_replicas_last_lines(cluster, capsys):

@@ -9,6 +9,9 @@ the headless service are found as for a JobSet (k8s/engines/jobset/, which this 
 from __future__ import annotations
 
 import copy
+import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from k8s.engines.jobset.cluster import JobSetEngine, first_replicated_job
@@ -32,6 +35,11 @@ API_RULES = [
 ]
 # The label the SDK reads a runtime's framework from (pkg/constants at v2.3.0).
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+# Trainer's webhook reads the runtime from its controller's cache (pkg/runtime/core/trainingruntime.go
+# ValidateObjects at v2.3.0), which can lag the API server behind a runtime applied a moment before: its refusal.
+RUNTIME_NOT_CACHED = "specified trainingRuntime must be created before the TrainJob is created"
+# How long create() waits for that cache before it lets the refusal stand, and how often it asks.
+RUNTIME_CACHE_WAIT_S, RUNTIME_CACHE_POLL_S = 60.0, 1.0
 
 
 class TrainJobEngine(JobSetEngine):
@@ -39,10 +47,19 @@ class TrainJobEngine(JobSetEngine):
 
     kind, succeeded = "TrainJob", "Complete"
 
-    def __init__(self, trainer_client, name: str, namespace: str, chief_job: str):
+    def __init__(
+        self,
+        trainer_client,
+        name: str,
+        namespace: str,
+        chief_job: str,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         custom_api = trainer_client.backend.custom_api
         super().__init__(custom_api, name, namespace, chief_job, subdomain=name, container=NODE)
         self.trainer = trainer_client
+        self.sleep, self.clock = sleep, clock
 
     @classmethod
     def of(cls, trainer_client, objects: list[Manifest], namespace: str) -> TrainJobEngine:
@@ -67,14 +84,38 @@ class TrainJobEngine(JobSetEngine):
         return JobView(deleting=bool(job.metadata and job.metadata.deletion_timestamp), conditions=conditions)
 
     def create(self, objects: list[Manifest]) -> None:
+        """train() the TrainJob; while Trainer's webhook has not yet seen the runtime that the SDK has just read from
+        the API server, ask again (every refusal but that one, and that one after RUNTIME_CACHE_WAIT_S, is raised)."""
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
         runtime, trainer, options = sdk_call(trainjob, runtime_of(objects))
-        self.trainer.train(runtime=runtime, trainer=trainer, options=options)
+        deadline = self.clock() + RUNTIME_CACHE_WAIT_S
+        while True:
+            try:
+                self.trainer.train(runtime=runtime, trainer=trainer, options=options)
+                return
+            except RuntimeError as error:
+                if not runtime_not_cached(error) or self.clock() >= deadline:
+                    raise
+            self.sleep(RUNTIME_CACHE_POLL_S)
 
     def delete(self) -> None:
         self.custom.delete_namespaced_custom_object(
             TRAINER_GROUP, TRAINER_VERSION, self.namespace, TRAINJOBS, self.name, body=foreground()
         )
+
+
+def runtime_not_cached(error: BaseException) -> bool:
+    """Whether the SDK's error wraps Trainer's webhook refusing a runtime its controller's cache has not seen."""
+    from kubernetes.client.exceptions import ApiException
+
+    cause = error.__cause__
+    if not isinstance(cause, ApiException):
+        return False
+    try:
+        message = json.loads(cause.body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        return False
+    return RUNTIME_NOT_CACHED in message
 
 
 # The TrainJob fields TrainerClient.train() can set (kubeflow 0.5.0: CustomTrainerContainer and the options Name,
