@@ -218,6 +218,25 @@ def lost_node_advice(node: str, why: str, pods: list[str], engine: job_engine.En
     )
 
 
+def create_job(watcher: job_follower.JobFollower, objects: list[dict]) -> None:
+    """The engine creates the job, repeated while that fails transiently (a webhook the API server could not reach,
+    HTTP 5xx or 429: job_follower.transient_reason). A repeat answered 409 AlreadyExists means a try reported as
+    failed had stored it: submit deleted any job of this name before the first try."""
+    tries = 0
+
+    def create() -> None:
+        nonlocal tries
+        tries += 1
+        try:
+            watcher.engine.create(objects)
+        except Exception as error:
+            if tries > 1 and job_follower.api_status(error) == 409:
+                return
+            raise
+
+    watcher.call(f"creating {watcher.kind} {watcher.name}", create)
+
+
 def delete_job(objects: list[dict], namespace: str) -> int:
     watcher = follower(objects, namespace)
     try:
@@ -332,7 +351,7 @@ def submit(objects: list[dict], args: argparse.Namespace) -> int:
     prepare_data(objects, args)
 
     delete_earlier_job(watcher, earlier)
-    watcher.engine.create(objects)
+    create_job(watcher, objects)
     print(f"created {kind} {name} with {args.workers} worker(s) running {args.image}")
 
     try:
@@ -377,12 +396,11 @@ def cluster_errors() -> tuple[type[BaseException], ...]:
 
 
 def with_cause(error: BaseException) -> str:
-    """The error and, where it wraps one, what the server answered in one line: the SDKs' "Failed to create ..."
-    keep the reason (a webhook's refusal, a quota) in the exception they raise from, or as its multi-line dump."""
-    cause = error.__cause__
-    if cause is None:
-        return str(error)
-    return f"{(str(error).splitlines() or [''])[0]}: {job_follower.describe(cause)}"
+    """The error's first line and, where it wraps the server's answer, that answer in one line: the SDKs' "Failed to
+    create ..." keep the reason (a webhook's refusal, a quota) in the exception they raise from, or as its dump."""
+    first = (str(error).splitlines() or [""])[0]
+    answer = job_follower.describe(error) if job_follower.api_status(error) is not None else ""
+    return f"{first}: {answer}" if answer and answer not in first else first
 
 
 def request_body(objects: list[dict], namespace: str) -> dict:

@@ -186,6 +186,17 @@ def test_a_running_job_is_refused_before_the_image_import_or_the_data_job(cluste
     assert ("POST", JOBS_PATH) not in cluster.api.log and cluster.api.delete_bodies == []
 
 
+def test_a_tfjob_whose_create_meets_a_5xx_is_created_on_a_later_try_and_a_403_ends_submit_naming_it(cluster, capsys):
+    cluster.api.failures = {JOBS_PATH: [500, DROP]}
+    assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_SUCCEEDED
+    assert [method for method, path in cluster.api.log if path == JOBS_PATH] == ["POST"] * 3
+    cluster.api = FakeAPIServer()
+    cluster.api.failures = {JOBS_PATH: [403]}
+    assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_CLUSTER
+    # Before, the SDK's "Failed to create TFJob ... Error: (403)" went out with the whole response dump after it.
+    assert f"error: creating TFJob {NAME} failed: HTTP 403 Forbidden\n" in capsys.readouterr().err
+
+
 def test_a_finished_job_goes_in_the_foreground_and_the_new_one_comes_after_its_pods_and_services(cluster, capsys):
     cluster.api = FakeAPIServer(job=tfjob("Succeeded"), pods_gone_after=3)
     code = submit.main(["--image", "img:1", "--dataset", "mnist"])

@@ -386,24 +386,46 @@ def test_a_runtime_trainers_cache_never_sees_ends_the_wait_with_the_webhooks_ref
     assert api.created is None
 
 
-@engines_here.needs("trainjob")
-def test_a_trainjob_the_webhook_refuses_ends_submit_at_once_with_the_webhooks_reason(monkeypatch, capsys):
-    api = FakeAPIServer("TrainJob")
-    collection = KINDS["TrainJob"]["collection"]
-    api.failures = {collection: [webhook_denial("spec.trainer.numNodes: Invalid value: 0: must be positive")]}
-    server, engine, objects = trainjob_engine_at(api, FakeClock())
-    monkeypatch.setattr(tfjob_manifest, "render", lambda *args, **kwargs: objects)
-    monkeypatch.setattr(submit, "build_objects", lambda args: objects)
-    monkeypatch.setattr(submit, "submit", lambda objects, args: engine.create(objects))
-    try:
-        assert submit.main(["--image", "img:1"]) == submit.EXIT_CLUSTER
-    finally:
-        server.shutdown()
+def test_a_job_a_webhook_refuses_ends_submit_with_exit_3_and_the_webhooks_reason_after_one_try(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind)
+    collection = KINDS[cluster.kind]["collection"]
+    cluster.api.failures = {collection: [webhook_denial("spec.replicatedJobs: Invalid value: 0: must be positive")]}
+    assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_CLUSTER
     err = capsys.readouterr().err
-    assert [method for method, path, _ in api.log if path == collection] == ["POST"]
-    # Before, submit printed only the SDK's "Failed to create TrainJob: <namespace>/<name>".
-    assert f"error: Failed to create TrainJob: {NAMESPACE}/{SETTINGS['JOB_NAME']}: HTTP 403 Forbidden" in err
-    assert "spec.trainer.numNodes: Invalid value: 0: must be positive" in err
+    assert [method for method, path, _ in cluster.api.log if path == collection] == ["POST"], err
+    # Before, a TrainJob's ended on the SDK's bare "Failed to create TrainJob: <namespace>/<name>".
+    assert f"creating {cluster.kind} {SETTINGS['JOB_NAME']} failed: HTTP 403 Forbidden" in err
+    assert "spec.replicatedJobs: Invalid value: 0: must be positive" in err
+
+
+def test_a_job_whose_create_meets_an_unreachable_webhook_is_created_on_a_later_try(cluster):
+    cluster.api = FakeAPIServer(cluster.kind)
+    collection = KINDS[cluster.kind]["collection"]
+    unreachable = {
+        **status(500, "InternalError"),
+        "message": 'Internal error occurred: failed calling webhook "validator.example": failed to call webhook: '
+        'Post "https://webhook-service.system.svc:443/validate": context deadline exceeded',
+    }
+    cluster.api.failures = {collection: [(500, unreachable), DROP]}
+    assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_SUCCEEDED
+    assert [method for method, path, _ in cluster.api.log if path == collection] == ["POST"] * 3
+    assert any("failed (HTTP 500 Internal Server Error" in line for line in cluster.lines)
+
+
+def test_a_create_that_stored_the_job_but_timed_out_is_not_refused_by_its_own_409_on_the_next_try(cluster):
+    class StoredThenTimedOut(FakeAPIServer):
+        def answer(self, method, path, query, body):
+            answer = super().answer(method, path, query, body)
+            if method == "POST" and path == KINDS[self.kind]["collection"] and self.created and not self.timed_out:
+                self.timed_out = True
+                return 504, status(504, "Timeout")
+            return answer
+
+    cluster.api = StoredThenTimedOut(cluster.kind)
+    cluster.api.timed_out = False
+    assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_SUCCEEDED
+    collection = KINDS[cluster.kind]["collection"]
+    assert [method for method, path, _ in cluster.api.log if path == collection] == ["POST"] * 2
 
 
 def test_a_failed_job_ends_submit_with_exit_1_and_the_replicas_last_lines(cluster, capsys):
