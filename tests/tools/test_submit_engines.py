@@ -338,11 +338,13 @@ def webhook_denial(message: str) -> tuple[int, dict]:
     return 403, body
 
 
-# Trainer v2.3.0's refusal of a TrainJob whose runtime its controller's cache has not seen (ValidateObjects).
+# Trainer v2.3.0's refusal of a TrainJob whose runtime its controller's cache has not seen (ValidateObjects), as
+# NVIDIA/aicr#1669 quotes it from a cluster.
 RUNTIME = f"{SETTINGS['JOB_NAME']}-tensorflow"
+REF = f'{{"name":"{RUNTIME}","apiGroup":"trainer.kubeflow.org","kind":"TrainingRuntime"}}'
 NOT_CACHED = webhook_denial(
-    f'spec.runtimeRef: Invalid value: {{"name":"{RUNTIME}"}}: trainingruntimes.trainer.kubeflow.org "{RUNTIME}" not'
-    " found: specified trainingRuntime must be created before the TrainJob is created"
+    f'spec.runtimeRef: Invalid value: {REF}: TrainingRuntime.trainer.kubeflow.org "{RUNTIME}" not found: specified'
+    " trainingRuntime must be created before the TrainJob is created"
 )
 
 
@@ -513,6 +515,10 @@ def test_a_bad_setting_that_reaches_the_pod_through_its_config_map_is_refused_be
         submit.build_objects(args)
     settings["data"]["TRAINER_EPOCHS"] = "3"
     assert job_engine.engine_kind(submit.build_objects(args)) == job_engine.engine_kind(objects)
+    # A misspelt name: before, the trainer ignored it and trained for its default number of epochs.
+    settings["data"]["TRAINER_EPOCHZ"] = "3"
+    with pytest.raises(tfjob_manifest.ManifestError, match=r"TRAINER_EPOCHZ \(did you mean TRAINER_EPOCHS\?\)"):
+        submit.build_objects(args)
 
 
 @pytest.mark.parametrize("cluster", sorted(KINDS), indirect=True)

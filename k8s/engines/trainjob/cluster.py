@@ -36,7 +36,7 @@ API_RULES = [
 # The label the SDK reads a runtime's framework from (pkg/constants at v2.3.0).
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 # Trainer's webhook reads the runtime from its controller's cache (pkg/runtime/core/trainingruntime.go
-# ValidateObjects at v2.3.0), which can lag the API server behind a runtime applied a moment before: its refusal.
+# ValidateObjects at v2.3.0), which can lag the API server behind a runtime applied a moment before (NVIDIA/aicr#1669).
 RUNTIME_NOT_CACHED = "specified trainingRuntime must be created before the TrainJob is created"
 # How long create() waits for that cache before it lets the refusal stand, and how often it asks.
 RUNTIME_CACHE_WAIT_S, RUNTIME_CACHE_POLL_S = 60.0, 1.0
