@@ -23,8 +23,12 @@ from trainer import task
 from trainer.artifacts.layout import ModelDir
 from trainer.data import catalog
 from trainer.distribution.cluster import Cluster
+from trainer.reporting import tf_log_filter
 from trainer.settings import flags
 from trainer.settings.config import Config
+
+# The TRAINER_* variables a run reads that are not options (the full read refuses any other that is none).
+READ_ELSEWHERE = (tf_log_filter.SHOW_ALL_VARIABLE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +64,7 @@ def read_config(core: CoreSettings) -> Config:
     """Every option, with --module imported and --task and --dataset resolved (each the one --module registers where
     not given). Raises ConfigError (DataError for a module that cannot be imported)."""
     name, chosen = chosen_task(core.config)
-    config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen))
+    config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen), read_elsewhere=READ_ELSEWHERE)
     chosen.check_options(config.group(chosen.Options))
     given = catalog.dataset_given(core.argv, core.environ)
     dataset = catalog.chosen_dataset(config.dataset, config.module, given)

@@ -133,6 +133,40 @@ def test_bad_environment_value_names_the_variable():
         parse_config([], {"TRAINER_EPOCHS": "three"})
 
 
+def test_a_misspelt_variable_is_refused_naming_the_setting_it_was_meant_for():
+    # Before, each was ignored: the run went on with the default batch size and class count.
+    with pytest.raises(ConfigError) as refused:
+        parse_config([], {"TRAINER_PER_WORKER_BATCH": "64", "TRAINER_NUM_CLASES": "3", "TRAINER_XYZZY": "1"})
+    message = str(refused.value)
+    assert "TRAINER_NUM_CLASES (did you mean TRAINER_NUM_CLASSES?)" in message
+    assert "TRAINER_PER_WORKER_BATCH (did you mean TRAINER_PER_WORKER_BATCH_SIZE?)" in message
+    assert "TRAINER_XYZZY: " in message and "k8s/base/trainer.env" in message
+
+
+def test_a_variable_is_known_by_the_options_of_the_task_and_datasets_the_run_chose():
+    config = parse_config(["--module", "examples.regression"], {"TRAINER_HIDDEN_UNITS": "8"})
+    assert [group.hidden_units for group in config.groups if hasattr(group, "hidden_units")] == [8]
+    with pytest.raises(ConfigError, match=r"TRAINER_HIDDEN_UNITS \(did you mean TRAINER_DENSE_UNITS\?\): no setting"):
+        parse_config([], {"TRAINER_HIDDEN_UNITS": "8"})  # an option of a task this run did not choose
+
+
+def test_what_kubernetes_and_the_log_filter_put_in_the_environment_is_not_refused():
+    # What the kubelet gives every pod for a Service named trainer-status in its namespace (JOB_NAME=trainer's status
+    # Service); TRAINER_STATUS_PORT, also an option, is the ConfigMap's, which wins over a service link.
+    service_links = {
+        "TRAINER_STATUS_SERVICE_HOST": "10.43.0.10",
+        "TRAINER_STATUS_SERVICE_PORT": "8080",
+        "TRAINER_STATUS_SERVICE_PORT_STATUS": "8080",
+        "TRAINER_STATUS_PORT_8080_TCP": "tcp://10.43.0.10:8080",
+        "TRAINER_STATUS_PORT_8080_TCP_ADDR": "10.43.0.10",
+    }
+    parse_config([], {**service_links, "TRAINER_STATUS_PORT": "8080", "TRAINER_TF_NOISE": "1", "TRAINER_TYPO": ""})
+    with pytest.raises(
+        ConfigError, match=r"TRAINER_STATUS_PORT_8080_TCP_ADDR \(did you mean TRAINER_STATUS_PORT\?\): no setting"
+    ):
+        parse_config([], {"TRAINER_STATUS_PORT_8080_TCP_ADDR": "10.43.0.10"})  # no such Service
+
+
 def test_log_interval_is_a_whole_number_of_calls():
     assert parse_config(["--log-every", "100", "--steps-per-loop", "16"], {}).effective_log_every == 112
     assert parse_config(["--log-every", "5", "--steps-per-loop", "16"], {}).effective_log_every == 16

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import typing
 from collections.abc import Callable, Sequence
@@ -92,6 +93,44 @@ def flag(name: str) -> str:
 
 def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
+
+
+def refuse_unknown_variables(
+    environ: dict[str, str], options_classes: Sequence[type], read_elsewhere: Sequence[str] = ()
+) -> None:
+    """ConfigError naming each non-empty TRAINER_* variable that is no option of these classes, nor read_elsewhere,
+    with the option it was likely meant for: a misspelt variable would otherwise be silently ignored."""
+    known = {env_name(field.name) for options_class in options_classes for field in option_fields(options_class)}
+    known.update(read_elsewhere)
+    unknown = [
+        name
+        for name, value in sorted(environ.items())
+        if name.startswith(ENV_PREFIX) and value and name not in known and not _service_link(name, environ)
+    ]
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        # Compared without the prefix every name shares, which would make any two look alike.
+        close = difflib.get_close_matches(
+            name.removeprefix(ENV_PREFIX), [k.removeprefix(ENV_PREFIX) for k in known], n=1
+        )
+        named.append(f"{name} (did you mean {ENV_PREFIX}{close[0]}?)" if close else name)
+    raise ConfigError(
+        f"{', '.join(named)}: no setting of `python -m trainer` has such a name; correct or remove it where it is set "
+        "(k8s/base/trainer.env, your environment, the pod's env). `python -m trainer --help` shows each setting's "
+        f"variable as [env {ENV_PREFIX}...]"
+    )
+
+
+def _service_link(name: str, environ: dict[str, str]) -> bool:
+    """Whether the kubelet wrote it: each Service in a pod's namespace gives it <SERVICE>_SERVICE_HOST and
+    <SERVICE>_SERVICE_PORT*/<SERVICE>_PORT* (a Service named trainer-... gives TRAINER_... ones)."""
+    for host in (key for key in environ if key.endswith("_SERVICE_HOST")):
+        service = host.removesuffix("_SERVICE_HOST")
+        if name == host or name.startswith((f"{service}_SERVICE_PORT", f"{service}_PORT")):
+            return True
+    return False
 
 
 def check_values(options: Any) -> None:
