@@ -151,14 +151,16 @@ def test_a_variable_is_known_by_the_options_of_the_task_and_datasets_the_run_cho
 
 
 def test_what_kubernetes_and_the_log_filter_put_in_the_environment_is_not_refused():
-    # What the kubelet gives every pod for a Service named trainer-status in its namespace (JOB_NAME=trainer's status
-    # Service); TRAINER_STATUS_PORT, also an option, is the ConfigMap's, which wins over a service link.
+    # What the kubelet gave a pod beside JOB_NAME=trainer's status Service (read on the local node); its
+    # TRAINER_STATUS_PORT (tcp://...) is an option too: in the job's pods the ConfigMap's value wins over it.
     service_links = {
         "TRAINER_STATUS_SERVICE_HOST": "10.43.0.10",
         "TRAINER_STATUS_SERVICE_PORT": "8080",
         "TRAINER_STATUS_SERVICE_PORT_STATUS": "8080",
         "TRAINER_STATUS_PORT_8080_TCP": "tcp://10.43.0.10:8080",
         "TRAINER_STATUS_PORT_8080_TCP_ADDR": "10.43.0.10",
+        "TRAINER_STATUS_PORT_8080_TCP_PORT": "8080",
+        "TRAINER_STATUS_PORT_8080_TCP_PROTO": "tcp",
     }
     parse_config([], {**service_links, "TRAINER_STATUS_PORT": "8080", "TRAINER_TF_NOISE": "1", "TRAINER_TYPO": ""})
     with pytest.raises(
