@@ -26,6 +26,7 @@ from trainer.distribution.cluster import Cluster
 from trainer.reporting import tf_log_filter
 from trainer.settings import flags
 from trainer.settings.config import Config
+from trainer.settings.options import option_variables, refuse_unknown_variables
 
 # The TRAINER_* variables a run reads that are not options (the full read refuses any other that is none).
 READ_ELSEWHERE = (tf_log_filter.SHOW_ALL_VARIABLE,)
@@ -64,7 +65,8 @@ def read_config(core: CoreSettings) -> Config:
     """Every option, with --module imported and --task and --dataset resolved (each the one --module registers where
     not given). Raises ConfigError (DataError for a module that cannot be imported)."""
     name, chosen = chosen_task(core.config)
-    config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen), read_elsewhere=READ_ELSEWHERE)
+    config = flags.parse(core.argv, dict(core.environ), option_groups(name, chosen))
+    check_variables(core.environ, chosen)
     chosen.check_options(config.group(chosen.Options))
     given = catalog.dataset_given(core.argv, core.environ)
     dataset = catalog.chosen_dataset(config.dataset, config.module, given)
@@ -83,6 +85,20 @@ def chosen_task(core: Config) -> tuple[str, type[task.Task]]:
 def option_groups(name: str, chosen: type[task.Task]) -> list[tuple[str, type]]:
     """The option groups the full read (and --help) takes beside the core's: every dataset kind's, then the task's."""
     return [*catalog.option_groups(), (f"task {name}", chosen.Options)]
+
+
+def check_variables(environ: Mapping[str, str], chosen: type[task.Task] | None) -> None:
+    """Refuses a TRAINER_* variable that is no option of the run: the core's, the dataset kinds' and the chosen
+    task's (None: the data Job's, which trains none, so any registered task's), naming an unchosen task's as such."""
+    tasks = [(name, registered) for name, registered in task.TASKS.items() if chosen in (None, registered)]
+    unchosen = {
+        variable: f"task {name}"
+        for name, registered in task.TASKS.items()
+        if (name, registered) not in tasks
+        for variable in option_variables(registered.Options)
+    }
+    groups = [Config, *(options_class for _, options_class in catalog.option_groups()), *(t.Options for _, t in tasks)]
+    refuse_unknown_variables(environ, groups, READ_ELSEWHERE, unchosen)
 
 
 def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:

@@ -357,11 +357,19 @@ def trainjob_engine_at(api: FakeAPIServer, clock: FakeClock):
     return server, engine, objects
 
 
+# The same refusal of a ClusterTrainingRuntime (pkg/runtime/core/clustertrainingruntime.go at v2.3.0).
+CLUSTER_NOT_CACHED = webhook_denial(
+    f'spec.runtimeRef: Invalid value: {REF}: ClusterTrainingRuntime.trainer.kubeflow.org "{RUNTIME}" not found:'
+    " specified clusterTrainingRuntime must be created before the TrainJob is created"
+)
+
+
 @engines_here.needs("trainjob")
-def test_a_trainjob_refused_while_trainers_cache_lacks_its_runtime_is_created_once_the_cache_has_it():
+@pytest.mark.parametrize("refusal", [NOT_CACHED, CLUSTER_NOT_CACHED], ids=["TrainingRuntime", "ClusterTrainingRuntime"])
+def test_a_trainjob_refused_while_trainers_cache_lacks_its_runtime_is_created_once_the_cache_has_it(refusal, capsys):
     api, clock = FakeAPIServer("TrainJob"), FakeClock()
     collection = KINDS["TrainJob"]["collection"]
-    api.failures = {collection: [NOT_CACHED, NOT_CACHED]}
+    api.failures = {collection: [refusal, refusal]}
     server, engine, objects = trainjob_engine_at(api, clock)
     try:
         engine.create(objects)
@@ -369,6 +377,8 @@ def test_a_trainjob_refused_while_trainers_cache_lacks_its_runtime_is_created_on
         server.shutdown()
     assert [method for method, path, _ in api.log if path == collection] == ["POST"] * 3
     assert api.created["metadata"]["name"] == SETTINGS["JOB_NAME"]
+    # Said once, so the wait is not a silent minute.
+    assert capsys.readouterr().out.count(f"Trainer's webhook has not seen runtime {RUNTIME} yet") == 1
 
 
 @engines_here.needs("trainjob")
@@ -384,7 +394,7 @@ def test_a_runtime_trainers_cache_never_sees_ends_the_wait_with_the_webhooks_ref
     finally:
         server.shutdown()
     assert cluster_part.RUNTIME_CACHE_WAIT_S <= clock.now < cluster_part.RUNTIME_CACHE_WAIT_S + 2
-    assert cluster_part.RUNTIME_NOT_CACHED in submit.with_cause(refused.value)
+    assert cluster_part.RUNTIME_NOT_CACHED in submit.with_cause(refused.value).lower()
     assert api.created is None
 
 
@@ -412,6 +422,15 @@ def test_a_job_whose_create_meets_an_unreachable_webhook_is_created_on_a_later_t
     assert submit.submit(cluster.objects, submit_args()) == submit.EXIT_SUCCEEDED
     assert [method for method, path, _ in cluster.api.log if path == collection] == ["POST"] * 3
     assert any("failed (HTTP 500 Internal Server Error" in line for line in cluster.lines)
+
+
+def test_a_job_of_the_same_name_made_by_someone_else_before_the_first_try_is_refused_not_taken(cluster, capsys):
+    cluster.api = FakeAPIServer(cluster.kind)
+    collection = KINDS[cluster.kind]["collection"]
+    cluster.api.failures = {collection: [409]}  # created between submit's check of the name and its create
+    assert submit.main(["--image", "img:1", "--dataset", "synthetic"]) == submit.EXIT_CLUSTER
+    assert [method for method, path, _ in cluster.api.log if path == collection] == ["POST"]
+    assert f"creating {cluster.kind} {SETTINGS['JOB_NAME']} failed: HTTP 409" in capsys.readouterr().err
 
 
 def test_a_create_that_stored_the_job_but_timed_out_is_not_refused_by_its_own_409_on_the_next_try(cluster):

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import sys
 
+from trainer import context
 from trainer.base.errors import (
     BrokenEnvironmentError,
     CorruptRecordError,
@@ -138,6 +139,7 @@ def read_config(argv: list[str]) -> Config:
     catalog.import_dataset_module(core.dataset_module)
     catalog.import_dataset_module(core.task_module, "--task-module")
     config = flags.parse(argv, None, catalog.option_groups(), partial=True)
+    context.check_variables(os.environ, chosen=None)
     dataset = catalog.chosen_dataset(config.dataset, config.module, catalog.dataset_given(argv, os.environ))
     return dataclasses.replace(config, dataset=dataset)
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from trainer.settings.config import Config
-from trainer.settings.options import ENV_PREFIX, add_options, refuse_unknown_variables, take_options
+from trainer.settings.options import ENV_PREFIX, add_options, take_options
 
 
 def build_parser(
@@ -33,7 +33,7 @@ def build_parser(
         "TF_CONFIG, or one task of a group described by TF_CONFIG (as the Kubeflow TFJob sets it).",
         epilog=f"Every flag can also be set as an environment variable: {ENV_PREFIX}<FLAG_IN_CAPITALS>, "
         f"e.g. {ENV_PREFIX}PER_WORKER_BATCH_SIZE=128. A flag on the command line wins over the variable; a "
-        f"{ENV_PREFIX}* variable that names no flag is refused.",
+        f"{ENV_PREFIX}* variable that names no flag of the run is refused.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         add_help=add_help,
         allow_abbrev=not partial,
@@ -50,15 +50,10 @@ def parse(
     groups: Sequence[tuple[str, type]] = (),
     partial: bool = False,
     add_help: bool = True,
-    read_elsewhere: Sequence[str] = (),
 ) -> Config:
     """The Config of argv over environ over defaults, with one parsed instance of each group, validated (ConfigError).
-    partial: flags and TRAINER_* variables of no group given here are left alone, for a later pass that knows them;
-    a whole pass refuses a variable that is none of these options, nor one of read_elsewhere."""
+    partial: flags of no group given here are left alone, for a later pass that knows them."""
     parser = build_parser(environ, groups, partial, add_help)
-    if not partial:
-        variables = dict(os.environ if environ is None else environ)
-        refuse_unknown_variables(variables, [Config, *(options_class for _, options_class in groups)], read_elsewhere)
     values = vars(parser.parse_known_args(list(argv))[0] if partial else parser.parse_args(list(argv)))
     parsed = tuple(take_options(values, options_class) for _, options_class in groups)
     return Config(**values, groups=parsed).validate()

@@ -17,8 +17,9 @@ import argparse
 import dataclasses
 import difflib
 import importlib
+import re
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from trainer.base.errors import ConfigError, UserError
@@ -95,12 +96,22 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+def option_variables(options_class: type) -> set[str]:
+    """The TRAINER_* variables of an option dataclass's options."""
+    return {env_name(field.name) for field in option_fields(options_class)}
+
+
 def refuse_unknown_variables(
-    environ: dict[str, str], options_classes: Sequence[type], read_elsewhere: Sequence[str] = ()
+    environ: Mapping[str, str],
+    options_classes: Sequence[type],
+    read_elsewhere: Sequence[str] = (),
+    unchosen: Mapping[str, str] | None = None,
 ) -> None:
-    """ConfigError naming each non-empty TRAINER_* variable that is no option of these classes, nor read_elsewhere,
-    with the option it was likely meant for: a misspelt variable would otherwise be silently ignored."""
-    known = {env_name(field.name) for options_class in options_classes for field in option_fields(options_class)}
+    """ConfigError naming each non-empty TRAINER_* variable that is no option of these classes, nor read_elsewhere:
+    a misspelt variable would otherwise be silently ignored. Each is named with what it likely is: an option of an
+    option group this run does not use (`unchosen`: variable -> that group, say "task regression"), or one of this
+    run's options spelt differently."""
+    known = {variable for options_class in options_classes for variable in option_variables(options_class)}
     known.update(read_elsewhere)
     unknown = [
         name
@@ -112,23 +123,30 @@ def refuse_unknown_variables(
     named = []
     for name in unknown:
         # Compared without the prefix every name shares, which would make any two look alike.
-        close = difflib.get_close_matches(
-            name.removeprefix(ENV_PREFIX), [k.removeprefix(ENV_PREFIX) for k in known], n=1
-        )
-        named.append(f"{name} (did you mean {ENV_PREFIX}{close[0]}?)" if close else name)
+        suffixes = [k.removeprefix(ENV_PREFIX) for k in sorted(known)]
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1, cutoff=0.8)
+        if unchosen and name in unchosen:
+            named.append(f"{name} (an option of {unchosen[name]}, which this run does not use)")
+        else:
+            named.append(f"{name} (did you mean {ENV_PREFIX}{close[0]}?)" if close else name)
     raise ConfigError(
-        f"{', '.join(named)}: no setting of `python -m trainer` has such a name; correct or remove it where it is set "
-        "(k8s/base/trainer.env, your environment, the pod's env). `python -m trainer --help` shows each setting's "
+        f"{', '.join(named)}: no option of this run has such a name; correct or remove it where it is set "
+        "(k8s/base/trainer.env, your environment, the pod's env), or choose what it belongs to (an option of your "
+        "module's task or dataset needs --module, TRAINER_MODULE). `python -m trainer --help` shows each option's "
         f"variable as [env {ENV_PREFIX}...]"
     )
 
 
-def _service_link(name: str, environ: dict[str, str]) -> bool:
-    """Whether the kubelet wrote it: each Service in a pod's namespace gives it <SERVICE>_SERVICE_HOST and
-    <SERVICE>_SERVICE_PORT*/<SERVICE>_PORT* (a Service named trainer-... gives TRAINER_... ones)."""
+# The variables the kubelet gives a pod for each Service in its namespace (<SERVICE> the name in capitals, `-` as
+# `_`): <SERVICE>_SERVICE_HOST, _SERVICE_PORT[_<PORT NAME>], _PORT, _PORT_<port>_<PROTOCOL>[_PROTO|_PORT|_ADDR].
+_SERVICE_LINK = re.compile(r"(SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)")
+
+
+def _service_link(name: str, environ: Mapping[str, str]) -> bool:
+    """Whether the kubelet wrote it: a Service named trainer-... in the pod's namespace gives it TRAINER_... ones."""
     for host in (key for key in environ if key.endswith("_SERVICE_HOST")):
         service = host.removesuffix("_SERVICE_HOST")
-        if name == host or name.startswith((f"{service}_SERVICE_PORT", f"{service}_PORT")):
+        if name == host or (name.startswith(f"{service}_") and _SERVICE_LINK.fullmatch(name[len(service) + 1 :])):
             return True
     return False
 

@@ -37,7 +37,8 @@ API_RULES = [
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 # Trainer's webhook reads the runtime from its controller's cache (pkg/runtime/core/trainingruntime.go
 # ValidateObjects at v2.3.0), which can lag the API server behind a runtime applied a moment before (NVIDIA/aicr#1669).
-RUNTIME_NOT_CACHED = "specified trainingRuntime must be created before the TrainJob is created"
+# Its refusal (clustertrainingruntime.go says the same of a clusterTrainingRuntime).
+RUNTIME_NOT_CACHED = "trainingruntime must be created before the trainjob is created"
 # How long create() waits for that cache before it lets the refusal stand, and how often it asks.
 RUNTIME_CACHE_WAIT_S, RUNTIME_CACHE_POLL_S = 60.0, 1.0
 
@@ -88,7 +89,7 @@ class TrainJobEngine(JobSetEngine):
         the API server, ask again (every refusal but that one, and that one after RUNTIME_CACHE_WAIT_S, is raised)."""
         trainjob = next(obj for obj in objects if obj.get("kind") == "TrainJob")
         runtime, trainer, options = sdk_call(trainjob, runtime_of(objects))
-        deadline = self.clock() + RUNTIME_CACHE_WAIT_S
+        deadline, told = self.clock() + RUNTIME_CACHE_WAIT_S, False
         while True:
             try:
                 self.trainer.train(runtime=runtime, trainer=trainer, options=options)
@@ -96,6 +97,13 @@ class TrainJobEngine(JobSetEngine):
             except RuntimeError as error:
                 if not runtime_not_cached(error) or self.clock() >= deadline:
                     raise
+            if not told:
+                print(
+                    f"Trainer's webhook has not seen runtime {runtime} yet (its cache lags the API server); "
+                    f"asking again for up to {RUNTIME_CACHE_WAIT_S:.0f} s",
+                    flush=True,
+                )
+                told = True
             self.sleep(RUNTIME_CACHE_POLL_S)
 
     def delete(self) -> None:
@@ -115,7 +123,7 @@ def runtime_not_cached(error: BaseException) -> bool:
         message = json.loads(cause.body or "{}").get("message", "")
     except (ValueError, AttributeError):
         return False
-    return RUNTIME_NOT_CACHED in message
+    return RUNTIME_NOT_CACHED in message.lower()
 
 
 # The TrainJob fields TrainerClient.train() can set (kubeflow 0.5.0: CustomTrainerContainer and the options Name,
