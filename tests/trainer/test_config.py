@@ -144,9 +144,7 @@ def test_a_misspelt_variable_is_refused_naming_the_setting_it_was_meant_for():
     assert "TRAINER_XYZZY: " in message and "k8s/base/trainer.env" in message
 
 
-def test_a_variable_is_known_by_the_options_of_the_task_and_datasets_the_run_chose():
-    config = parse_config(["--module", "examples.regression"], {"TRAINER_HIDDEN_UNITS": "8"})
-    assert [group.hidden_units for group in config.groups if hasattr(group, "hidden_units")] == [8]
+def test_a_forks_option_without_its_module_is_refused_naming_the_module():
     # docs/fork.md's TRAINER_HIDDEN_UNITS=64 without TRAINER_MODULE: a fresh process never imports the module.
     alone = run_module(
         "trainer", "--dataset", "synthetic", env={**os.environ, "TRAINER_HIDDEN_UNITS": "8"}, timeout=120
@@ -167,6 +165,7 @@ def test_an_option_of_a_registered_task_the_run_did_not_choose_is_named_as_such(
     monkeypatch.setitem(task.TASKS, "other", Other)
     with pytest.raises(ConfigError, match=r"TRAINER_DEPTH \(an option of task other, which this run does not use\)"):
         parse_config([], {"TRAINER_DEPTH": "4"})
+    # Chosen, its options are the run's: the variable is read, not refused.
     assert [group.depth for group in parse_config(["--task", "other"], {"TRAINER_DEPTH": "4"}).groups[-1:]] == [4]
 
 
