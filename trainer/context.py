@@ -90,14 +90,14 @@ def option_groups(name: str, chosen: type[task.Task]) -> list[tuple[str, type]]:
 def check_variables(environ: Mapping[str, str], chosen: type[task.Task] | None) -> None:
     """Refuses a TRAINER_* variable that is no option of the run: the core's, the dataset kinds' and the chosen
     task's (None: the data Job's, which trains none, so any registered task's), naming an unchosen task's as such."""
-    tasks = [(name, registered) for name, registered in task.TASKS.items() if chosen in (None, registered)]
+    runs = [registered for registered in task.TASKS.values() if chosen in (None, registered)]
     unchosen = {
         variable: f"task {name}"
         for name, registered in task.TASKS.items()
-        if (name, registered) not in tasks
+        if registered not in runs
         for variable in option_variables(registered.Options)
     }
-    groups = [Config, *(options_class for _, options_class in catalog.option_groups()), *(t.Options for _, t in tasks)]
+    groups = [Config, *(options_class for _, options_class in catalog.option_groups()), *(t.Options for t in runs)]
     refuse_unknown_variables(environ, groups, READ_ELSEWHERE, unchosen)
 
 

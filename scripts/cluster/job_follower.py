@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scripts.common.job_engine import Engine, JobView
+from scripts.common.job_engine import Engine, JobView, api_message
 
 FINISHED = ("Succeeded", "Failed")
 # How long one API call may keep failing transiently before following gives up, and the back-off between tries.
@@ -80,10 +80,7 @@ def describe(error: BaseException) -> str:
 
     for cause in _chain(error):
         if isinstance(cause, ApiException) and cause.status:
-            try:
-                message = json.loads(cause.body or "{}").get("message", "")
-            except (ValueError, AttributeError):
-                message = ""
+            message = api_message(cause)
             return f"HTTP {cause.status} {cause.reason or ''}".rstrip() + (f": {message}" if message else "")
     return f"{type(error).__name__}: " + (str(error).splitlines() or [""])[0]
 

@@ -13,6 +13,7 @@ and its admission rules, so adding an engine is adding a folder. A cluster part 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -56,6 +57,15 @@ def foreground():
     from kubernetes.client import V1DeleteOptions
 
     return V1DeleteOptions(propagation_policy="Foreground")
+
+
+def api_message(error: BaseException) -> str:
+    """The message of the Status the API server answered, which the Kubernetes client's ApiException carries as its
+    body ('' when the error is no such answer, or the body holds none)."""
+    try:
+        return json.loads(getattr(error, "body", None) or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        return ""
 
 
 def conditions_of(raw: list[dict] | None) -> list[Condition]:

@@ -120,10 +120,10 @@ def refuse_unknown_variables(
     ]
     if not unknown:
         return
+    # Compared without the prefix every name shares, which would make any two look alike.
+    suffixes = [variable.removeprefix(ENV_PREFIX) for variable in sorted(known)]
     named = []
     for name in unknown:
-        # Compared without the prefix every name shares, which would make any two look alike.
-        suffixes = [k.removeprefix(ENV_PREFIX) for k in sorted(known)]
         close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1, cutoff=0.8)
         if unchosen and name in unchosen:
             named.append(f"{name} (an option of {unchosen[name]}, which this run does not use)")

@@ -9,7 +9,6 @@ the headless service are found as for a JobSet (k8s/engines/jobset/, which this 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ from k8s.engines.jobset.cluster import JobSetEngine, first_replicated_job
 from k8s.engines.trainjob import admission
 from k8s.engines.trainjob.local_run import ANCESTOR_LABEL, NODE, RUNTIME_KINDS, TRAINER_ANCESTOR, runtime_of
 from scripts.common import manifest
-from scripts.common.job_engine import JOB_VERBS, Clients, Condition, JobView, Manifest, foreground
+from scripts.common.job_engine import JOB_VERBS, Clients, Condition, JobView, Manifest, api_message, foreground
 from scripts.common.settings import load
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -117,13 +116,7 @@ def runtime_not_cached(error: BaseException) -> bool:
     from kubernetes.client.exceptions import ApiException
 
     cause = error.__cause__
-    if not isinstance(cause, ApiException):
-        return False
-    try:
-        message = json.loads(cause.body or "{}").get("message", "")
-    except (ValueError, AttributeError):
-        return False
-    return RUNTIME_NOT_CACHED in message.lower()
+    return isinstance(cause, ApiException) and RUNTIME_NOT_CACHED in api_message(cause).lower()
 
 
 # The TrainJob fields TrainerClient.train() can set (kubeflow 0.5.0: CustomTrainerContainer and the options Name,
